@@ -1,0 +1,276 @@
+"""The speculative round and the on-device generation loop.
+
+One round (DESIGN.md): draft -> build tree -> verify -> walk -> commit. Every stage is its own
+function below; `round_step` chains them and `run_rounds` loops it in a `lax.while_loop`, so a
+whole generation runs on the device without a host round-trip per round. Plain autoregressive
+decoding is budget 0 (the tree is the root alone); DFlash is the `chain` policy.
+
+Invariants of `State` (per batch row):
+  * `length`: tokens whose K/V are in the target cache; the committed sequence is those tokens
+    plus `root`, the last committed token, at position `length`.
+  * The drafter's cache holds the context K/V of exactly the same `length` tokens.
+  * `out[:out_len]` are the generated tokens (the first one came from the prefill).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ddtree_jax.models import drafter as dmodel
+from ddtree_jax.models import target as tmodel
+from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models.layers import KVCache, compact
+from ddtree_jax.sampling import SamplingConfig, choose_tokens
+from ddtree_jax.trees import DraftTree, make_policy
+from ddtree_jax.walk import WalkResult, walk
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSpec:
+    """Everything static about a generation: changing any field recompiles."""
+
+    budget: int = 0  # draft nodes verified per round; 0 = plain autoregressive decoding
+    policy: str = "ddtree"
+    cache_size: int = 1024  # target/drafter cache positions
+    out_size: int = 256  # output buffer (max_new_tokens bucket)
+    sampling: SamplingConfig = SamplingConfig()
+    attn_impl: str = "auto"
+
+    @property
+    def speculative(self) -> bool:
+        return self.budget > 0
+
+
+def num_nodes(spec: DecodeSpec, dcfg: DrafterConfig | None) -> int:
+    if not spec.speculative:
+        return 0
+    return make_policy(spec.policy).num_nodes(spec.budget, dcfg.depth)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class State:
+    cache: KVCache
+    dcache: KVCache | None
+    length: jax.Array  # int32 [Bt]
+    root: jax.Array  # int32 [Bt]
+    out: jax.Array  # int32 [Bt, out_size + slack]
+    out_len: jax.Array  # int32 [Bt]
+    max_new: jax.Array  # int32 [Bt]
+    done: jax.Array  # bool [Bt]
+    rounds: jax.Array  # int32 [Bt]
+    accept: jax.Array  # int32 [Bt, out_size]: tokens committed by each round (bonus included)
+    key: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Knobs:
+    """Traced generation settings: changing them does not recompile."""
+
+    temperature: jax.Array  # f32 []
+    top_p: jax.Array  # f32 []
+    stop_ids: jax.Array  # int32 [n], -1 = unused
+
+
+def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Knobs:
+    ids = list(stop_ids) or [-1]
+    return Knobs(jnp.float32(temperature), jnp.float32(top_p), jnp.asarray(ids, jnp.int32))
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
+    """Drafter pass over [root, MASK x D]: log-probs [Bt, D, V] for the D future positions."""
+    bt = state.root.shape[0]
+    bs = dcfg.block_size
+    block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
+    pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
+    h = dmodel.draft_hidden(dparams, dcfg, tmodel.embed(tparams, block), pos, state.dcache, state.length,
+                            attn_impl=spec.attn_impl)
+    return jax.nn.log_softmax(tmodel.lm_head(tparams, tcfg, h[:, 1:]), axis=-1)
+
+
+def tree_stage(logp: jax.Array, state: State, *, spec: DecodeSpec) -> DraftTree:
+    tree = make_policy(spec.policy).build(logp, spec.budget)
+    return dataclasses.replace(tree, tokens=tree.tokens.at[:, 0].set(state.root))
+
+
+def root_tree(state: State) -> DraftTree:
+    """The tree of plain decoding: the root alone."""
+    bt = state.root.shape[0]
+    return DraftTree(
+        tokens=state.root[:, None],
+        parents=jnp.full((bt, 1), -1, jnp.int32),
+        depths=jnp.zeros((bt, 1), jnp.int32),
+        valid=jnp.ones((bt, 1), bool),
+        ancestor_mask=jnp.ones((bt, 1, 1), bool),
+    )
+
+
+def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, dcfg: DrafterConfig | None,
+                 spec: DecodeSpec):
+    """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the cache."""
+    pos = state.length[:, None] + tree.depths
+    taps = dcfg.target_layer_ids if (dcfg is not None and spec.speculative) else ()
+    h, tapped, cache = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
+                                      tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl)
+    return tmodel.lm_head(tparams, tcfg, h), tapped, cache
+
+
+def commit_stage(
+    dparams, state: State, cache: KVCache, tapped, result: WalkResult, knobs: Knobs, *,
+    dcfg: DrafterConfig | None, spec: DecodeSpec, slots: int,
+) -> State:
+    # slots: tree slots (N+1) the next round will write beyond `length`.
+    """Keep the accepted path: compact target K/V, feed the drafter, append tokens, check stops."""
+    active = ~state.done
+    n_new = result.num_accepted + 1  # accepted nodes + the bonus token
+    if spec.speculative:
+        cache = compact(cache, state.length, result.path)
+        ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
+        ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
+        dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos)
+    else:
+        dcache = state.dcache
+
+    # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
+    emitted = result.tokens  # [Bt, D+1]; the first n_new are real
+    idx = jnp.arange(emitted.shape[1], dtype=jnp.int32)
+    is_stop = (emitted[:, :, None] == knobs.stop_ids[None, None, :]).any(-1) & (idx[None] < n_new[:, None])
+    first_stop = jnp.where(is_stop.any(-1), jnp.argmax(is_stop, axis=-1), emitted.shape[1])
+    room = state.max_new - state.out_len
+    n_out = jnp.minimum(jnp.minimum(n_new, first_stop + 1), room)
+    n_out = jnp.where(active, n_out, 0)
+    out = jax.vmap(lambda o, e, s: jax.lax.dynamic_update_slice(o, e, (s,)))(state.out, emitted, state.out_len)
+    out_len = state.out_len + n_out
+    stopped = is_stop.any(-1) & (first_stop < n_new)
+    cache_full = state.length + n_new + slots + result.path.shape[1] > spec.cache_size
+    done = state.done | (active & (stopped | (out_len >= state.max_new) | cache_full))
+    accept = jax.vmap(lambda a, r, n: a.at[r].set(n))(state.accept, jnp.minimum(state.rounds, state.accept.shape[1] - 1),
+                                                     jnp.where(active, n_new, 0))
+    return dataclasses.replace(
+        state,
+        cache=cache,
+        dcache=dcache,
+        length=jnp.where(active, state.length + n_new, state.length),
+        root=jnp.where(active, result.bonus, state.root),
+        out=out,
+        out_len=out_len,
+        done=done,
+        rounds=state.rounds + active.astype(jnp.int32),
+        accept=accept,
+    )
+
+
+# ----------------------------------------------------------------------------- round and loop
+
+
+def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: DecodeSpec) -> State:
+    key, sub = jax.random.split(state.key)
+    if spec.speculative:
+        with jax.named_scope("draft"):
+            logp = draft_stage(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
+        with jax.named_scope("tree"):
+            tree = tree_stage(logp, state, spec=spec)
+        depth = dcfg.depth
+    else:
+        tree, depth = root_tree(state), 0
+    with jax.named_scope("verify"):
+        logits, tapped, cache = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
+        target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
+    with jax.named_scope("walk"):
+        result = walk(tree, target_tokens, depth)
+    with jax.named_scope("commit"):
+        state = commit_stage(dparams, state, cache, tapped, result, knobs, dcfg=dcfg, spec=spec,
+                             slots=tree.tokens.shape[1])
+    return dataclasses.replace(state, key=key)
+
+
+def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
+    def cond(carry):
+        s, i = carry
+        return (i < max_rounds) & ~jnp.all(s.done)
+
+    def body(carry):
+        s, i = carry
+        return round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec), i + 1
+
+    state, _ = jax.lax.while_loop(cond, body, (state, jnp.int32(0)))
+    return state
+
+
+run_rounds = jax.jit(_run_rounds, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("state",))
+
+
+def _prefill(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max_new: jax.Array, knobs: Knobs,
+             key: jax.Array, *, tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec) -> State:
+    """Prompt pass: fills both caches, chooses the first token (the first root)."""
+    bt, p = prompt.shape
+    dtype = tparams["embed"].dtype
+    cache = KVCache.zeros(tcfg.num_layers, bt, tcfg.num_kv_heads, spec.cache_size, tcfg.head_dim, dtype)
+    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (bt, p))
+    zero = jnp.zeros((bt,), jnp.int32)
+    taps = dcfg.target_layer_ids if spec.speculative else ()
+    h, tapped, cache = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, tmodel.causal_mask(bt, p), taps=taps,
+                                      attn_impl=spec.attn_impl)
+    last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
+    key, sub = jax.random.split(key)
+    first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
+    dcache = None
+    if spec.speculative:
+        dcache = KVCache.zeros(dcfg.num_layers, bt, dcfg.num_kv_heads, spec.cache_size, dcfg.head_dim, dtype)
+        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos)
+    slack = (dcfg.block_size if spec.speculative else 1) + 1
+    out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
+    is_stop = (first[:, None] == knobs.stop_ids[None, :]).any(-1)
+    return State(
+        cache=cache,
+        dcache=dcache,
+        length=prompt_len.astype(jnp.int32),
+        root=first,
+        out=out,
+        out_len=jnp.ones((bt,), jnp.int32),
+        max_new=max_new.astype(jnp.int32),
+        done=is_stop | (max_new <= 1),
+        rounds=jnp.zeros((bt,), jnp.int32),
+        accept=jnp.zeros((bt, spec.out_size), jnp.int32),
+        key=key,
+    )
+
+
+prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"))
+
+
+def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
+    """The round's stages as separately jitted functions, for per-stage timing (--profile, bench).
+
+    They are the functions `round_step` chains, so a profiled run commits the same tokens.
+    """
+    draft = jax.jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+    tree = jax.jit(functools.partial(tree_stage, spec=spec))
+    verify = jax.jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+
+    def _choose(logits, key, knobs):
+        return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
+
+    def _walk(tree_, target_tokens):
+        return walk(tree_, target_tokens, dcfg.depth if spec.speculative else 0)
+
+    def _commit(dparams, state, cache, tapped, result, knobs):
+        return commit_stage(dparams, state, cache, tapped, result, knobs, dcfg=dcfg, spec=spec,
+                            slots=num_nodes(spec, dcfg) + 1)
+
+    return {
+        "draft": draft,
+        "tree": tree,
+        "verify": verify,
+        "choose": jax.jit(_choose),
+        "walk": jax.jit(_walk),
+        "commit": jax.jit(_commit, donate_argnums=(1,)),
+    }

@@ -1,0 +1,38 @@
+"""The error contract shared by every command-line tool.
+
+Bad input raises `UserError` (or `ConfigError`, a subclass of ValueError) with a message that
+names the problem and the fix. `cli_main` turns it into one line on stderr and exit code 2, with
+no traceback unless `--debug` is on the command line.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence
+
+from ddtree_jax.models.config import ConfigError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UserError(Exception):
+    """Bad input or an impossible request; the message says what to do."""
+
+
+def cli_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+    """Run `main(argv)`; report user errors and interrupts on one line."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    prog = getattr(main, "__module__", "ddtree_jax").replace(".__main__", "")
+    try:
+        return int(main(args) or 0)
+    except (UserError, ConfigError) as e:
+        if debug:
+            raise
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted; nothing partial was left behind", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,433 @@
+"""Generation: the Python API (`Generator`) and the CLI (`python -m ddtree_jax.generate`).
+
+    python -m ddtree_jax.generate --prompt "def fib(n):"            # the shipped pair, DDTree
+    python -m ddtree_jax.generate --ckpt DIR --method ar --prompt "..." --json
+
+The device work (prefill, then rounds in a while_loop) is compiled ahead of time per shape bucket
+and timed without compilation; streaming runs a few rounds per call and prints between calls.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ddtree_jax import engine
+from ddtree_jax.errors import UserError, cli_main
+from ddtree_jax.sampling import SamplingConfig
+
+DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
+METHODS = ("ar", "dflash", "ddtree")
+
+
+def _bucket(n: int, minimum: int = 16) -> int:
+    return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+@dataclasses.dataclass
+class Result:
+    token_ids: list[int]
+    num_output_tokens: int
+    time_s: float
+    tokens_per_s: float
+    rounds: int
+    acceptance_lengths: list[int]
+    mean_acceptance: float
+    prefill_s: float
+    stage_ms: dict[str, float] | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Generator:
+    """A loaded target (+ drafter) ready to generate with one method.
+
+    method: "ar" (budget 0), "dflash" (chain of the drafter's top-1 tokens), or "ddtree"
+    (a tree of `budget` nodes chosen by `policy`).
+    """
+
+    def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
+                 attn_impl: str = "auto"):
+        from ddtree_jax.trees import make_policy
+
+        if method not in METHODS:
+            raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if budget < 0:
+            raise UserError(f"--budget must be >= 0 (got {budget})")
+        self.ckpt = ckpt
+        self.tcfg = ckpt.target_cfg
+        self.dcfg = ckpt.drafter_cfg
+        if method != "ar" and self.dcfg is None:
+            raise UserError(f"method {method} needs a drafter, and this checkpoint has none; "
+                            "convert one with python -m convert --draft, or use --method ar")
+        if method == "ar":
+            policy, budget = "chain", 0
+        elif method == "dflash":
+            policy, budget = "chain", self.dcfg.depth
+        elif budget == 0:
+            raise UserError("--method ddtree needs --budget >= 1 (budget 0 is --method ar)")
+        try:
+            self.policy = make_policy(policy)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        self.method, self.policy_name, self.budget = method, policy, budget
+        self.attn_impl = attn_impl
+        self.tparams = jax.device_put(ckpt.target_params)
+        self.dparams = jax.device_put(ckpt.drafter_params) if method != "ar" else None
+        self._compiled: dict = {}
+
+    # ------------------------------------------------------------------ sizes and checks
+
+    def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
+        base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
+                                 attn_impl=self.attn_impl)
+        n = engine.num_nodes(base, self.dcfg)
+        depth = self.dcfg.depth if self.budget else 0
+        out_size = _bucket(max_new_tokens)
+        need = _bucket(prompt_len) + out_size + 2 * (max(n, depth) + 2)
+        cache = -(-need // 128) * 128
+        return dataclasses.replace(base, cache_size=cache, out_size=out_size)
+
+    def check_request(self, prompt_lens: Sequence[int], max_new_tokens: int, temperature: float, top_p: float):
+        if any(n == 0 for n in prompt_lens):
+            raise UserError("a prompt is empty; give at least one token of text")
+        if max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        if temperature < 0 or not math.isfinite(temperature):
+            raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
+        if not 0 < top_p <= 1:
+            raise UserError(f"--top-p must be in (0, 1] (got {top_p})")
+        longest = max(prompt_lens)
+        ctx = self.tcfg.max_position
+        slack = self.budget + (self.dcfg.block_size if self.budget else 0) + 1
+        if longest + max_new_tokens > ctx:
+            raise UserError(f"the prompt ({longest} tokens) plus --max-new-tokens ({max_new_tokens}) exceeds the "
+                            f"model's context of {ctx} tokens; shorten the prompt or lower --max-new-tokens")
+        if longest + max_new_tokens + slack > ctx:
+            raise UserError(f"--budget {self.budget} needs {slack} cache slots beyond prompt + new tokens, and the "
+                            f"model's context is {ctx}; lower --budget or --max-new-tokens")
+        self.check_memory(len(prompt_lens), self.spec_for(longest, max_new_tokens, SamplingConfig()))
+
+    def check_memory(self, batch: int, spec: engine.DecodeSpec):
+        """Estimate weights + caches before allocating; refuse with the figure when it cannot fit."""
+        leaves = jax.tree_util.tree_leaves((self.tparams, self.dparams))
+        weights = sum(x.size * x.dtype.itemsize for x in leaves)
+        itemsize = jnp.dtype(self.tparams["embed"].dtype).itemsize
+        per_pos = 2 * self.tcfg.num_layers * self.tcfg.num_kv_heads * self.tcfg.head_dim
+        if self.dcfg is not None and self.budget:
+            per_pos += 2 * self.dcfg.num_layers * self.dcfg.num_kv_heads * self.dcfg.head_dim
+        caches = batch * spec.cache_size * per_pos * itemsize
+        n = max(1, engine.num_nodes(spec, self.dcfg) + 1)
+        logits = batch * n * self.tcfg.vocab_size * 4 * 2
+        need = caches + logits
+        stats = jax.devices()[0].memory_stats() or {}
+        limit = stats.get("bytes_limit")
+        if limit and need + stats.get("bytes_in_use", weights) > limit:
+            raise UserError(f"not enough device memory: weights {weights / 2**30:.2f} GiB are loaded and the caches "
+                            f"and logits need {need / 2**30:.2f} GiB more, {limit / 2**30:.2f} GiB in all on "
+                            f"{jax.devices()[0].device_kind}; lower --max-new-tokens, --budget or the batch")
+
+    # ------------------------------------------------------------------ running
+
+    def _compile(self, name, fn, args, static):
+        key = (name, jax.tree_util.tree_structure(args),
+               tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
+               tuple(sorted(static.items())))
+        if key not in self._compiled:
+            self._compiled[key] = fn.lower(*args, **static).compile()
+        return self._compiled[key]
+
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_ids: Sequence[int] = (),
+        on_tokens: Callable[[int, list[int]], None] | None = None,
+        rounds_per_call: int = 0,
+        profile: bool = False,
+    ) -> list[Result]:
+        """Generate for a batch of tokenised prompts. on_tokens(row, new_ids) streams tokens.
+
+        rounds_per_call > 0 runs that many rounds per device call (streaming); 0 runs to the end
+        in one call. profile=True runs the round's stages as separate calls and times each.
+        """
+        self.check_request([len(p) for p in prompts], max_new_tokens, temperature, top_p)
+        sampling = SamplingConfig.make(temperature, top_k)
+        bt = len(prompts)
+        longest = max(len(p) for p in prompts)
+        spec = self.spec_for(longest, max_new_tokens, sampling)
+        plen = _bucket(longest)
+        prompt = np.zeros((bt, plen), np.int32)
+        for i, p in enumerate(prompts):
+            prompt[i, : len(p)] = p
+        lens = jnp.asarray([len(p) for p in prompts], jnp.int32)
+        knobs = engine.make_knobs(temperature, top_p, stop_ids)
+        max_new = jnp.full((bt,), max_new_tokens, jnp.int32)
+        static = dict(tcfg=self.tcfg, dcfg=self.dcfg, spec=spec)
+        pre_args = (self.tparams, self.dparams, jnp.asarray(prompt), lens, max_new, knobs, jax.random.PRNGKey(seed))
+        prefill = self._compile("prefill", engine.prefill, pre_args, static)
+
+        t0 = time.perf_counter()
+        state = prefill(*pre_args)
+        jax.block_until_ready(state.root)
+        t_prefill = time.perf_counter() - t0
+        emitted = [0] * bt
+        stage_ms = None
+        if on_tokens is not None:
+            self._emit(state, emitted, on_tokens)
+        if profile:
+            state, stage_ms = self._profiled_rounds(state, knobs, spec, on_tokens, emitted)
+        else:
+            limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
+            args = (self.tparams, self.dparams, state, knobs, jnp.int32(limit))
+            run = self._compile("rounds", engine.run_rounds, args, static)
+            while True:
+                state = run(self.tparams, self.dparams, state, knobs, jnp.int32(limit))
+                if on_tokens is not None:
+                    self._emit(state, emitted, on_tokens)
+                if bool(jnp.all(state.done)):
+                    break
+        jax.block_until_ready(state.out)
+        elapsed = time.perf_counter() - t0
+        out, out_len = np.asarray(state.out), np.asarray(state.out_len)
+        rounds, accept = np.asarray(state.rounds), np.asarray(state.accept)
+        results = []
+        for i in range(bt):
+            acc = accept[i, : rounds[i]].tolist()
+            n = int(out_len[i])
+            results.append(Result(
+                token_ids=out[i, :n].tolist(), num_output_tokens=n, time_s=elapsed,
+                tokens_per_s=n / elapsed if elapsed > 0 else float("inf"), rounds=int(rounds[i]),
+                acceptance_lengths=acc, mean_acceptance=float(np.mean(acc)) if acc else 0.0,
+                prefill_s=t_prefill, stage_ms=stage_ms))
+        return results
+
+    @staticmethod
+    def _emit(state, emitted, on_tokens):
+        out, out_len = np.asarray(state.out), np.asarray(state.out_len)
+        for i in range(len(emitted)):
+            if out_len[i] > emitted[i]:
+                on_tokens(i, out[i, emitted[i]: out_len[i]].tolist())
+                emitted[i] = int(out_len[i])
+
+    def _profiled_rounds(self, state, knobs, spec, on_tokens, emitted):
+        """Host loop over separately jitted stages with a sync after each, to time them."""
+        from ddtree_jax.walk import walk as _  # noqa: F401  (import cost outside the timers)
+
+        fns = engine.stage_functions(self.tcfg, self.dcfg, spec)
+        totals = {k: 0.0 for k in ("draft", "tree", "verify", "walk", "commit")}
+        rounds = 0
+
+        def timed(name, fn, *args):
+            t = time.perf_counter()
+            out = jax.block_until_ready(fn(*args))
+            totals[name] += time.perf_counter() - t
+            return out
+
+        while not bool(jnp.all(state.done)):
+            key, sub = jax.random.split(state.key)
+            if spec.speculative:
+                logp = timed("draft", fns["draft"], self.tparams, self.dparams, state)
+                tree = timed("tree", fns["tree"], logp, state)
+            else:
+                tree = engine.root_tree(state)
+            logits, tapped, cache = timed("verify", fns["verify"], self.tparams, state, tree)
+            target_tokens = timed("verify", fns["choose"], logits, sub, knobs)
+            result = timed("walk", fns["walk"], tree, target_tokens)
+            state = timed("commit", fns["commit"], self.dparams, state, cache, tapped, result, knobs)
+            state = dataclasses.replace(state, key=key)
+            rounds += 1
+            if on_tokens is not None:
+                self._emit(state, emitted, on_tokens)
+        return state, {k: 1e3 * v / max(rounds, 1) for k, v in totals.items()}
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def _load_prompts(args) -> list[str]:
+    if args.prompt is not None:
+        prompts = [args.prompt]
+    elif args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise UserError(f"prompt file {path} not found")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read prompt file {path}: {e}") from None
+        prompts = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("{"):
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UserError(f"{path}:{n} looks like JSON but does not parse; one prompt per line, "
+                                    "or one JSON object with a \"prompt\" or \"text\" field per line") from None
+                if "prompt" not in obj and "text" not in obj:
+                    raise UserError(f"{path}:{n} has no \"prompt\" or \"text\" field")
+                prompts.append(obj.get("prompt", obj.get("text")))
+            else:
+                prompts.append(line.replace("\\n", "\n"))
+        if not prompts:
+            raise UserError(f"prompt file {path} has no prompts")
+    else:
+        raise UserError("give --prompt TEXT or --prompt-file FILE")
+    if any(not p for p in prompts):
+        raise UserError("a prompt is empty; give at least one character of text")
+    return prompts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ddtree_jax.trees import available_policies
+
+    ap = argparse.ArgumentParser(prog="python -m ddtree_jax.generate",
+                                 description="Lossless speculative generation with DDTree / DFlash, or plain decoding.")
+    ap.add_argument("--ckpt", default=str(DEFAULT_CKPT),
+                    help="converted checkpoint directory (python -m convert); default: the shipped small pair")
+    ap.add_argument("--method", default="ddtree", choices=METHODS)
+    ap.add_argument("--tree-policy", default="ddtree",
+                    help=f"tree policy for --method ddtree: {', '.join(available_policies())} "
+                         "(options as name:key=value,...)")
+    ap.add_argument("--budget", type=int, default=64, help="draft nodes verified per round (ddtree)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file", help="one prompt per line (\\n escapes allowed), or JSONL with 'prompt'/'text'")
+    ap.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming text")
+    ap.add_argument("--profile", action="store_true", help="time each stage of the round (slower: a sync per stage)")
+    ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
+    ap.add_argument("--rounds-per-call", type=int, default=4, help="rounds per device call while streaming")
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    return ap
+
+
+def load_tokenizer(ckpt):
+    if ckpt.tokenizer_dir is None:
+        raise UserError(f"the checkpoint has no tokenizer files; reconvert with a target directory that has them")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(ckpt.tokenizer_dir))
+    except Exception as e:  # noqa: BLE001 - transformers raises many types here
+        raise UserError(f"cannot load the tokenizer from {ckpt.tokenizer_dir}: {e}".splitlines()[0]) from None
+
+
+def stop_ids_for(tokenizer, tokenizer_dir) -> list[int]:
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = Path(tokenizer_dir) / "generation_config.json" if tokenizer_dir else None
+    if gen is not None and gen.is_file():
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        for e in eos if isinstance(eos, list) else [eos]:
+            if e is not None:
+                ids.add(int(e))
+    return sorted(ids)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ddtree_jax.checkpoint import load_checkpoint
+    from ddtree_jax.trees import make_policy
+
+    # Cheap checks first: nothing is loaded before the options and prompts are known to be good.
+    if args.budget < 0:
+        raise UserError(f"--budget must be >= 0 (got {args.budget})")
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.top_k < 0:
+        raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
+    try:
+        make_policy(args.tree_policy)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    prompts = _load_prompts(args)
+    ckpt_path = Path(args.ckpt)
+    if not ckpt_path.exists():
+        hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
+        raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
+    ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar")
+    tok = load_tokenizer(ckpt)
+    gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl)
+    stop = stop_ids_for(tok, ckpt.tokenizer_dir)
+    encoded = []
+    for p in prompts:
+        if args.chat:
+            if not getattr(tok, "chat_template", None):
+                raise UserError("the tokenizer has no chat template; drop --chat")
+            p = tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        encoded.append(tok.encode(p, add_special_tokens=False))
+    for ids in encoded:
+        gen.check_request([len(ids)], args.max_new_tokens, args.temperature, args.top_p)
+
+    for prompt, ids in zip(prompts, encoded):
+        streamer = None if args.json else _TextStream(tok)
+        res = gen.generate_ids([ids], max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                               top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop,
+                               on_tokens=streamer, rounds_per_call=args.rounds_per_call if streamer else 0,
+                               profile=args.profile)[0]
+        text = tok.decode(res.token_ids, skip_special_tokens=True)
+        if args.json:
+            obj = {"prompt": prompt, "text": text, "method": args.method, "tree_policy": gen.policy_name,
+                   "budget": gen.budget, **res.to_json()}
+            if not args.profile:
+                obj.pop("stage_ms")
+            print(json.dumps(obj), flush=True)
+        else:
+            streamer.finish()
+            stats = (f"[{res.num_output_tokens} tokens in {res.time_s:.2f}s, {res.tokens_per_s:.1f} tok/s, "
+                     f"{res.rounds} rounds, mean acceptance {res.mean_acceptance:.2f}]")
+            if res.stage_ms:
+                stats += " stage ms/round: " + ", ".join(f"{k} {v:.2f}" for k, v in res.stage_ms.items())
+            print(stats, file=sys.stderr, flush=True)
+    return 0
+
+
+class _TextStream:
+    """Prints decoded text as tokens arrive; holds back incomplete UTF-8 at the end."""
+
+    def __init__(self, tok):
+        self.tok, self.ids, self.printed = tok, [], 0
+
+    def __call__(self, row: int, new_ids: list[int]):
+        self.ids.extend(new_ids)
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        stable = len(text.rstrip("\ufffd"))
+        if stable > self.printed:
+            sys.stdout.write(text[self.printed: stable])
+            sys.stdout.flush()
+            self.printed = stable
+
+    def finish(self):
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        sys.stdout.write(text[self.printed:] + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(main))

@@ -1,0 +1,126 @@
+"""Building blocks shared by the target and the drafter: norms, RoPE, projections, MLP, KV cache."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ddtree_jax.models.config import RopeConfig, rope_inv_freq
+
+
+def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+    # Computed in float32 and cast back, as Hugging Face's Qwen3RMSNorm / LlamaRMSNorm do.
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return w.astype(x.dtype) * y.astype(x.dtype)
+
+
+def linear(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
+    return y if b is None else y + b.astype(y.dtype)
+
+
+def mlp(p: dict, x: jax.Array) -> jax.Array:
+    return linear(jax.nn.silu(linear(x, p["gate"])) * linear(x, p["up"]), p["down"])
+
+
+@functools.lru_cache(maxsize=None)
+def _inv_freq(rope: RopeConfig, head_dim: int) -> tuple[np.ndarray, float]:
+    freqs, scale = rope_inv_freq(rope, head_dim)
+    return np.asarray(freqs, np.float32), scale
+
+
+def rope_tables(positions: jax.Array, rope: RopeConfig, head_dim: int) -> tuple[jax.Array, jax.Array]:
+    """cos/sin of shape [..., head_dim] for integer positions [...] (HF's half-rotation layout)."""
+    inv, scale = _inv_freq(rope, head_dim)
+    ang = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv)
+    ang = jnp.concatenate([ang, ang], axis=-1)
+    return jnp.cos(ang) * scale, jnp.sin(ang) * scale
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x: [Bt, T, H, Dh]; cos/sin: [Bt, T, Dh]."""
+    half = x.shape[-1] // 2
+    x32 = x.astype(jnp.float32)
+    rot = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos[:, :, None] + rot * sin[:, :, None]).astype(x.dtype)
+
+
+def split_heads(x: jax.Array, n_heads: int, head_dim: int) -> jax.Array:
+    return x.reshape(*x.shape[:-1], n_heads, head_dim)
+
+
+def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """Plain attention without a cache. q: [Bt,T,Hq,Dh]; k,v: [Bt,S,Hkv,Dh]; mask: bool [Bt,T,S]."""
+    bt, t, hq, dh = q.shape
+    hkv = k.shape[2]
+    g = hq // hkv
+    qg = q.reshape(bt, t, hkv, g, dh)
+    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+    s = jnp.where(mask[:, None, None], s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    o = jnp.einsum("bkgts,bskd->btkgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return o.reshape(bt, t, hq, dh).astype(q.dtype)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class KVCache:
+    """Per-layer K/V of committed tokens: lists of [Bt, Hkv, S, Dh] arrays (one per layer).
+
+    Positions at or beyond a row's length hold stale values; attention never reads them.
+    """
+
+    k: list[jax.Array]
+    v: list[jax.Array]
+
+    @staticmethod
+    def zeros(num_layers: int, batch: int, num_kv_heads: int, length: int, head_dim: int, dtype) -> "KVCache":
+        shape = (batch, num_kv_heads, length, head_dim)
+        return KVCache([jnp.zeros(shape, dtype) for _ in range(num_layers)],
+                       [jnp.zeros(shape, dtype) for _ in range(num_layers)])
+
+    @property
+    def length(self) -> int:
+        return self.k[0].shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.size * a.dtype.itemsize for a in self.k + self.v)
+
+
+def write_rows(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
+    """Write new [Bt, T, Hkv, Dh] into cache [Bt, Hkv, S, Dh] at per-row positions start[Bt]."""
+    new = jnp.swapaxes(new, 1, 2).astype(cache.dtype)
+
+    def one(c, n, s):
+        return jax.lax.dynamic_update_slice(c, n, (0, s, 0))
+
+    return jax.vmap(one)(cache, new, start)
+
+
+def gather_rows(cache: jax.Array, idx: jax.Array) -> jax.Array:
+    """Read positions idx [Bt, T] of cache [Bt, Hkv, S, Dh] -> [Bt, Hkv, T, Dh]."""
+    return jnp.take_along_axis(cache, idx[:, None, :, None], axis=2)
+
+
+def compact(cache: KVCache, start: jax.Array, src_slots: jax.Array) -> KVCache:
+    """Move K/V of slots start+src_slots[:, i] to start+i (the accepted path becomes contiguous).
+
+    src_slots: [Bt, P] increasing slot offsets; entries past a row's accepted length may be anything
+    (their destination lies beyond the row's new length).
+    """
+    src = start[:, None] + src_slots
+
+    def move(c):
+        rows = gather_rows(c, src)  # [Bt, Hkv, P, Dh]
+
+        def one(ci, ri, s):
+            return jax.lax.dynamic_update_slice(ci, ri, (0, s, 0))
+
+        return jax.vmap(one)(c, rows, start)
+
+    return KVCache([move(c) for c in cache.k], [move(c) for c in cache.v])
