@@ -1,0 +1,392 @@
+"""Converted checkpoints: one directory holding the target, the drafter, their configs and the tokenizer.
+
+    DIR/ddtree.json         {"format": 1, "dtype": ..., "target": {...}, "drafter": {...} | null,
+                             "tokenizer": [files] | null, ...}
+    DIR/target/config.json  the Hugging Face config, as found
+    DIR/target/params/      orbax checkpoint of the target param tree (layout: convert/names.py)
+    DIR/draft/config.json   (only with a drafter)
+    DIR/draft/params/
+    DIR/tokenizer/          tokenizer files copied from the target directory (only when present)
+
+Params are always stored as host numpy arrays, so a checkpoint written on one machine restores
+on any other (CPU or GPU, any device count): nothing is pinned to a device or a sharding.
+Directories are written atomically (`atomic_directory`): into a temporary sibling, renamed into
+place only when complete, so an error or an interrupt never leaves a half-written checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import ml_dtypes
+import numpy as np
+
+from ddtree_jax.errors import UserError
+from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
+
+FORMAT = 1
+META_FILE = "ddtree.json"
+DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "generation_config.json",
+    "chat_template.jinja", "chat_template.json",
+)
+TOKENIZER_DIRS = ("additional_chat_templates",)
+# A tokenizer directory is usable when it has one of these.
+_TOKENIZER_CORE = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    target_cfg: TargetConfig
+    target_params: dict[str, Any]
+    drafter_cfg: DrafterConfig | None
+    drafter_params: dict[str, Any] | None
+    tokenizer_dir: Path | None
+    meta: dict[str, Any]
+    path: Path | None = None
+
+
+def resolve_dtype(dtype: Any) -> np.dtype:
+    """"bfloat16" | "float32" | "float16" (or a numpy/jax dtype) -> numpy dtype; UserError otherwise."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise UserError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    dt = np.dtype(dtype)
+    if dt not in DTYPES.values():
+        raise UserError(f"unsupported dtype {dt}; valid: {', '.join(DTYPES)}")
+    return dt
+
+
+def dtype_name(dt: Any) -> str:
+    return np.dtype(dt).name
+
+
+# ---------------------------------------------------------------------------------------------
+# Atomic directories
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Let SIGTERM unwind like Ctrl-C, so cleanup handlers run (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    elif p.exists() or p.is_symlink():
+        p.unlink()
+
+
+def check_writable(path: str | Path, force: bool) -> Path:
+    """Refuse an existing output unless `force`; call it before long work to fail early."""
+    path = Path(path).absolute()
+    if (path.exists() or path.is_symlink()) and not force:
+        raise UserError(f"{path} already exists; pass --force to replace it, or choose another output directory")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"cannot write to {parent}; choose another output directory")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path, force: bool = False) -> Iterator[Path]:
+    """Yield a fresh temporary directory that becomes `path` when the block completes.
+
+    It is a sibling `PATH.tmp-<pid>` (same filesystem, so the final rename is atomic). On any
+    exception, KeyboardInterrupt or SIGTERM it is removed and `path` is untouched. An existing
+    `path` is refused unless `force`; then it is replaced only once the new directory is complete.
+    """
+    path = check_writable(path, force)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    tmp = path.with_name(f"{path.name}.tmp-{pid}")
+    old = path.with_name(f"{path.name}.old-{pid}")
+    _remove(tmp)  # a leftover of a killed process that had our pid
+    with _sigterm_as_interrupt():
+        try:
+            tmp.mkdir()
+            yield tmp
+            with _signals_blocked():
+                if path.exists() or path.is_symlink():
+                    _remove(old)
+                    path.rename(old)
+                    tmp.rename(path)
+                    _remove(old)
+                else:
+                    tmp.rename(path)
+        except BaseException:
+            if old.exists() and not path.exists():
+                old.rename(path)
+            _remove(tmp)
+            raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Param trees
+
+
+def _to_host(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {str(k): _to_host(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_to_host(v) for v in tree]
+    return np.asarray(tree)  # a jax.Array is fetched to the host here
+
+
+def _lists_back(tree: Any) -> Any:
+    """Undo a dict with keys "0".."n-1" that some orbax versions make of a list."""
+    if isinstance(tree, dict):
+        tree = {k: _lists_back(v) for k, v in tree.items()}
+        if tree and all(isinstance(k, str) and k.isdigit() for k in tree):
+            keys = sorted(tree, key=int)
+            if [int(k) for k in keys] == list(range(len(keys))):
+                return [tree[k] for k in keys]
+        return tree
+    if isinstance(tree, (list, tuple)):
+        return [_lists_back(v) for v in tree]
+    return tree
+
+
+def _cast_in_place(tree: Any, dt: np.dtype | None) -> None:
+    """Make every leaf a host numpy array (of dtype `dt`), one leaf at a time to bound memory."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for k, v in list(items):
+        if isinstance(v, (dict, list)):
+            _cast_in_place(v, dt)
+        else:
+            a = np.asarray(v)
+            tree[k] = a if dt is None or a.dtype == dt else a.astype(dt)
+
+
+def save_params(path: str | Path, params: Any) -> None:
+    """Write a param tree (dicts, lists, arrays) with orbax. `path` must not exist yet."""
+    import orbax.checkpoint as ocp
+
+    path = Path(path).absolute()
+    ckptr = ocp.PyTreeCheckpointer()
+    ckptr.save(path, _to_host(params))
+    if hasattr(ckptr, "close"):
+        ckptr.close()
+
+
+def load_params(path: str | Path, dtype: Any = None) -> Any:
+    """Restore a param tree written by `save_params` as host numpy arrays (lists stay lists)."""
+    import orbax.checkpoint as ocp
+
+    path = Path(path).absolute()
+    if not path.is_dir():
+        raise UserError(f"{path} not found; the checkpoint is incomplete, convert it again")
+    dt = resolve_dtype(dtype) if dtype is not None else None
+    ckptr = ocp.PyTreeCheckpointer()
+    try:
+        tree = ckptr.restore(path)
+    except (FileNotFoundError, ValueError) as e:
+        why = (str(e).splitlines() or [""])[0][:200]
+        raise UserError(f"cannot restore {path} ({type(e).__name__}: {why}); convert it again") from None
+    finally:
+        if hasattr(ckptr, "close"):
+            ckptr.close()
+    tree = _lists_back(tree)
+    _cast_in_place(tree, dt)
+    return tree
+
+
+def params_dtype(params: Any) -> str:
+    """The dtype name of the matrices of a param tree (norms may be kept wider by some callers)."""
+    leaves = list(_leaves(params))
+    mats = [a for a in leaves if a.ndim == 2] or leaves
+    return dtype_name(mats[0].dtype) if mats else "float32"
+
+
+def _leaves(tree: Any) -> Iterator[Any]:
+    for v in (tree.values() if isinstance(tree, dict) else tree):
+        if isinstance(v, (dict, list, tuple)):
+            yield from _leaves(v)
+        else:
+            yield v
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint directories
+
+
+def write_model(model_dir: Path, hf_config: dict[str, Any], params: Any) -> None:
+    """model_dir/config.json (the HF config) and model_dir/params/ (orbax)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    save_params(model_dir / "params", params)
+
+
+def copy_tokenizer(src: Path | None, dst: Path) -> list[str] | None:
+    """Copy the tokenizer files of `src` to `dst`; the copied names, or None when `src` has no tokenizer
+    (none of tokenizer.json, tokenizer.model, vocab.json)."""
+    if src is None:
+        return None
+    if not any((src / n).is_file() for n in _TOKENIZER_CORE):
+        return None
+    names = [n for n in TOKENIZER_FILES if (src / n).is_file()]
+    dirs = [n for n in TOKENIZER_DIRS if (src / n).is_dir()]
+    dst.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copy2(src / n, dst / n)
+    for n in dirs:
+        shutil.copytree(src / n, dst / n)
+    return names + [n + "/" for n in dirs]
+
+
+def make_meta(*, dtype: str, target_cfg: TargetConfig, target_source: str | None,
+              drafter_cfg: DrafterConfig | None, drafter_source: str | None,
+              tokenizer: list[str] | None, tokenizer_source: str | None,
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "dtype": dtype,
+        "target": {"architecture": target_cfg.architecture, "family": target_cfg.family,
+                   "source": target_source, "num_layers": target_cfg.num_layers},
+        "drafter": None if drafter_cfg is None else {
+            "architecture": "DFlashDraftModel", "source": drafter_source, "num_layers": drafter_cfg.num_layers,
+            "block_size": drafter_cfg.block_size, "target_layer_ids": list(drafter_cfg.target_layer_ids),
+            "mask_token_id": drafter_cfg.mask_token_id},
+        "tokenizer": tokenizer,
+    }
+    if tokenizer is None:
+        meta["tokenizer_note"] = (f"no tokenizer (tokenizer.json, tokenizer.model or vocab.json) in {tokenizer_source}"
+                                  if tokenizer_source else "no tokenizer given")
+    for k, v in (extra or {}).items():
+        if isinstance(v, dict) and isinstance(meta.get(k), dict):
+            meta[k] = {**meta[k], **v}
+        else:
+            meta[k] = v
+    return meta
+
+
+def write_meta(ckpt_dir: Path, meta: dict[str, Any]) -> None:
+    (ckpt_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def save_checkpoint(path: str | Path, target_cfg_hf: dict[str, Any], target_params: Any,
+                    drafter_cfg_hf: dict[str, Any] | None, drafter_params: Any,
+                    tokenizer_src: str | Path | None, *, force: bool = False,
+                    meta: dict[str, Any] | None = None) -> Path:
+    """Write a converted checkpoint atomically; validates configs, the pair and every param shape.
+
+    `meta` entries are merged into ddtree.json (dict values one level deep, e.g. {"target":
+    {"source": ...}} or {"training": {...}}).
+    """
+    from convert.names import check_params
+
+    target_cfg = TargetConfig.from_hf(target_cfg_hf)
+    check_params(target_cfg, target_params, where="target params")
+    drafter_cfg = None
+    if drafter_cfg_hf is not None:
+        drafter_cfg = DrafterConfig.from_hf(drafter_cfg_hf)
+        check_pair(target_cfg, drafter_cfg)
+        check_params(drafter_cfg, drafter_params, where="drafter params")
+    src = Path(tokenizer_src) if tokenizer_src is not None else None
+    with atomic_directory(path, force) as tmp:
+        write_model(tmp / "target", target_cfg_hf, target_params)
+        if drafter_cfg_hf is not None:
+            write_model(tmp / "draft", drafter_cfg_hf, drafter_params)
+        files = copy_tokenizer(src, tmp / "tokenizer")
+        write_meta(tmp, make_meta(
+            dtype=params_dtype(target_params), target_cfg=target_cfg, target_source=None,
+            drafter_cfg=drafter_cfg, drafter_source=None, tokenizer=files,
+            tokenizer_source=str(src) if src else None, extra=meta))
+    return Path(path).absolute()
+
+
+def _not_converted(path: Path, why: str) -> UserError:
+    hint = " (it looks like a Hugging Face directory)" if (path / "config.json").is_file() else ""
+    return UserError(f"{path} is not a converted checkpoint{hint}: {why}; run python -m convert --target HF_DIR "
+                     f"[--draft HF_DIR] --out {path} first")
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"checkpoint {path} not found; run python -m convert --target HF_DIR [--draft HF_DIR] "
+                        f"--out {path} first")
+    if not path.is_dir():
+        raise _not_converted(path, "not a directory")
+    mf = path / META_FILE
+    if not mf.is_file():
+        raise _not_converted(path, f"no {META_FILE}")
+    try:
+        meta = json.loads(mf.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _not_converted(path, f"{META_FILE} is not valid JSON") from None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if fmt != FORMAT:
+        raise UserError(f"{path} has checkpoint format {fmt!r}, this version reads format {FORMAT}; "
+                        f"convert the model again with this version (python -m convert ...)")
+    return meta
+
+
+def _read_json(p: Path) -> dict[str, Any]:
+    if not p.is_file():
+        raise UserError(f"{p} not found; the checkpoint is incomplete, convert it again")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{p} is not valid JSON ({e.msg} at line {e.lineno}); convert it again") from None
+
+
+def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool = True) -> Checkpoint:
+    """Load a converted checkpoint as host numpy param trees; `dtype` casts every param."""
+    from convert.names import check_params
+
+    path = Path(path).absolute()
+    meta = read_meta(path)
+    if dtype is not None:
+        resolve_dtype(dtype)  # fail before the long read
+    target_cfg = TargetConfig.from_hf(_read_json(path / "target" / "config.json"))
+    drafter_cfg = None
+    has_drafter = meta.get("drafter") is not None and (path / "draft").is_dir()
+    if with_drafter and has_drafter:
+        drafter_cfg = DrafterConfig.from_hf(_read_json(path / "draft" / "config.json"))
+        check_pair(target_cfg, drafter_cfg)
+    target_params = load_params(path / "target" / "params", dtype)
+    check_params(target_cfg, target_params, where=f"{path} target")
+    drafter_params = None
+    if drafter_cfg is not None:
+        drafter_params = load_params(path / "draft" / "params", dtype)
+        check_params(drafter_cfg, drafter_params, where=f"{path} drafter")
+    tok = path / "tokenizer"
+    tokenizer_dir = tok if any((tok / n).is_file() for n in _TOKENIZER_CORE) else None
+    return Checkpoint(target_cfg, target_params, drafter_cfg, drafter_params, tokenizer_dir, meta, path)

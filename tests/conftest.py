@@ -1,0 +1,69 @@
+"""Session fixtures: tiny random HF checkpoints, converted once (float32) through the convert CLI.
+
+    qwen3_pair     Qwen3 target (untied, with a tokenizer) + 2-layer DFlash drafter (block 8, taps [1, 2])
+    llama_target   Llama target, tied embeddings, llama3 rope scaling
+    qwen2_sharded  Qwen2 target (q/k/v biases), saved in >= 3 safetensors shards
+
+Each is a `Converted(hf_target, hf_draft, out)`; `out` is the converted checkpoint directory,
+to be read with `ddtree_jax.checkpoint.load_checkpoint`. Sizes: see tests/hf_fixtures.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (str(ROOT), str(ROOT / "tests")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from hf_fixtures import make_drafter, make_target, make_tokenizer  # noqa: E402
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 128}
+
+
+@dataclasses.dataclass(frozen=True)
+class Converted:
+    hf_target: Path
+    hf_draft: Path | None
+    out: Path
+
+
+def convert_cli(*args: str | Path) -> None:
+    """Run the convert CLI in-process; fail the test with its message on a non-zero exit."""
+    from convert import main
+
+    rc = main([str(a) for a in args])
+    assert rc == 0, f"python -m convert {' '.join(map(str, args))} exited with {rc}"
+
+
+@pytest.fixture(scope="session")
+def qwen3_pair(tmp_path_factory) -> Converted:
+    d = tmp_path_factory.mktemp("qwen3_pair")
+    target = make_target(d / "hf_target", "qwen3", vocab=384)
+    make_tokenizer(target, vocab_size=320)
+    draft = make_drafter(d / "hf_draft", target, layers=2, block_size=8, target_layer_ids=[1, 2])
+    convert_cli("--target", target, "--draft", draft, "--out", d / "converted", "--dtype", "float32")
+    return Converted(target, draft, d / "converted")
+
+
+@pytest.fixture(scope="session")
+def llama_target(tmp_path_factory) -> Converted:
+    d = tmp_path_factory.mktemp("llama")
+    target = make_target(d / "hf_target", "llama", tie=True, rope_scaling=LLAMA3_ROPE)
+    convert_cli("--target", target, "--out", d / "converted", "--dtype", "float32")
+    return Converted(target, None, d / "converted")
+
+
+@pytest.fixture(scope="session")
+def qwen2_sharded(tmp_path_factory) -> Converted:
+    d = tmp_path_factory.mktemp("qwen2")
+    target = make_target(d / "hf_target", "qwen2", sharded=True)
+    convert_cli("--target", target, "--out", d / "converted", "--dtype", "float32")
+    return Converted(target, None, d / "converted")

@@ -1,0 +1,247 @@
+"""Tiny random Hugging Face checkpoints for tests (no downloads are possible here).
+
+    make_target(dir, "qwen3" | "llama" | "qwen2", ...)  a transformers model, save_pretrained'ed
+    make_drafter(dir, target, ...)                       a z-lab DFlash drafter (config + safetensors)
+    make_tokenizer(dir, vocab_size)                      a tiny byte-level BPE tokenizer (HF files)
+
+Weights are re-drawn with a fixed torch seed at scales that keep activations O(1) and give
+logits with a few units of spread (the default 0.02 init makes near-uniform logits, where a
+parity test cannot tell a bug from a tie). Norm weights are 1 + noise, so a norm applied in the
+wrong place shows up too. Everything is float32 unless `dtype` says otherwise.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+FAMILIES = {
+    # family -> (transformers config class name, architecture)
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+}
+EOS = "<|endoftext|>"
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _draw(name: str, shape: tuple[int, ...], gen, *, hidden: int):
+    """A weight for parameter `name`, drawn from `gen` at a scale fit for its role."""
+    import torch
+
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if name.endswith("norm.weight"):
+        return 1.0 + 0.1 * x
+    if name.endswith(".bias"):
+        return 0.1 * x
+    if "embed_tokens" in name or name.startswith("lm_head"):
+        return x * (3.0 / math.sqrt(hidden))  # logits of std ~3 through the final norm
+    if len(shape) == 2:
+        return x / math.sqrt(shape[1])  # [out, in]: unit gain
+    return x
+
+
+def make_target(
+    dir: str | Path,
+    family: str = "qwen3",
+    *,
+    sharded: bool = False,
+    tie: bool = False,
+    vocab: int = 384,
+    hidden: int = 64,
+    layers: int = 4,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 16,
+    intermediate: int = 128,
+    seed: int = 0,
+    dtype: str = "float32",
+    rope_scaling: dict[str, Any] | None = None,
+    rope_theta: float = 10000.0,
+    max_position: int = 512,
+    rms_eps: float = 1e-6,
+) -> Path:
+    """Build and save a tiny random `family` model in `dir`; returns `dir`.
+
+    `sharded=True` saves with a small `max_shard_size` so there are at least 3 safetensors files
+    plus model.safetensors.index.json. `tie=True` ties lm_head to the embeddings.
+    """
+    import torch
+    import transformers
+
+    dir = Path(dir)
+    cls_name, arch = FAMILIES[family]
+    kwargs = dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_position,
+        tie_word_embeddings=tie, rope_theta=rope_theta, rms_norm_eps=rms_eps, hidden_act="silu",
+    )
+    if family == "qwen2" and head_dim != hidden // heads:
+        raise ValueError(f"qwen2 has no head_dim field: head_dim must be hidden // heads = {hidden // heads}")
+    if family != "qwen2":
+        kwargs["head_dim"] = head_dim
+    if rope_scaling is not None:
+        kwargs["rope_scaling"] = dict(rope_scaling)
+    config = getattr(transformers, cls_name)(**kwargs)
+    config.architectures = [arch]
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):  # tied lm_head is listed once, as the embedding
+            p.copy_(_draw(name, tuple(p.shape), gen, hidden=hidden))
+    model = model.to(_torch_dtype(dtype)).eval()
+    save: dict[str, Any] = dict(safe_serialization=True)
+    if sharded:
+        total = sum(p.numel() * p.element_size() for p in model.parameters())
+        save["max_shard_size"] = max(total // 5, 1)
+    model.save_pretrained(dir, **save)
+    cfg_path = dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["torch_dtype"] = cfg["dtype"] = dtype  # transformers 4 and 5 spell it differently
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    if sharded:
+        n = len(list(dir.glob("*.safetensors")))
+        assert n >= 3, f"expected >= 3 shards, got {n}"
+    return dir
+
+
+def make_tokenizer(dir: str | Path, vocab_size: int = 320) -> int:
+    """Train a tiny byte-level BPE tokenizer and save it as HF files in `dir`; returns its size.
+
+    The eos (and pad) token is "<|endoftext|>", id 0. Use a model vocab >= the returned size.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    dir = Path(dir)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [
+        "def main(argv=None):\n    return 0\n",
+        "import os\nimport sys\nprint('hello world')\n",
+        "for i in range(10):\n    if i % 2 == 0:\n        yield i\n",
+        "The quick brown fox jumps over the lazy dog.",
+        "class Tree:\n    def __init__(self, nodes):\n        self.nodes = nodes\n",
+    ] * 4
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    fast.save_pretrained(dir)
+    size = tok.get_vocab_size()
+    if size > vocab_size:
+        raise AssertionError(f"tokenizer has {size} tokens, more than the requested {vocab_size}")
+    return size
+
+
+def make_drafter(
+    dir: str | Path,
+    target: str | Path | dict[str, Any],
+    *,
+    layers: int = 2,
+    block_size: int = 8,
+    target_layer_ids: list[int] | None = None,
+    mask_token_id: int | None = None,
+    sliding_window: int | None = None,
+    layer_types: list[str] | None = None,
+    heads: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    intermediate: int | None = None,
+    hidden: int | None = None,
+    vocab: int | None = None,
+    seed: int = 0,
+    dtype: str = "float32",
+    name_prefix: str = "",
+) -> Path:
+    """Write a z-lab format DFlash drafter for `target` (a HF model dir or its config dict) in `dir`.
+
+    Sizes default to the target's. `target_layer_ids=None` leaves the field out of
+    `dflash_config`, so the loader's default rule applies (spread over 1..L-3). `mask_token_id`
+    defaults to the target's last vocab id. `layer_types` defaults to all "full_attention";
+    give "sliding_attention" entries together with `sliding_window`. `hidden`/`vocab` override
+    the target's (to build drafters that do not fit), and `name_prefix="model."` stores the
+    tensors under a "model." prefix, as some exports do.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    dir = Path(dir)
+    t = target if isinstance(target, dict) else json.loads((Path(target) / "config.json").read_text())
+    hidden = hidden or t["hidden_size"]
+    vocab = vocab or t["vocab_size"]
+    heads = heads or t["num_attention_heads"]
+    kv_heads = kv_heads or t.get("num_key_value_heads") or heads
+    head_dim = head_dim or t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"]
+    intermediate = intermediate or t["intermediate_size"]
+    n_target = t["num_hidden_layers"]
+    rope = t.get("rope_parameters") or {}
+    dflash: dict[str, Any] = {"mask_token_id": vocab - 1 if mask_token_id is None else mask_token_id}
+    if target_layer_ids is not None:
+        dflash["target_layer_ids"] = list(target_layer_ids)
+    config = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "num_hidden_layers": layers,
+        "num_target_layers": n_target,
+        "vocab_size": vocab,
+        "rms_norm_eps": t.get("rms_norm_eps", 1e-6),
+        "rope_theta": t.get("rope_theta", rope.get("rope_theta", 10000.0)),
+        "rope_scaling": None,
+        "max_position_embeddings": t.get("max_position_embeddings", 512),
+        "block_size": block_size,
+        "dflash_config": dflash,
+        "layer_types": list(layer_types or ["full_attention"] * layers),
+        "sliding_window": sliding_window,
+        "use_sliding_window": sliding_window is not None,
+        "tie_word_embeddings": False,
+        "dtype": dtype,
+        "torch_dtype": dtype,
+    }
+    n_taps = len(target_layer_ids) if target_layer_ids is not None else None
+    if n_taps is None:
+        from ddtree_jax.models.config import default_target_layer_ids
+
+        n_taps = len(default_target_layer_ids(n_target, layers))
+    q, kv = heads * head_dim, kv_heads * head_dim
+    shapes: dict[str, tuple[int, ...]] = {"fc.weight": (hidden, n_taps * hidden), "hidden_norm.weight": (hidden,),
+                                          "norm.weight": (hidden,)}
+    for i in range(layers):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (q, hidden),
+            p + "self_attn.k_proj.weight": (kv, hidden),
+            p + "self_attn.v_proj.weight": (kv, hidden),
+            p + "self_attn.o_proj.weight": (hidden, q),
+            p + "self_attn.q_norm.weight": (head_dim,),
+            p + "self_attn.k_norm.weight": (head_dim,),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "mlp.gate_proj.weight": (intermediate, hidden),
+            p + "mlp.up_proj.weight": (intermediate, hidden),
+            p + "mlp.down_proj.weight": (hidden, intermediate),
+        })
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {name_prefix + n: _draw(n, s, gen, hidden=hidden).to(_torch_dtype(dtype)).contiguous()
+               for n, s in sorted(shapes.items())}
+    dir.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(dir / "model.safetensors"), metadata={"format": "pt"})
+    (dir / "config.json").write_text(json.dumps(config, indent=2))
+    return dir

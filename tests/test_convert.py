@@ -1,0 +1,365 @@
+"""Conversion of HF checkpoints: exact params in our layout, and the CLI's error contract."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import ROOT, convert_cli
+from hf_fixtures import make_drafter, make_target
+
+from ddtree_jax.checkpoint import load_checkpoint, load_params, save_checkpoint
+from ddtree_jax.errors import UserError
+
+# ---------------------------------------------------------------------------------------------
+# Our layout, written out independently of convert/names.py: HF name pattern -> (key, transpose).
+
+_LAYER = {
+    "input_layernorm.weight": ("attn_norm", False),
+    "self_attn.q_proj.weight": ("q", True), "self_attn.k_proj.weight": ("k", True),
+    "self_attn.v_proj.weight": ("v", True), "self_attn.o_proj.weight": ("o", True),
+    "self_attn.q_proj.bias": ("q_bias", False), "self_attn.k_proj.bias": ("k_bias", False),
+    "self_attn.v_proj.bias": ("v_bias", False), "self_attn.o_proj.bias": ("o_bias", False),
+    "self_attn.q_norm.weight": ("q_norm", False), "self_attn.k_norm.weight": ("k_norm", False),
+    "post_attention_layernorm.weight": ("mlp_norm", False),
+    "mlp.gate_proj.weight": ("gate", True), "mlp.up_proj.weight": ("up", True), "mlp.down_proj.weight": ("down", True),
+}
+_TOP = {"model.embed_tokens.weight": ("embed", False), "model.norm.weight": ("norm", False),
+        "lm_head.weight": ("lm_head", True), "fc.weight": ("fc", True), "hidden_norm.weight": ("hidden_norm", False),
+        "norm.weight": ("norm", False)}
+
+
+def hf_tensors(model_dir: Path) -> dict[str, np.ndarray]:
+    """All tensors of a HF directory as float32 numpy (via torch, which reads bf16 too)."""
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        out.update({k: v.float().numpy() for k, v in load_file(f).items()})
+    return out
+
+
+def expected_params(model_dir: Path, *, tied: bool = False) -> dict[str, np.ndarray]:
+    """Dotted key ("layers.3.q") -> array in our layout."""
+    out = {}
+    for name, t in hf_tensors(model_dir).items():
+        if tied and name == "lm_head.weight":
+            continue
+        m = re.fullmatch(r"(?:model\.)?layers\.(\d+)\.(.+)", name)
+        if not m and name not in _TOP:
+            name = name.removeprefix("model.")  # a prefixed drafter
+        key, transpose = (f"layers.{m[1]}.{_LAYER[m[2]][0]}", _LAYER[m[2]][1]) if m else _TOP[name]
+        out[key] = t.T if transpose else t
+    return out
+
+
+def flatten(params) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in params.items():
+        if k == "layers":
+            assert isinstance(v, list), "layers must come back as a list"
+            for i, layer in enumerate(v):
+                out.update({f"layers.{i}.{n}": a for n, a in layer.items()})
+        else:
+            out[k] = v
+    return out
+
+
+def assert_params_equal(params, expected: dict[str, np.ndarray], dtype=np.float32) -> None:
+    got = flatten(params)
+    assert sorted(got) == sorted(expected)
+    for k, want in expected.items():
+        assert isinstance(got[k], np.ndarray) and got[k].dtype == dtype, (k, type(got[k]), got[k].dtype)
+        np.testing.assert_array_equal(got[k], want.astype(dtype), err_msg=k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact conversion
+
+
+def test_qwen3_pair_untied_with_drafter(qwen3_pair):
+    ck = load_checkpoint(qwen3_pair.out)
+    assert ck.target_cfg.family == "qwen3" and not ck.target_cfg.tie_embeddings
+    assert_params_equal(ck.target_params, expected_params(qwen3_pair.hf_target))
+    assert "lm_head" in ck.target_params and "q_norm" in ck.target_params["layers"][0]
+    assert ck.drafter_cfg.target_layer_ids == (1, 2) and ck.drafter_cfg.block_size == 8
+    assert_params_equal(ck.drafter_params, expected_params(qwen3_pair.hf_draft))
+    assert ck.drafter_params["fc"].shape == (2 * 64, 64)
+    assert ck.tokenizer_dir == qwen3_pair.out / "tokenizer" and (ck.tokenizer_dir / "tokenizer.json").is_file()
+    meta = json.loads((qwen3_pair.out / "ddtree.json").read_text())
+    assert meta["format"] == 1 and meta["dtype"] == "float32" and meta["drafter"]["source"] == str(qwen3_pair.hf_draft)
+    draft_cfg = json.loads((qwen3_pair.out / "draft" / "config.json").read_text())
+    assert draft_cfg["dflash_config"]["target_layer_ids"] == [1, 2]
+
+
+def test_llama_tied(llama_target):
+    ck = load_checkpoint(llama_target.out)
+    assert ck.target_cfg.tie_embeddings and ck.target_cfg.rope.kind == "llama3"
+    assert_params_equal(ck.target_params, expected_params(llama_target.hf_target, tied=True))
+    assert "lm_head" not in ck.target_params and "q_norm" not in ck.target_params["layers"][0]
+    assert ck.drafter_cfg is None and ck.drafter_params is None and ck.tokenizer_dir is None
+    assert json.loads((llama_target.out / "ddtree.json").read_text())["tokenizer"] is None
+
+
+def test_qwen2_sharded(qwen2_sharded):
+    assert len(list(qwen2_sharded.hf_target.glob("*.safetensors"))) >= 3
+    ck = load_checkpoint(qwen2_sharded.out)
+    assert_params_equal(ck.target_params, expected_params(qwen2_sharded.hf_target))
+    assert {"q_bias", "k_bias", "v_bias"} <= set(ck.target_params["layers"][0])
+    assert "o_bias" not in ck.target_params["layers"][0]
+
+
+def test_bfloat16_conversion(qwen3_pair, tmp_path):
+    out = tmp_path / "bf16"
+    convert_cli("--target", qwen3_pair.hf_target, "--draft", qwen3_pair.hf_draft, "--out", out, "--dtype", "bfloat16")
+    ck = load_checkpoint(out)
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert json.loads((out / "ddtree.json").read_text())["dtype"] == "bfloat16"
+    assert_params_equal(ck.target_params, expected_params(qwen3_pair.hf_target), dtype=bf16)
+    assert_params_equal(ck.drafter_params, expected_params(qwen3_pair.hf_draft), dtype=bf16)
+    # and a cast on load
+    up = load_checkpoint(out, dtype="float32", with_drafter=False)
+    assert up.drafter_params is None and up.target_params["embed"].dtype == np.float32
+
+
+def test_bfloat16_source_and_prefixed_drafter(tmp_path):
+    """A bf16 checkpoint converts at its own dtype by default; drafter names may carry "model."."""
+    target = make_target(tmp_path / "t", "qwen3", layers=2, dtype="bfloat16")
+    draft = make_drafter(tmp_path / "d", target, layers=1, target_layer_ids=[0, 1], name_prefix="model.",
+                         layer_types=["sliding_attention"], sliding_window=4)
+    convert_cli("--target", target, "--draft", draft, "--out", tmp_path / "out")
+    ck = load_checkpoint(tmp_path / "out")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert_params_equal(ck.target_params, expected_params(target), dtype=bf16)
+    assert_params_equal(ck.drafter_params, expected_params(draft), dtype=bf16)
+    assert ck.drafter_cfg.sliding_windows == (4,)
+
+
+def test_force_replaces_existing_output(llama_target, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    convert_cli("--target", llama_target.hf_target, "--out", out, "--dtype", "float32", "--force")
+    assert not (out / "old.txt").exists() and (out / "ddtree.json").is_file()
+    assert list(tmp_path.iterdir()) == [out]
+
+
+def test_name_table_tied_checkpoint_may_hold_lm_head(llama_target):
+    from convert import names
+    from ddtree_jax.models.config import TargetConfig, read_hf_config
+
+    cfg = TargetConfig.from_hf(read_hf_config(llama_target.hf_target))
+    entries = names.target_entries(cfg)
+    found = {e.hf_name: e.hf_shape for e in entries}
+    names.match(entries, {**found, "lm_head.weight": (384, 64)}, where="x", tied=True)
+    with pytest.raises(UserError, match="unexpected tensor 'lm_head.weight'"):
+        names.match(entries, {**found, "lm_head.weight": (384, 64)}, where="x", tied=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint API
+
+
+def test_save_checkpoint_roundtrip_and_fresh_process(qwen3_pair, tmp_path):
+    ck = load_checkpoint(qwen3_pair.out)
+    raw_t = json.loads((qwen3_pair.out / "target" / "config.json").read_text())
+    raw_d = json.loads((qwen3_pair.out / "draft" / "config.json").read_text())
+    out = tmp_path / "saved"
+    save_checkpoint(out, raw_t, ck.target_params, raw_d, ck.drafter_params, ck.tokenizer_dir,
+                    meta={"training": {"steps": 3}})
+    with pytest.raises(UserError, match="already exists"):
+        save_checkpoint(out, raw_t, ck.target_params, None, None, None)
+    bad = dict(ck.drafter_params, fc=ck.drafter_params["fc"][:, :3])
+    with pytest.raises(UserError, match=r"param 'fc' has shape \[128, 3\], expected \[128, 64\]"):
+        save_checkpoint(tmp_path / "bad", raw_t, ck.target_params, raw_d, bad, None)
+    assert not (tmp_path / "bad").exists()
+    assert json.loads((out / "ddtree.json").read_text())["training"] == {"steps": 3}
+    # A fresh process restores it on CPU without any device or sharding information.
+    code = ("import sys; from ddtree_jax.checkpoint import load_checkpoint; ck = load_checkpoint(sys.argv[1]); "
+            "p = ck.drafter_params; print(type(p['layers']).__name__, len(p['layers']), p['fc'].shape, "
+            "type(p['fc']).__module__)")
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=ROOT,
+                       env=_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["list", "2", "(128,", "64)", "numpy"]
+    flat = flatten(load_params(out / "target" / "params"))
+    for k, v in flatten(ck.target_params).items():
+        np.testing.assert_array_equal(flat[k], v)
+
+
+def test_load_checkpoint_errors(qwen3_pair, tmp_path):
+    with pytest.raises(UserError, match="not found; run python -m convert"):
+        load_checkpoint(tmp_path / "nope")
+    with pytest.raises(UserError, match="is not a converted checkpoint .it looks like a Hugging Face directory"):
+        load_checkpoint(qwen3_pair.hf_target)
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "ddtree.json").write_text('{"format": 99}')
+    with pytest.raises(UserError, match="format 99"):
+        load_checkpoint(fake)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI's error contract: exit 2, one line on stderr naming the problem, no traceback, nothing written.
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", **extra)
+    return env
+
+
+def run_cli(*args, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "convert", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env=_env(**env), timeout=120)
+
+
+def nothing_written(out: Path) -> bool:
+    return not out.exists() and not list(out.parent.glob(out.name + ".*"))
+
+
+def assert_fails(r: subprocess.CompletedProcess, *needles: str) -> None:
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in err and "\n" not in err, err
+    assert err.startswith("convert: error: "), err
+    for n in needles:
+        assert n in err, err
+
+
+@pytest.fixture()
+def llama_copy(llama_target, tmp_path) -> Path:
+    """A writable copy of the single-file llama checkpoint, to break."""
+    return Path(shutil.copytree(llama_target.hf_target, tmp_path / "hf"))
+
+
+def _rewrite(model_dir: Path, edit) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    f = model_dir / "model.safetensors"
+    tensors = load_file(f)
+    edit(tensors)
+    save_file(tensors, f)
+
+
+def test_missing_target_dir(tmp_path):
+    r = run_cli("--target", tmp_path / "nope", "--out", tmp_path / "out")
+    assert_fails(r, "--target directory", "nope", "not found")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_missing_safetensors(llama_copy, tmp_path):
+    (llama_copy / "model.safetensors").unlink()
+    r = run_cli("--target", llama_copy, "--out", tmp_path / "out")
+    assert_fails(r, "has no model.safetensors or model.safetensors.index.json")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_missing_shard(qwen2_sharded, tmp_path):
+    hf = Path(shutil.copytree(qwen2_sharded.hf_target, tmp_path / "hf"))
+    sorted(hf.glob("model-*.safetensors"))[1].unlink()
+    r = run_cli("--target", hf, "--out", tmp_path / "out")
+    assert_fails(r, "model.safetensors.index.json lists model-00002-of-", "missing")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_unsupported_architecture(llama_copy, tmp_path):
+    cfg = json.loads((llama_copy / "config.json").read_text())
+    cfg.update(architectures=["GPT2LMHeadModel"], model_type="gpt2")
+    (llama_copy / "config.json").write_text(json.dumps(cfg))
+    r = run_cli("--target", llama_copy, "--out", tmp_path / "out")
+    assert_fails(r, "'GPT2LMHeadModel' is not supported", "Qwen3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_wrong_shape_tensor(llama_copy, tmp_path):
+    _rewrite(llama_copy, lambda t: t.update({"model.layers.2.self_attn.k_proj.weight": np.zeros((64, 64), np.float32)}))
+    r = run_cli("--target", llama_copy, "--out", tmp_path / "out")
+    assert_fails(r, "'model.layers.2.self_attn.k_proj.weight' has shape [64, 64], expected [32, 64]")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_missing_tensor(llama_copy, tmp_path):
+    _rewrite(llama_copy, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+    r = run_cli("--target", llama_copy, "--out", tmp_path / "out")
+    assert_fails(r, "'model.layers.1.mlp.up_proj.weight' is missing (expected shape [128, 64])")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_unexpected_tensor(llama_copy, tmp_path):
+    _rewrite(llama_copy, lambda t: t.update({"model.layers.0.mlp.gate_proj.bias": np.zeros(128, np.float32),
+                                             "model.layers.0.self_attn.rotary_emb.inv_freq": np.zeros(8, np.float32)}))
+    r = run_cli("--target", llama_copy, "--out", tmp_path / "out")
+    assert_fails(r, "unexpected tensor 'model.layers.0.mlp.gate_proj.bias' (shape [128])")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_unknown_dtype(llama_target, tmp_path):
+    r = run_cli("--target", llama_target.hf_target, "--out", tmp_path / "out", "--dtype", "int4")
+    assert_fails(r, "unknown dtype 'int4'; valid: bfloat16, float32, float16")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_output_exists_without_force(llama_target, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("keep")
+    r = run_cli("--target", llama_target.hf_target, "--out", out)
+    assert_fails(r, "already exists; pass --force")
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and list(tmp_path.iterdir()) == [out]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_safetensors(llama_copy, tmp_path, damage):
+    f = llama_copy / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(b"\xff" * 64 if damage == "garbage" else data[: len(data) // 2])
+    r = run_cli("--target", llama_copy, "--out", tmp_path / "out")
+    assert_fails(r, f"{f} is not a valid safetensors file")
+    assert nothing_written(tmp_path / "out")
+
+
+@pytest.mark.parametrize("misfit, needle", [
+    (dict(hidden=32), "hidden size 32 != target's 64"),
+    (dict(vocab=500, mask_token_id=5), "vocab size 500 != target's 384"),
+    (dict(target_layer_ids=[1, 7]), "tapped layers [7] are outside the target's 0..3"),
+    (dict(mask_token_id=10_000), "mask token id 10000 is outside the vocabulary"),
+])
+def test_drafter_that_does_not_fit(qwen3_pair, tmp_path, misfit, needle):
+    draft = make_drafter(tmp_path / "d", qwen3_pair.hf_target, **misfit)
+    r = run_cli("--target", qwen3_pair.hf_target, "--draft", draft, "--out", tmp_path / "out")
+    assert_fails(r, "the drafter does not fit the target", needle)
+    assert nothing_written(tmp_path / "out")
+
+
+def test_debug_shows_traceback(tmp_path):
+    r = run_cli("--target", tmp_path / "nope", "--out", tmp_path / "out", "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr and "UserError" in r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_nothing(qwen3_pair, tmp_path, sig):
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "convert", "--target", str(qwen3_pair.hf_target), "--draft",
+                          str(qwen3_pair.hf_draft), "--out", str(out)], cwd=ROOT,
+                         env=_env(DDTREE_CONVERT_SLOWDOWN="0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    tmp = out.with_name(f"out.tmp-{p.pid}")
+    deadline = time.monotonic() + 60
+    while not tmp.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tmp.exists(), "the conversion never started"
+    time.sleep(0.5)  # midway through the tensors
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "interrupted" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
