@@ -24,6 +24,7 @@ from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.layers import KVCache, compact
+from ddtree_jax.models.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
@@ -39,6 +40,7 @@ class DecodeSpec:
     out_size: int = 256  # output buffer (max_new_tokens bucket)
     sampling: SamplingConfig = SamplingConfig()
     attn_impl: str = "auto"
+    drafter: str = "dflash"  # "dflash", or "oracle" (models/oracle.py: tests and benchmarks)
 
     @property
     def speculative(self) -> bool:
@@ -87,6 +89,8 @@ def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Kno
 
 def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
     """Drafter pass over [root, MASK x D]: log-probs [Bt, D, V] for the D future positions."""
+    if spec.drafter == "oracle":
+        return oracle_logp(dparams, state.length, dcfg.depth, tcfg.vocab_size)
     bt = state.root.shape[0]
     bs = dcfg.block_size
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
@@ -117,7 +121,7 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
                  spec: DecodeSpec):
     """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the cache."""
     pos = state.length[:, None] + tree.depths
-    taps = dcfg.target_layer_ids if (dcfg is not None and spec.speculative) else ()
+    taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     h, tapped, cache = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
                                       tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl)
     return tmodel.lm_head(tparams, tcfg, h), tapped, cache
@@ -131,13 +135,13 @@ def commit_stage(
     """Keep the accepted path: compact target K/V, feed the drafter, append tokens, check stops."""
     active = ~state.done
     n_new = result.num_accepted + 1  # accepted nodes + the bonus token
+    dcache = state.dcache
     if spec.speculative:
         cache = compact(cache, state.length, result.path)
-        ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
-        ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
-        dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos)
-    else:
-        dcache = state.dcache
+        if spec.drafter == "dflash":
+            ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
+            ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
+            dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos)
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -216,14 +220,14 @@ def _prefill(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max_new
     cache = KVCache.zeros(tcfg.num_layers, bt, tcfg.num_kv_heads, spec.cache_size, tcfg.head_dim, dtype)
     pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (bt, p))
     zero = jnp.zeros((bt,), jnp.int32)
-    taps = dcfg.target_layer_ids if spec.speculative else ()
+    taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     h, tapped, cache = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, tmodel.causal_mask(bt, p), taps=taps,
                                       attn_impl=spec.attn_impl)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
     dcache = None
-    if spec.speculative:
+    if spec.speculative and spec.drafter == "dflash":
         dcache = KVCache.zeros(dcfg.num_layers, bt, dcfg.num_kv_heads, spec.cache_size, dcfg.head_dim, dtype)
         dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos)
     slack = (dcfg.block_size if spec.speculative else 1) + 1

@@ -57,7 +57,9 @@ class Generator:
     """
 
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
-                 attn_impl: str = "auto"):
+                 attn_impl: str = "auto", oracle: dict | None = None):
+        """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
+        checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -83,14 +85,16 @@ class Generator:
         self.method, self.policy_name, self.budget = method, policy, budget
         self.attn_impl = attn_impl
         self.tparams = jax.device_put(ckpt.target_params)
-        self.dparams = jax.device_put(ckpt.drafter_params) if method != "ar" else None
+        self.drafter = "oracle" if oracle is not None else "dflash"
+        drafter_params = oracle if oracle is not None else ckpt.drafter_params
+        self.dparams = jax.device_put(drafter_params) if method != "ar" else None
         self._compiled: dict = {}
 
     # ------------------------------------------------------------------ sizes and checks
 
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
-                                 attn_impl=self.attn_impl)
+                                 attn_impl=self.attn_impl, drafter=self.drafter)
         n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0
         out_size = _bucket(max_new_tokens)

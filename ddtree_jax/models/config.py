@@ -218,6 +218,12 @@ class DrafterConfig:
             )
         if cfg.block_size < 2:
             raise ConfigError(f"drafter block_size is {cfg.block_size}; it must be at least 2")
+        short = [w for w in cfg.sliding_windows if w is not None and w < cfg.block_size]
+        if short:
+            # The block always sees itself in full; a window shorter than the block would hide
+            # part of it, which no DFlash checkpoint does.
+            raise ConfigError(f"drafter sliding_window {short[0]} is shorter than block_size {cfg.block_size}; "
+                              "windows shorter than the block are not supported")
         return cfg
 
 

@@ -1,0 +1,103 @@
+"""Losslessness of the round engine: every method, policy and budget gives the AR tokens."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddtree_jax.generate import Generator
+from ddtree_jax.trees import available_policies
+from tiny import oracle_params, tiny_pair
+
+PROMPTS = [[5], [3, 9], [1, 2, 3, 4, 5, 6, 7], list(range(10, 23)), list(range(2, 33))]
+MAX_NEW = 40
+POLICY_SPECS = {"ddtree": "ddtree", "chain": "chain", "beam": "beam:width=3", "static": "static:tree=0;1;2;0.0;0.1;1.0;0.0.0"}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def ar_tokens(pair):
+    return [r.token_ids for r in Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)]
+
+
+def test_policies_cover_registry():
+    assert set(POLICY_SPECS) == set(available_policies())
+
+
+def test_dflash_equals_ar(pair, ar_tokens):
+    res = Generator(pair, method="dflash").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    assert [r.token_ids for r in res] == ar_tokens
+
+
+@pytest.mark.parametrize("policy", sorted(POLICY_SPECS))
+@pytest.mark.parametrize("budget", [1, 2, 7, 64, 256])
+def test_ddtree_equals_ar_random_drafter(pair, ar_tokens, policy, budget):
+    gen = Generator(pair, method="ddtree", policy=POLICY_SPECS[policy], budget=budget)
+    res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    assert [r.token_ids for r in res] == ar_tokens
+    for r in res:
+        assert r.num_output_tokens == MAX_NEW
+        assert sum(r.acceptance_lengths) == MAX_NEW - 1 or sum(r.acceptance_lengths) >= MAX_NEW - 1
+
+
+def test_oracle_drafter_accepted_to_full_depth(pair, ar_tokens):
+    depth = pair.drafter_cfg.depth
+    oracle = oracle_params(pair, PROMPTS, MAX_NEW)
+    for method, budget in [("dflash", 0), ("ddtree", 64)]:
+        gen = Generator(pair, method=method, budget=budget or 64, oracle=oracle)
+        res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+        assert [r.token_ids for r in res] == ar_tokens
+        for r in res:
+            # every round commits D drafted tokens + the bonus
+            assert r.acceptance_lengths == [depth + 1] * r.rounds
+            assert r.rounds == -(-(MAX_NEW - 1) // (depth + 1))
+
+
+@pytest.mark.parametrize("policy", ["ddtree", "beam:width=4"])
+def test_noisy_oracle_deep_branches_lossless(pair, ar_tokens, policy):
+    """A drafter whose right token is often not its top-1: acceptance runs through side branches."""
+    oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
+    chain = Generator(pair, method="dflash", oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    tree = Generator(pair, method="ddtree", policy=policy, budget=64, oracle=oracle).generate_ids(
+        PROMPTS, max_new_tokens=MAX_NEW)
+    assert [r.token_ids for r in chain] == ar_tokens
+    assert [r.token_ids for r in tree] == ar_tokens
+    mean_chain = np.mean([a for r in chain for a in r.acceptance_lengths])
+    mean_tree = np.mean([a for r in tree for a in r.acceptance_lengths])
+    assert mean_tree > mean_chain, (mean_tree, mean_chain)
+    if policy == "ddtree":  # best-first spends the budget where the drafter's mass is
+        assert mean_tree > mean_chain + 0.5, (mean_tree, mean_chain)
+
+
+def test_stop_token_inside_tree(pair, ar_tokens):
+    """A stop id that the target emits mid-round ends the output right there, as in AR."""
+    row = 2
+    stop = ar_tokens[row][12]
+    cut = ar_tokens[row].index(stop) + 1
+    oracle = oracle_params(pair, PROMPTS, MAX_NEW)
+    ar = Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW, stop_ids=[stop])
+    for method in ("dflash", "ddtree"):
+        res = Generator(pair, method=method, budget=64, oracle=oracle).generate_ids(
+            PROMPTS, max_new_tokens=MAX_NEW, stop_ids=[stop])
+        assert [r.token_ids for r in res] == [r.token_ids for r in ar]
+        assert res[row].token_ids == ar_tokens[row][:cut]
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 9])
+def test_short_outputs(pair, ar_tokens, max_new):
+    res = Generator(pair, method="ddtree", budget=16).generate_ids(PROMPTS, max_new_tokens=max_new)
+    assert [r.token_ids for r in res] == [t[:max_new] for t in ar_tokens]
+
+
+def test_streaming_and_profile_give_same_tokens(pair, ar_tokens):
+    gen = Generator(pair, method="ddtree", budget=16)
+    got = {i: [] for i in range(len(PROMPTS))}
+    res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW, on_tokens=lambda i, ids: got[i].extend(ids),
+                           rounds_per_call=3)
+    assert [got[i] for i in range(len(PROMPTS))] == ar_tokens == [r.token_ids for r in res]
+    prof = gen.generate_ids(PROMPTS[:1], max_new_tokens=MAX_NEW, profile=True)[0]
+    assert prof.token_ids == ar_tokens[0]
+    assert set(prof.stage_ms) == {"draft", "tree", "verify", "walk", "commit"}
