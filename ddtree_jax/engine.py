@@ -101,20 +101,12 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
 
 
 def tree_stage(logp: jax.Array, state: State, *, spec: DecodeSpec) -> DraftTree:
-    tree = make_policy(spec.policy).build(logp, spec.budget)
-    return dataclasses.replace(tree, tokens=tree.tokens.at[:, 0].set(state.root))
+    return make_policy(spec.policy).build(logp, spec.budget).with_root_token(state.root)
 
 
 def root_tree(state: State) -> DraftTree:
     """The tree of plain decoding: the root alone."""
-    bt = state.root.shape[0]
-    return DraftTree(
-        tokens=state.root[:, None],
-        parents=jnp.full((bt, 1), -1, jnp.int32),
-        depths=jnp.zeros((bt, 1), jnp.int32),
-        valid=jnp.ones((bt, 1), bool),
-        ancestor_mask=jnp.ones((bt, 1, 1), bool),
-    )
+    return DraftTree.root_only(state.root.shape[0]).with_root_token(state.root)
 
 
 def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, dcfg: DrafterConfig | None,
@@ -212,23 +204,31 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
 run_rounds = jax.jit(_run_rounds, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("state",))
 
 
-def _prefill(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max_new: jax.Array, knobs: Knobs,
-             key: jax.Array, *, tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec) -> State:
-    """Prompt pass: fills both caches, chooses the first token (the first root)."""
+def new_caches(tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec, batch: int, dtype):
+    """Fresh target (and drafter) caches, allocated outside the jitted functions and donated to them."""
+    cache = KVCache.zeros(tcfg.num_layers, batch, tcfg.num_kv_heads, spec.cache_size, tcfg.head_dim, dtype)
+    dcache = None
+    if spec.speculative and spec.drafter == "dflash":
+        dcache = KVCache.zeros(dcfg.num_layers, batch, dcfg.num_kv_heads, spec.cache_size, dcfg.head_dim, dtype)
+    return cache, dcache
+
+
+def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: jax.Array, prompt_len: jax.Array,
+             max_new: jax.Array, knobs: Knobs, key: jax.Array, *, tcfg: TargetConfig, dcfg: DrafterConfig | None,
+             spec: DecodeSpec) -> State:
+    """Prompt pass: fills both caches (from `new_caches`), chooses the first token (the first root)."""
     bt, p = prompt.shape
-    dtype = tparams["embed"].dtype
-    cache = KVCache.zeros(tcfg.num_layers, bt, tcfg.num_kv_heads, spec.cache_size, tcfg.head_dim, dtype)
     pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (bt, p))
-    zero = jnp.zeros((bt,), jnp.int32)
+    # Derived from an argument, not a literal: XLA would otherwise constant-fold the masked
+    # attention over the empty prefix, which costs seconds of compile time.
+    zero = prompt_len.astype(jnp.int32) * 0
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     h, tapped, cache = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, tmodel.causal_mask(bt, p), taps=taps,
                                       attn_impl=spec.attn_impl)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
-    dcache = None
-    if spec.speculative and spec.drafter == "dflash":
-        dcache = KVCache.zeros(dcfg.num_layers, bt, dcfg.num_kv_heads, spec.cache_size, dcfg.head_dim, dtype)
+    if dcache is not None:
         dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos)
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
@@ -248,7 +248,7 @@ def _prefill(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max_new
     )
 
 
-prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"))
+prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("cache", "dcache"))
 
 
 def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:

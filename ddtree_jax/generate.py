@@ -183,7 +183,9 @@ class Generator:
         knobs = engine.make_knobs(temperature, top_p, stop_ids)
         max_new = jnp.full((bt,), max_new_tokens, jnp.int32)
         static = dict(tcfg=self.tcfg, dcfg=self.dcfg, spec=spec)
-        pre_args = (self.tparams, self.dparams, jnp.asarray(prompt), lens, max_new, knobs, jax.random.PRNGKey(seed))
+        caches = engine.new_caches(self.tcfg, self.dcfg, spec, bt, self.tparams["embed"].dtype)
+        pre_args = (self.tparams, self.dparams, *caches, jnp.asarray(prompt), lens, max_new, knobs,
+                    jax.random.PRNGKey(seed))
         prefill = self._compile("prefill", engine.prefill, pre_args, static)
 
         t0 = time.perf_counter()

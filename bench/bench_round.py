@@ -1,0 +1,189 @@
+"""Round latency on a large random-weight model: AR step, DFlash and DDTree rounds, stage breakdown.
+
+    python -m bench.bench_round --model qwen3-8b --prompt-len 512 --budgets 16,64,256,1024 --out DIR
+    python -m bench.bench_round --model tiny --rounds 4          # CPU smoke run
+
+Random weights accept ~nothing, but a round's cost does not depend on what is accepted (static
+shapes): every round verifies the full tree, compacts D+1 slots and feeds the drafter D+1 taps.
+The fused time comes from `engine.run_rounds` (the on-device while_loop) over --rounds rounds;
+the stage breakdown from the separately jitted stages (each synced, median of repeats).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ddtree_jax import engine
+from ddtree_jax.generate import Generator
+from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models.init import init_drafter, init_target
+
+SHAPES = {
+    # Qwen3-8B and its 5-layer DFlash drafter (block 16, taps [1, 9, 17, 25, 33])
+    "qwen3-8b": dict(
+        target=dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32,
+                    num_kv_heads=8, head_dim=128, max_position=40960, tie_embeddings=False),
+        drafter=dict(num_layers=5, block_size=16, target_layer_ids=(1, 9, 17, 25, 33)),
+        theta=1000000.0,
+    ),
+    "tiny": dict(
+        target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
+                    num_kv_heads=2, head_dim=16, max_position=4096, tie_embeddings=False),
+        drafter=dict(num_layers=1, block_size=8, target_layer_ids=(1, 2)),
+        theta=10000.0,
+    ),
+}
+
+
+def build(model: str, dtype) -> types.SimpleNamespace:
+    from ddtree_jax.models.config import RopeConfig
+
+    s = SHAPES[model]
+    t = s["target"]
+    rope = RopeConfig(theta=s["theta"])
+    tc = TargetConfig(family="qwen3", rms_eps=1e-6, qk_norm=True, qkv_bias=False, rope=rope, **t)
+    d = s["drafter"]
+    dc = DrafterConfig(hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
+                       num_layers=d["num_layers"], num_heads=t["num_heads"], num_kv_heads=t["num_kv_heads"],
+                       head_dim=t["head_dim"], rms_eps=1e-6, block_size=d["block_size"],
+                       target_layer_ids=d["target_layer_ids"], mask_token_id=t["vocab_size"] - 1,
+                       num_target_layers=t["num_layers"], vocab_size=t["vocab_size"],
+                       sliding_windows=(None,) * d["num_layers"], rope=rope)
+    init_t = jax.jit(lambda k: init_target(tc, k, dtype))
+    init_d = jax.jit(lambda k: init_drafter(dc, k, dtype))
+    tp = init_t(jax.random.PRNGKey(0))
+    dp = init_d(jax.random.PRNGKey(1))
+    jax.block_until_ready((tp, dp))
+    return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
+                                 tokenizer_dir=None, meta={})
+
+
+def nbytes(tree) -> int:
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
+
+
+def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int) -> dict:
+    spec = gen.spec_for(prompt_len, rounds * 2 + 4, engine.SamplingConfig())
+    static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
+    rng = np.random.default_rng(0)
+    prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(1, prompt_len)), jnp.int32)
+    lens = jnp.asarray([prompt_len], jnp.int32)
+    knobs = engine.make_knobs()
+    max_new = jnp.asarray([rounds * 2 + 4], jnp.int32)
+    dtype = gen.tparams["embed"].dtype
+
+    def pre_args():
+        caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
+        return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
+
+    prefill = engine.prefill.lower(*pre_args(), **static).compile()
+    args = pre_args()
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(prefill(*args))
+    prefill_ms = 1e3 * (time.perf_counter() - t0)
+    run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile()
+
+    fused = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        state = prefill(*pre_args())
+        jax.block_until_ready(state)
+        t0 = time.perf_counter()
+        state = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
+        jax.block_until_ready(state.out)
+        n = int(state.rounds[0])
+        fused.append(1e3 * (time.perf_counter() - t0) / max(n, 1))
+    fused = fused[1:]
+
+    # stage breakdown, each stage synced, on one fixed state
+    fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
+    state = prefill(*pre_args())
+    times: dict[str, list[float]] = {k: [] for k in ("draft", "tree", "verify", "walk", "commit")}
+
+    def timed(name, fn, *args):
+        t = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        times[name].append(1e3 * (time.perf_counter() - t))
+        return out
+
+    for i in range(stage_repeats + 1):
+        if spec.speculative:
+            logp = timed("draft", fns["draft"], gen.tparams, gen.dparams, state)
+            tree = timed("tree", fns["tree"], logp, state)
+        else:
+            tree = engine.root_tree(state)
+        logits, tapped, cache = timed("verify", fns["verify"], gen.tparams, state, tree)
+        tt = timed("verify", fns["choose"], logits, state.key, knobs)
+        result = timed("walk", fns["walk"], tree, tt)
+        # commit donates its state: give it a copy so the same state is reused next repeat
+        st = jax.tree_util.tree_map(lambda x: x.copy() if hasattr(x, "copy") else x, state)
+        timed("commit", fns["commit"], gen.dparams, st, cache, tapped, result, knobs)
+        if i == 0:
+            for v in times.values():
+                v.clear()
+    stages = {k: statistics.median(v) for k, v in times.items() if v}
+    return {
+        "round_ms_median": statistics.median(fused),
+        "round_ms_all": fused,
+        "prefill_ms": prefill_ms,
+        "stage_ms": stages,
+        "nodes": engine.num_nodes(spec, gen.dcfg),
+        "cache_size": spec.cache_size,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_round", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--budgets", default="16,64,256,1024", help="DDTree budgets; AR and DFlash always run")
+    ap.add_argument("--policy", default="ddtree")
+    ap.add_argument("--rounds", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stage-repeats", type=int, default=5)
+    ap.add_argument("--attn-impl", default="auto")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--out", default=None, help="directory for round.json")
+    args = ap.parse_args(argv)
+
+    dtype = jnp.dtype(args.dtype)
+    t0 = time.perf_counter()
+    ck = build(args.model, dtype)
+    print(f"[bench_round] {args.model} weights ready in {time.perf_counter() - t0:.1f}s on {jax.devices()[0].device_kind}; "
+          f"target {nbytes(ck.target_params) / 1e9:.2f} GB, drafter {nbytes(ck.drafter_params) / 1e9:.2f} GB",
+          flush=True)
+    runs = [("ar", 0)] + [("dflash", 0)] + [("ddtree", int(b)) for b in args.budgets.split(",") if b]
+    rows = []
+    for method, budget in runs:
+        t0 = time.perf_counter()
+        gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=args.attn_impl)
+        r = measure(gen, args.prompt_len, args.rounds, args.repeats, args.stage_repeats)
+        r.update(method=method, budget=gen.budget, policy=gen.policy_name)
+        rows.append(r)
+        st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
+        print(f"[bench_round] {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round {r['round_ms_median']:.3f} ms "
+              f"(all {['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s]",
+              flush=True)
+    floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
+    out = {
+        "model": args.model, "prompt_len": args.prompt_len, "dtype": args.dtype, "attn_impl": args.attn_impl,
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+        "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
+        "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": rows,
+    }
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"round_{args.model}_{args.attn_impl}.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

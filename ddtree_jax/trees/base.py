@@ -1,0 +1,260 @@
+"""The draft tree, the tree-policy interface and the policy registry.
+
+A `DraftTree` holds `N + 1` slots per batch row: slot 0 is the root (the last committed token,
+filled in by the engine), slots `1..N` are draft nodes in topological order (every parent sits in
+an earlier slot). `N` is static: it depends only on the policy, the budget and the depth, never
+on the data, so a whole generation can run inside one jitted loop.
+
+Conventions every policy obeys (and `tests/test_trees.py` checks):
+
+- `parents[:, 0] == -1`; for a node, `parents[i] < i`; an invalid (padding) node has parent 0.
+- `depths[:, 0] == 0`; a node's depth is its parent's depth + 1; an invalid node has depth 1.
+- `valid[:, 0]` is True; padding slots that a policy could not fill are False, with token 0.
+- Sibling tokens are distinct among valid nodes, so the walk has at most one match per step.
+- `ancestor_mask[b, i, j]` is True iff `j == i` or `j` is an ancestor of `i` (root included).
+  An invalid node's row is `{root, itself}`: the verify pass still computes it, harmlessly.
+
+Token ranks come from `jax.lax.top_k` over the drafter's log-probs, whose tie rule is: among
+equal values the lower token id ranks first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import typing
+from typing import Any, Callable, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["tokens", "parents", "depths", "valid", "ancestor_mask"],
+    meta_fields=[],
+)
+@dataclasses.dataclass(frozen=True)
+class DraftTree:
+    """A batch of draft trees with a static node count `N` (shapes below use `Bt` = batch)."""
+
+    tokens: Array  # int32[Bt, N+1]; slot 0 = root token (0 until the engine sets it)
+    parents: Array  # int32[Bt, N+1]; -1 for the root
+    depths: Array  # int32[Bt, N+1]; 0 for the root
+    valid: Array  # bool[Bt, N+1]
+    ancestor_mask: Array  # bool[Bt, N+1, N+1]
+
+    @property
+    def num_nodes(self) -> int:
+        """Static node count `N` (slots minus the root)."""
+        return self.tokens.shape[-1] - 1
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    def with_root_token(self, root: Array) -> "DraftTree":
+        """The same tree with slot 0 set to `root: int32[Bt]`."""
+        tokens = self.tokens.at[:, 0].set(jnp.asarray(root, jnp.int32))
+        return dataclasses.replace(self, tokens=tokens)
+
+    @staticmethod
+    def from_parents(tokens: Array, parents: Array, depths: Array, valid: Array, max_depth: int) -> "DraftTree":
+        """Build a tree from per-slot arrays (root included); derives the ancestor mask.
+
+        `max_depth` (static) bounds the depth of any node (see `ancestor_mask_from_parents`).
+        """
+        tokens = jnp.asarray(tokens, jnp.int32)
+        parents = jnp.asarray(parents, jnp.int32)
+        return DraftTree(
+            tokens=tokens,
+            parents=parents,
+            depths=jnp.asarray(depths, jnp.int32),
+            valid=jnp.asarray(valid, bool),
+            ancestor_mask=ancestor_mask_from_parents(parents, max_depth),
+        )
+
+    @staticmethod
+    def root_only(batch_size: int) -> "DraftTree":
+        """The tree of budget 0 (plain autoregressive decoding): just the root."""
+        zeros = jnp.zeros((batch_size, 1), jnp.int32)
+        return DraftTree(
+            tokens=zeros,
+            parents=jnp.full((batch_size, 1), -1, jnp.int32),
+            depths=zeros,
+            valid=jnp.ones((batch_size, 1), bool),
+            ancestor_mask=jnp.ones((batch_size, 1, 1), bool),
+        )
+
+
+def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int, max_depth: int) -> DraftTree:
+    """A tree from node columns `int32[Bt, n]` (root excluded; parents as slot indices, 0 = root),
+    padded with invalid nodes (token 0, parent root, depth 1) up to `num_nodes` >= n."""
+    batch, n = tokens.shape
+    extra = num_nodes - n
+
+    def column(x: Array, root: int, pad: int, dtype) -> Array:
+        parts = [jnp.full((batch, 1), root, dtype), jnp.asarray(x, dtype), jnp.full((batch, extra), pad, dtype)]
+        return jnp.concatenate(parts, axis=1)
+
+    return DraftTree.from_parents(
+        tokens=column(tokens, 0, 0, jnp.int32),
+        parents=column(parents, -1, 0, jnp.int32),
+        depths=column(depths, 0, 1, jnp.int32),
+        valid=column(jnp.ones((batch, n), bool), True, False, bool),
+        max_depth=max_depth,
+    )
+
+
+def ancestor_mask_from_parents(parents: Array, max_depth: int) -> Array:
+    """bool[Bt, S, S] with [b, i, j] = (j == i or j is an ancestor of i), for parents int32[Bt, S].
+
+    Reachability by squaring: start from "self or parent" and square the relation until it spans
+    `max_depth` (static) generations: ceil(log2 D) small batched matmuls, exact for 0/1 entries
+    (bf16 inputs, f32 accumulation). On CPU it compiles far faster than D chained gathers
+    (measured here: 0.23 s vs 1.5 s for N=70, D=8), which keeps tests and engine builds quick.
+    """
+    slots = parents.shape[-1]
+    ids = jnp.arange(slots, dtype=jnp.int32)
+    mask = (parents[..., :, None] == ids) | (ids[:, None] == ids)
+    reach = 1
+    while reach < max_depth:
+        m = mask.astype(jnp.bfloat16)
+        mask = jnp.einsum("bij,bjk->bik", m, m, preferred_element_type=jnp.float32) > 0
+        reach *= 2
+    return mask
+
+
+class TreePolicy:
+    """Interface of a tree policy. Subclasses are frozen dataclasses (hashable, so a policy can
+    be a static argument of `jax.jit`); their fields are the policy's options.
+
+    - `name`: the registry name, set by `register_policy`.
+    - `num_nodes(budget, depth)`: the static `N` that `build` returns for that budget and
+      drafter depth `D`.
+    - `build(logp, budget)`: `logp: float[Bt, D, V]` (depth d uses `logp[:, d-1]`) -> DraftTree
+      with `N = num_nodes(budget, D)`. Must trace under `jax.jit` with `budget` static.
+    """
+
+    name: ClassVar[str] = ""
+
+    def num_nodes(self, budget: int, depth: int) -> int:
+        raise NotImplementedError
+
+    def build(self, logp: Array, budget: int) -> DraftTree:
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> str:
+        """The text form that `make_policy` parses back into this policy."""
+        opts = ",".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.init)
+        return f"{self.name}:{opts}" if opts else self.name
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def check_logp(logp: Any) -> Array:
+    """Validate `logp` as float[Bt, D, V] and return it as float32 (sums of bf16 lose ties)."""
+    logp = jnp.asarray(logp)
+    if logp.ndim != 3:
+        raise ValueError(f"tree policies take log-probs of shape [batch, depth, vocab]; got shape {logp.shape}")
+    return logp.astype(jnp.float32)
+
+
+def check_budget(budget: Any) -> int:
+    """The budget as a Python int >= 0; it fixes shapes, so it must be static under `jax.jit`."""
+    try:
+        value = operator.index(budget)
+    except Exception:  # a tracer, a float, None, ...
+        value = -1
+    if isinstance(budget, bool) or value < 0:
+        raise ValueError(f"tree budget must be a static int >= 0 (mark it static under jax.jit); got {budget!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, type[TreePolicy]] = {}
+SPEC_SYNTAX = "name or name:key=value,key=value (e.g. beam:width=4)"
+
+
+def register_policy(name: str) -> Callable[[type[TreePolicy]], type[TreePolicy]]:
+    """Class decorator: `@register_policy("mine")` on a frozen-dataclass `TreePolicy` subclass."""
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"tree policy name must be alphanumeric (with - or _); got {name!r}")
+
+    def decorate(cls: type[TreePolicy]) -> type[TreePolicy]:
+        if name in _REGISTRY and _REGISTRY[name].__qualname__ != cls.__qualname__:
+            raise ValueError(f"tree policy {name!r} is already registered by {_REGISTRY[name].__qualname__}")
+        if not (isinstance(cls, type) and issubclass(cls, TreePolicy) and dataclasses.is_dataclass(cls)):
+            raise ValueError(f"register_policy({name!r}) needs a dataclass subclass of TreePolicy; got {cls!r}")
+        if cls.__hash__ is None:  # jit static arguments must be hashable
+            raise ValueError(f"tree policy {name!r} must be hashable: use @dataclasses.dataclass(frozen=True)")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def available_policies() -> list[str]:
+    """Registered policy names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def make_policy(spec: str) -> TreePolicy:
+    """Parse `"name"` or `"name:key=value,key=value"` into a policy (a `TreePolicy` passes through
+    unchanged); ValueError with a one-line message on bad input."""
+    if isinstance(spec, TreePolicy):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"empty tree policy spec; expected {SPEC_SYNTAX}; available: {', '.join(available_policies())}")
+    name, _, opts_text = spec.strip().partition(":")
+    name = name.strip()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown tree policy {name!r}; available: {', '.join(available_policies())}")
+    cls = _REGISTRY[name]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    accepted = ", ".join(fields) or "none"
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, (s.strip() for s in opts_text.split(","))):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key:
+            raise ValueError(f"malformed option {item!r} in tree policy spec {spec!r}; expected {SPEC_SYNTAX}")
+        if key not in fields:
+            raise ValueError(f"tree policy {name!r} has no option {key!r}; its options: {accepted}")
+        if key in kwargs:
+            raise ValueError(f"option {key!r} given twice in tree policy spec {spec!r}")
+        kwargs[key] = _convert(name, key, value, hints.get(key, str))
+    missing = [k for k, f in fields.items() if k not in kwargs and _is_required(f)]
+    if missing:
+        raise ValueError(
+            f"tree policy {name!r} needs option(s) {', '.join(missing)}: write {name}:{missing[0]}=...; see its docs"
+        )
+    return cls(**kwargs)
+
+
+def _is_required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _convert(policy: str, key: str, value: str, typ: Any) -> Any:
+    if typ is bool:
+        if value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"option {key} of tree policy {policy!r} must be true or false; got {value!r}")
+    if typ in (int, float):
+        try:
+            return typ(value)
+        except ValueError:
+            raise ValueError(
+                f"option {key} of tree policy {policy!r} must be {'an int' if typ is int else 'a number'}; got {value!r}"
+            ) from None
+    return value

@@ -1,0 +1,387 @@
+"""Tree policies: structural validity for every registered policy, and exact agreement of
+`ddtree` with the classic heap best-first search, `beam` with a plain beam search, `chain` with
+the top-1 path and `static` with its rank paths.
+
+Shapes are drawn from a fixed list of cases so that each (policy, shape) compiles once; the data
+is drawn freely. `DDTREE_FUZZ_EXAMPLES=5000 pytest tests/test_trees.py` runs a long fuzz.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ddtree_jax.trees import DraftTree, TreePolicy, available_policies, make_policy, register_policy, tree_from_nodes
+from ddtree_jax.trees import base as trees_base
+from ddtree_jax.trees.static import parse_static_tree
+
+EXAMPLES = int(os.environ.get("DDTREE_FUZZ_EXAMPLES", "30"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# (batch, depth D, vocab V, budget): edges (D=1, V=2, budget 1, budget > distinct paths) and
+# realistic sizes.
+CASES = [
+    (1, 1, 2, 1),
+    (6, 1, 50, 70),
+    (6, 3, 2, 70),
+    (6, 3, 3, 9),
+    (6, 4, 3, 10),
+    (6, 8, 50, 70),
+    (6, 8, 5, 33),
+    (6, 5, 17, 16),
+    (6, 2, 50, 7),
+]
+STATIC_TREES = ["0", "0;1;2;0.0;0.1;1.0;0.0.0;0.0.0.0", "0;0.0;0.0.0;1;0.0.0.0;0.0.0.0.0;0.0.0.0.0.0;0.0.0.0.0.0.0;0.0.0.0.0.0.0.0"]
+SPECS = ["ddtree", "chain", "beam:width=1", "beam:width=4"] + [f"static:tree={t}" for t in STATIC_TREES]
+# Value kinds: continuous log-softmax; quantized logits (exact ties within a depth); dyadic
+# log-probs (exact float32 sums: ties across depths and paths, and zero log-probs).
+KINDS = ["float", "ties", "dyadic"]
+
+
+def make_logp(kind: str, shape: tuple[int, int, int], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "float":
+        logits = rng.normal(size=shape) * rng.uniform(0.3, 4.0)
+    elif kind == "ties":
+        logits = rng.integers(0, 3, size=shape).astype(np.float64)
+    else:
+        return (-rng.integers(0, 6, size=shape) / 4.0).astype(np.float32)
+    return np.asarray(jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1))
+
+
+# Compiling dominates these tests; XLA's cheapest CPU settings halve it (same results).
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_build(spec: str, shape: tuple[int, ...], dtype: str, budget: int):
+    lowered = jax.jit(make_policy(spec).build, static_argnums=1).lower(jax.ShapeDtypeStruct(shape, dtype), budget)
+    return lowered.compile(compiler_options=FAST_COMPILE)
+
+
+def build_tree(spec: str, logp, budget: int) -> DraftTree:
+    logp = jnp.asarray(logp)
+    return compiled_build(spec, logp.shape, str(logp.dtype), budget)(logp)
+
+
+def build(spec: str, logp, budget: int) -> dict[str, np.ndarray]:
+    tree = build_tree(spec, logp, budget)
+    return {f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}
+
+
+def static_ok(spec: str, depth: int, vocab: int, budget: int) -> bool:
+    if not spec.startswith("static:"):
+        return True
+    paths = parse_static_tree(spec.partition("=")[2])[:budget]
+    return all(len(p) <= depth and max(p) < vocab for p in paths)
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def ranked(logp_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per depth: tokens by rank (ties: lower token id first) and their log-probs."""
+    order = np.argsort(-logp_row, axis=-1, kind="stable")
+    return order, np.take_along_axis(logp_row, order, axis=-1)
+
+
+def heap_best_first(logp_row: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], np.float32]]:
+    """Classic best-first search: pop the best path, push its next sibling and its first child.
+    Order: higher score, then lower depth, then the lexicographically smaller rank path.
+    Scores are float32 sums from depth 1 down, like the implementation's."""
+    depth, vocab = logp_row.shape
+    _, vals = ranked(logp_row)
+    zero = np.float32(0)
+    heap = [(-float(vals[0, 0]), 1, (0,), zero, vals[0, 0])]
+    out = []
+    while heap and len(out) < budget:
+        _, d, path, parent_score, score = heapq.heappop(heap)
+        out.append((path, score))
+        r = path[-1]
+        if r + 1 < vocab:
+            s = np.float32(parent_score + vals[d - 1, r + 1])
+            heapq.heappush(heap, (-float(s), d, path[:-1] + (r + 1,), parent_score, s))
+        if d < depth:
+            s = np.float32(score + vals[d, 0])
+            heapq.heappush(heap, (-float(s), d + 1, path + (0,), score, s))
+    return out
+
+
+def plain_beam(logp_row: np.ndarray, width: int, budget: int) -> list[tuple[int, ...]]:
+    """Beam search of `width` per depth, union of beams, best `budget` under DDTree's order."""
+    depth, vocab = logp_row.shape
+    _, vals = ranked(logp_row)
+    beam = [((), np.float32(0))]
+    nodes = []
+    for d in range(depth):
+        cand = [(p + (r,), np.float32(s + vals[d, r])) for p, s in beam for r in range(vocab)]
+        cand.sort(key=lambda c: (-float(c[1]), c[0]))
+        beam = cand[:width]
+        nodes += beam
+    nodes.sort(key=lambda c: (-float(c[1]), len(c[0]), c[0]))
+    return [p for p, _ in nodes[:budget]]
+
+
+def rank_paths(tree: dict[str, np.ndarray], b: int, logp_row: np.ndarray) -> list[tuple[int, ...]]:
+    """Rank path of every valid slot, read from the tokens (slot order)."""
+    order, _ = ranked(logp_row)
+    rank_of = np.argsort(order, axis=-1)  # [D, V]: token -> rank
+    paths: dict[int, tuple[int, ...]] = {0: ()}
+    out = []
+    for i in range(1, tree["tokens"].shape[1]):
+        if not tree["valid"][b, i]:
+            continue
+        d = tree["depths"][b, i]
+        paths[i] = paths[int(tree["parents"][b, i])] + (int(rank_of[d - 1, tree["tokens"][b, i]]),)
+        out.append(paths[i])
+    return out
+
+
+def path_score64(logp_row: np.ndarray, path: tuple[int, ...]) -> float:
+    _, vals = ranked(logp_row)
+    return float(sum(np.float64(vals[d, r]) for d, r in enumerate(path)))
+
+
+# ----------------------------------------------------------------------------- validity
+
+
+def check_valid_tree(tree: dict[str, np.ndarray], num_nodes: int, depth: int, budget: int) -> None:
+    tokens, parents, depths, valid, mask = (tree[k] for k in ("tokens", "parents", "depths", "valid", "ancestor_mask"))
+    batch = tokens.shape[0]
+    slots = num_nodes + 1
+    assert tokens.shape == parents.shape == depths.shape == valid.shape == (batch, slots)
+    assert mask.shape == (batch, slots, slots)
+    assert tokens.dtype == parents.dtype == depths.dtype == np.int32
+    assert valid.dtype == mask.dtype == np.bool_
+    assert num_nodes <= budget
+    assert (parents[:, 0] == -1).all() and (depths[:, 0] == 0).all() and valid[:, 0].all()
+    for b in range(batch):
+        closure = np.zeros((slots, slots), bool)
+        closure[0, 0] = True
+        children: dict[int, list[int]] = {}
+        for i in range(1, slots):
+            p = parents[b, i]
+            assert 0 <= p < i, f"slot {i}: parent {p} not before it"
+            if valid[b, i]:
+                assert valid[b, p], f"slot {i}: valid node under invalid parent"
+                assert depths[b, i] == depths[b, p] + 1
+                assert 1 <= depths[b, i] <= depth
+                children.setdefault(int(p), []).append(int(tokens[b, i]))
+            else:
+                assert (p, depths[b, i], tokens[b, i]) == (0, 1, 0), f"slot {i}: bad invalid-node padding"
+            closure[i] = closure[p]
+            closure[i, i] = True
+        np.testing.assert_array_equal(mask[b], closure)
+        for p, toks in children.items():
+            assert len(set(toks)) == len(toks), f"children of slot {p} repeat a token: {toks}"
+
+
+@FUZZ
+@given(spec=st.sampled_from(SPECS), case=st.sampled_from(CASES), kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
+def test_every_policy_builds_a_valid_tree(spec, case, kind, seed):
+    batch, depth, vocab, budget = case
+    if not static_ok(spec, depth, vocab, budget):
+        return
+    policy = make_policy(spec)
+    logp = make_logp(kind, (batch, depth, vocab), seed)
+    tree = build(spec, logp, budget)
+    n = policy.num_nodes(budget, depth)
+    check_valid_tree(tree, n, depth, budget)
+    for b in range(batch):
+        paths = rank_paths(tree, b, logp[b])
+        if spec == "ddtree":
+            want = heap_best_first(logp[b], budget)
+            assert n == budget
+            assert_same_best_first(paths, want, logp[b], exact=kind == "dyadic")
+        elif spec == "chain":
+            assert n == min(budget, depth) and tree["valid"][b].all()
+            assert paths == [(0,) * d for d in range(1, n + 1)]
+        elif spec.startswith("beam:"):
+            assert paths == plain_beam(logp[b], policy.width, budget)
+        else:
+            assert paths == list(policy.paths[:n])
+            assert tree["valid"][b].all()
+
+
+@FUZZ
+@given(case=st.sampled_from(CASES), kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
+def test_ddtree_equals_heap_best_first(case, kind, seed):
+    batch, depth, vocab, budget = case
+    logp = make_logp(kind, (batch, depth, vocab), seed)
+    tree = build("ddtree", logp, budget)
+    for b in range(batch):
+        want = heap_best_first(logp[b], budget)
+        assert_same_best_first(rank_paths(tree, b, logp[b]), want, logp[b], exact=kind == "dyadic")
+
+
+def assert_same_best_first(paths, want, logp_row, exact: bool) -> None:
+    """Same nodes in the same (best-first) slot order. For non-exact float inputs, a mismatch is
+    tolerated only between nodes whose scores tie with the cut-off score up to float32 rounding
+    (float32 sums can merge scores that differ in the last place, then the tie rule decides)."""
+    want_paths = [p for p, _ in want]
+    if paths == want_paths:
+        return
+    assert not exact, f"best-first mismatch:\n got  {paths}\n want {want_paths}"
+    assert len(paths) == len(want_paths)
+    cut = path_score64(logp_row, want_paths[-1])
+    for p in set(paths) ^ set(want_paths):
+        assert abs(path_score64(logp_row, p) - cut) <= 1e-5 * (1 + abs(cut)), f"{p} is not a near tie of the cut"
+
+
+# ----------------------------------------------------------------------------- specific cases
+
+
+def test_ddtree_matches_heap_on_handmade_ties():
+    # Depth 1: tokens 2 and 0 tie at the top; depth 2: token 1 has log-prob 0, so children tie
+    # with their parents (lower depth first) and siblings tie (smaller rank path first).
+    logp = np.full((1, 3, 4), -3.0, np.float32)
+    logp[0, 0, [2, 0]] = -0.5
+    logp[0, 1, 1] = 0.0
+    logp[0, 2, [3, 1]] = -1.0
+    for budget in (2, 5, 13, 70):
+        tree = build("ddtree", logp, budget)
+        check_valid_tree(tree, budget, 3, budget)
+        want = [p for p, _ in heap_best_first(logp[0], budget)]
+        assert rank_paths(tree, 0, logp[0]) == want
+    tree = build("ddtree", logp, 5)
+    # Best first: (0) and (1) tie at -0.5 (rank 0 is token 0: the lower id wins), then their
+    # zero-cost children (0,0), (1,0) (deeper loses the tie), then (0,0,0) at -1.5.
+    assert tree["tokens"][0, 1:].tolist() == [0, 2, 1, 1, 1]
+    assert tree["depths"][0, 1:].tolist() == [1, 1, 2, 2, 3]
+
+
+def test_ddtree_tie_between_paths_ranked_differently_by_score_and_by_rank():
+    # The 9th node is a three-way tie at -1: (0,1) wins by depth, then (0,1,0) beats (1,0,1)
+    # lexicographically although its parent (0,1) scores below (1,0). A beam kept in score
+    # order (not rank-path order) would pick (1,0,1).
+    logp = np.array([[[-0.5, 0.0, -1.5], [0.0, -1.5, -1.0], [0.0, -0.5, -1.5]]], np.float32)
+    tree = build("ddtree", logp, 9)
+    want = [(0,), (0, 0), (0, 0, 0), (1,), (1, 0), (0, 0, 1), (1, 0, 0), (0, 1), (0, 1, 0)]
+    assert [p for p, _ in heap_best_first(logp[0], 9)] == want
+    assert rank_paths(tree, 0, logp[0]) == want
+
+
+def test_budget_beyond_distinct_paths_pads_invalid():
+    logp = make_logp("float", (6, 3, 2), 0)
+    tree = build("ddtree", logp, 70)
+    assert tree["valid"].sum(axis=1).tolist() == [1 + 2 + 4 + 8] * 6
+    assert not tree["valid"][:, 15:].any()
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_budget_zero_is_root_only(spec):
+    policy = make_policy(spec)
+    assert policy.num_nodes(0, 4) == 0
+    tree = policy.build(jnp.zeros((2, 4, 5)), 0)
+    assert tree.tokens.shape == (2, 1) and tree.ancestor_mask.shape == (2, 1, 1)
+    assert tree.parents.tolist() == [[-1], [-1]] and tree.valid.all()
+
+
+def test_build_under_jit_with_static_budget_and_policy():
+    logp = make_logp("float", (2, 5, 17), 1)
+
+    @functools.partial(jax.jit, static_argnums=(1, 2))
+    def round_like(logp, policy: TreePolicy, budget: int):
+        tree = policy.build(logp, budget).with_root_token(jnp.array([7, 9]))
+        return tree, jnp.sum(tree.ancestor_mask)
+
+    tree, _ = round_like(jnp.asarray(logp), make_policy("ddtree"), 33)
+    assert tree.tokens[:, 0].tolist() == [7, 9]
+    np.testing.assert_array_equal(tree.tokens[:, 1:], build("ddtree", logp, 33)["tokens"][:, 1:])
+    with pytest.raises(ValueError, match="static int"):
+        jax.jit(lambda x, b: make_policy("ddtree").build(x, b))(jnp.asarray(logp), 4)
+
+
+def test_bf16_logp_is_accepted():
+    logp = jnp.asarray(make_logp("float", (1, 3, 8), 2), jnp.bfloat16)
+    tree = build_tree("ddtree", logp, 5)
+    assert tree.tokens.dtype == jnp.int32 and tree.num_nodes == 5
+
+
+def test_tree_is_a_pytree():
+    tree = build_tree("chain", jnp.zeros((1, 3, 4)), 3)
+    leaves = jax.tree_util.tree_leaves(tree)
+    assert len(leaves) == 5
+    again = jax.tree_util.tree_map(lambda x: x, tree)
+    assert isinstance(again, DraftTree) and again.num_nodes == 3
+
+
+# ----------------------------------------------------------------------------- registry and errors
+
+
+def test_registry_lists_builtins_and_round_trips_specs():
+    assert {"ddtree", "chain", "beam", "static"} <= set(available_policies())
+    for spec in SPECS:
+        policy = make_policy(spec)
+        assert make_policy(policy.spec) == policy
+        assert hash(make_policy(policy.spec)) == hash(policy)
+    assert make_policy(" beam:width = 2 ").width == 2
+    assert make_policy("beam").width == 4
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("nope", "unknown tree policy 'nope'; available: beam, chain, ddtree, static"),
+        ("", "empty tree policy spec"),
+        ("beam:width", "malformed option 'width'"),
+        ("beam:depth=3", "has no option 'depth'; its options: width"),
+        ("beam:width=two", "must be an int; got 'two'"),
+        ("beam:width=0", "beam width must be an int >= 1"),
+        ("beam:width=2,width=3", "given twice"),
+        ("static", "needs option\\(s\\) tree"),
+        ("static:tree=", "empty static tree"),
+        ("static:tree=0;x", "bad node 'x'"),
+        ("static:tree=0;0..1", "bad node '0..1'"),
+        ("static:tree=0;-1", "negative rank"),
+        ("static:tree=0;0", "appears twice"),
+        ("static:tree=0;1.0", "needs its parent '1' listed before it"),
+        ("static:tree=0.0;0", "needs its parent '0' listed before it"),
+    ],
+)
+def test_bad_specs_raise_one_line_value_errors(spec, message):
+    with pytest.raises(ValueError, match=message) as info:
+        make_policy(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_static_tree_checks_depth_and_vocab_at_build():
+    policy = make_policy("static:tree=0;0.0;0.0.0")
+    with pytest.raises(ValueError, match="deeper than the drafter's 2 positions"):
+        policy.build(jnp.zeros((1, 2, 5)), 3)
+    assert policy.build(jnp.zeros((1, 2, 5)), 2).num_nodes == 2  # the budget cut keeps it shallow
+    with pytest.raises(ValueError, match="rank >= the vocabulary size 3"):
+        make_policy("static:tree=0;3").build(jnp.zeros((1, 2, 3)), 2)
+
+
+def test_a_new_policy_is_one_decorated_class():
+    @register_policy("test_only_first_two")
+    @dataclasses.dataclass(frozen=True)
+    class FirstTwo(TreePolicy):
+        """Two children of the root: the top-2 tokens at depth 1."""
+
+        def num_nodes(self, budget, depth):
+            return min(budget, 2, depth * 2)
+
+        def build(self, logp, budget):
+            logp = trees_base.check_logp(logp)
+            n = self.num_nodes(budget, logp.shape[1])
+            tokens = jax.lax.top_k(logp[:, 0], n)[1]
+            zeros = jnp.zeros_like(tokens)
+            return tree_from_nodes(tokens, zeros, zeros + 1, num_nodes=n, max_depth=logp.shape[1])
+
+    try:
+        assert "test_only_first_two" in available_policies()
+        tree = make_policy("test_only_first_two").build(jnp.log(jnp.array([[[0.1, 0.6, 0.3]]])), 5)
+        assert tree.tokens.tolist() == [[0, 1, 2]]
+        check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}, 2, 1, 5)
+    finally:
+        trees_base._REGISTRY.pop("test_only_first_two", None)
