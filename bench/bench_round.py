@@ -58,6 +58,8 @@ def build(model: str, dtype) -> types.SimpleNamespace:
                        target_layer_ids=d["target_layer_ids"], mask_token_id=t["vocab_size"] - 1,
                        num_target_layers=t["num_layers"], vocab_size=t["vocab_size"],
                        sliding_windows=(None,) * d["num_layers"], rope=rope)
+    # unsafe_rbg: threefry took 102 s for 18 GB of weights on the H200 (bench/RESULTS.md)
+    jax.config.update("jax_default_prng_impl", "unsafe_rbg")
     init_t = jax.jit(lambda k: init_target(tc, k, dtype))
     init_d = jax.jit(lambda k: init_drafter(dc, k, dtype))
     tp = init_t(jax.random.PRNGKey(0))
@@ -120,12 +122,12 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
             tree = timed("tree", fns["tree"], logp, state)
         else:
             tree = engine.root_tree(state)
-        logits, tapped, cache = timed("verify", fns["verify"], gen.tparams, state, tree)
+        logits, tapped, new_kv = timed("verify", fns["verify"], gen.tparams, state, tree)
         tt = timed("verify", fns["choose"], logits, state.key, knobs)
         result = timed("walk", fns["walk"], tree, tt)
         # commit donates its state: give it a copy so the same state is reused next repeat
         st = jax.tree_util.tree_map(lambda x: x.copy() if hasattr(x, "copy") else x, state)
-        timed("commit", fns["commit"], gen.dparams, st, cache, tapped, result, knobs)
+        timed("commit", fns["commit"], gen.dparams, st, new_kv, tapped, result, knobs)
         if i == 0:
             for v in times.values():
                 v.clear()

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
-from ddtree_jax.models.layers import KVCache, compact
+from ddtree_jax.models.layers import KVCache, append
 from ddtree_jax.models.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
@@ -111,25 +111,27 @@ def root_tree(state: State) -> DraftTree:
 
 def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, dcfg: DrafterConfig | None,
                  spec: DecodeSpec):
-    """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the cache."""
+    """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the new K/V."""
     pos = state.length[:, None] + tree.depths
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    h, tapped, cache = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
-                                      tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl)
-    return tmodel.lm_head(tparams, tcfg, h), tapped, cache
+    h, tapped, new_kv = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
+                                       tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl)
+    return tmodel.lm_head(tparams, tcfg, h), tapped, new_kv
 
 
 def commit_stage(
-    dparams, state: State, cache: KVCache, tapped, result: WalkResult, knobs: Knobs, *,
+    dparams, state: State, new_kv, tapped, result: WalkResult, knobs: Knobs, *,
     dcfg: DrafterConfig | None, spec: DecodeSpec, slots: int,
 ) -> State:
     # slots: tree slots (N+1) the next round will write beyond `length`.
-    """Keep the accepted path: compact target K/V, feed the drafter, append tokens, check stops."""
+    """Keep the accepted path: write its target K/V, feed the drafter, append tokens, check stops."""
     active = ~state.done
     n_new = result.num_accepted + 1  # accepted nodes + the bonus token
+    # The root and the accepted nodes' K/V go to length .. length+num_accepted (the rest of the
+    # path's D+1 entries land beyond the new length and are overwritten later).
+    cache = append(state.cache, *new_kv, state.length, rows=result.path)
     dcache = state.dcache
     if spec.speculative:
-        cache = compact(cache, state.length, result.path)
         if spec.drafter == "dflash":
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
@@ -178,12 +180,12 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
     else:
         tree, depth = root_tree(state), 0
     with jax.named_scope("verify"):
-        logits, tapped, cache = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
+        logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
         target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
     with jax.named_scope("walk"):
         result = walk(tree, target_tokens, depth)
     with jax.named_scope("commit"):
-        state = commit_stage(dparams, state, cache, tapped, result, knobs, dcfg=dcfg, spec=spec,
+        state = commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec,
                              slots=tree.tokens.shape[1])
     return dataclasses.replace(state, key=key)
 
@@ -223,8 +225,9 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     # attention over the empty prefix, which costs seconds of compile time.
     zero = prompt_len.astype(jnp.int32) * 0
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    h, tapped, cache = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, tmodel.causal_mask(bt, p), taps=taps,
-                                      attn_impl=spec.attn_impl)
+    h, tapped, new_kv = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, tmodel.causal_mask(bt, p), taps=taps,
+                                       attn_impl=spec.attn_impl)
+    cache = append(cache, *new_kv, zero)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
@@ -266,8 +269,8 @@ def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
     def _walk(tree_, target_tokens):
         return walk(tree_, target_tokens, dcfg.depth if spec.speculative else 0)
 
-    def _commit(dparams, state, cache, tapped, result, knobs):
-        return commit_stage(dparams, state, cache, tapped, result, knobs, dcfg=dcfg, spec=spec,
+    def _commit(dparams, state, new_kv, tapped, result, knobs):
+        return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec,
                             slots=num_nodes(spec, dcfg) + 1)
 
     return {

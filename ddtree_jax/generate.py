@@ -23,6 +23,8 @@ import numpy as np
 
 from ddtree_jax import engine
 from ddtree_jax.errors import UserError, cli_main
+from ddtree_jax.models import drafter as dmodel
+from ddtree_jax.models import target as tmodel
 from ddtree_jax.sampling import SamplingConfig
 
 DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
@@ -84,10 +86,11 @@ class Generator:
             raise UserError(str(e)) from None
         self.method, self.policy_name, self.budget = method, policy, budget
         self.attn_impl = attn_impl
-        self.tparams = jax.device_put(ckpt.target_params)
+        self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
         self.drafter = "oracle" if oracle is not None else "dflash"
-        drafter_params = oracle if oracle is not None else ckpt.drafter_params
-        self.dparams = jax.device_put(drafter_params) if method != "ar" else None
+        self.dparams = None
+        if method != "ar":
+            self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
         self._compiled: dict = {}
 
     # ------------------------------------------------------------------ sizes and checks
@@ -252,10 +255,10 @@ class Generator:
                 tree = timed("tree", fns["tree"], logp, state)
             else:
                 tree = engine.root_tree(state)
-            logits, tapped, cache = timed("verify", fns["verify"], self.tparams, state, tree)
+            logits, tapped, new_kv = timed("verify", fns["verify"], self.tparams, state, tree)
             target_tokens = timed("verify", fns["choose"], logits, sub, knobs)
             result = timed("walk", fns["walk"], tree, target_tokens)
-            state = timed("commit", fns["commit"], self.dparams, state, cache, tapped, result, knobs)
+            state = timed("commit", fns["commit"], self.dparams, state, new_kv, tapped, result, knobs)
             state = dataclasses.replace(state, key=key)
             rounds += 1
             if on_tokens is not None:

@@ -19,6 +19,7 @@ from ddtree_jax.models.config import DrafterConfig
 from ddtree_jax.models.layers import (
     KVCache,
     apply_rope,
+    fuse_layer_weights,
     linear,
     mlp,
     rms_norm,
@@ -34,21 +35,34 @@ def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array) -> jax.
     return rms_norm(linear(taps, dparams["fc"]), dparams["hidden_norm"], cfg.rms_eps)
 
 
+def fuse_params(dparams: dict) -> dict:
+    """The inference layout: k/v and gate/up fused per layer (k and v read both the context
+    features and the block; q reads the block only)."""
+    groups = {"kv": ("k", "v"), "gate_up": ("gate", "up")}
+    return {**dparams, "layers": [fuse_layer_weights(p, groups) for p in dparams["layers"]]}
+
+
+def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array):
+    if "kv" in p:
+        k, v = jnp.split(linear(x, p["kv"], p.get("kv_bias")), 2, axis=-1)
+    else:
+        k, v = linear(x, p["k"], p.get("k_bias")), linear(x, p["v"], p.get("v_bias"))
+    k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
+    v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
+    return apply_rope(rms_norm(k, p["k_norm"], cfg.rms_eps), cos, sin), v
+
+
 def context_kv(p: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array):
     """One layer's K/V of the context features c [Bt, C, H] (no input layernorm on c)."""
-    k = split_heads(linear(c, p["k"], p.get("k_bias")), cfg.num_kv_heads, cfg.head_dim)
-    v = split_heads(linear(c, p["v"], p.get("v_bias")), cfg.num_kv_heads, cfg.head_dim)
-    return apply_rope(rms_norm(k, p["k_norm"], cfg.rms_eps), cos, sin), v
+    return _kv(p, cfg, c, cos, sin)
 
 
 def block_qkv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array):
     """One layer's Q/K/V of the noise block x [Bt, bs, H] (after input_layernorm)."""
     h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
     q = split_heads(linear(h, p["q"], p.get("q_bias")), cfg.num_heads, cfg.head_dim)
-    k = split_heads(linear(h, p["k"], p.get("k_bias")), cfg.num_kv_heads, cfg.head_dim)
-    v = split_heads(linear(h, p["v"], p.get("v_bias")), cfg.num_kv_heads, cfg.head_dim)
     q = apply_rope(rms_norm(q, p["q_norm"], cfg.rms_eps), cos, sin)
-    k = apply_rope(rms_norm(k, p["k_norm"], cfg.rms_eps), cos, sin)
+    k, v = _kv(p, cfg, h, cos, sin)
     return q, k, v
 
 

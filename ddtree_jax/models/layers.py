@@ -24,7 +24,25 @@ def linear(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
 
 
 def mlp(p: dict, x: jax.Array) -> jax.Array:
-    return linear(jax.nn.silu(linear(x, p["gate"])) * linear(x, p["up"]), p["down"])
+    if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
+        gate, up = jnp.split(linear(x, p["gate_up"]), 2, axis=-1)
+    else:
+        gate, up = linear(x, p["gate"]), linear(x, p["up"])
+    return linear(jax.nn.silu(gate) * up, p["down"])
+
+
+def fuse_layer_weights(p: dict, groups: dict[str, tuple[str, ...]]) -> dict:
+    """Concatenate projections that read the same input into one matrix, e.g. {"qkv": ("q","k","v")}.
+
+    At batch 1 a decoder step is a chain of small matmuls whose launches cost as much as their
+    bytes; fewer, wider matmuls read the same bytes with fewer launches. Biases follow.
+    """
+    p = dict(p)
+    for fused, names in groups.items():
+        p[fused] = jnp.concatenate([p.pop(n) for n in names], axis=1)
+        if all(f"{n}_bias" in p for n in names):
+            p[f"{fused}_bias"] = jnp.concatenate([p.pop(f"{n}_bias") for n in names], axis=0)
+    return p
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,25 +120,18 @@ def write_rows(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
     return jax.vmap(one)(cache, new, start)
 
 
-def gather_rows(cache: jax.Array, idx: jax.Array) -> jax.Array:
-    """Read positions idx [Bt, T] of cache [Bt, Hkv, S, Dh] -> [Bt, Hkv, T, Dh]."""
-    return jnp.take_along_axis(cache, idx[:, None, :, None], axis=2)
+def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start: jax.Array,
+           rows: jax.Array | None = None) -> KVCache:
+    """Write new K/V ([Bt, T, Hkv, Dh] per layer) at per-row positions start[Bt].
 
-
-def compact(cache: KVCache, start: jax.Array, src_slots: jax.Array) -> KVCache:
-    """Move K/V of slots start+src_slots[:, i] to start+i (the accepted path becomes contiguous).
-
-    src_slots: [Bt, P] increasing slot offsets; entries past a row's accepted length may be anything
-    (their destination lies beyond the row's new length).
+    rows [Bt, P] picks which of the T new entries to write, in order (the accepted path of a
+    tree); entries past a row's accepted length may be anything, since their destinations lie
+    beyond the row's new length. The verify pass never writes the cache itself, so nothing has to
+    be compacted afterwards.
     """
-    src = start[:, None] + src_slots
 
-    def move(c):
-        rows = gather_rows(c, src)  # [Bt, Hkv, P, Dh]
+    def pick(x):
+        return x if rows is None else jnp.take_along_axis(x, rows[:, :, None, None], axis=1)
 
-        def one(ci, ri, s):
-            return jax.lax.dynamic_update_slice(ci, ri, (0, s, 0))
-
-        return jax.vmap(one)(c, rows, start)
-
-    return KVCache([move(c) for c in cache.k], [move(c) for c in cache.v])
+    return KVCache([write_rows(c, pick(k), start) for c, k in zip(cache.k, new_k)],
+                   [write_rows(c, pick(v), start) for c, v in zip(cache.v, new_v)])

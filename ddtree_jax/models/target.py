@@ -17,21 +17,32 @@ from ddtree_jax.models.config import TargetConfig
 from ddtree_jax.models.layers import (
     KVCache,
     apply_rope,
+    fuse_layer_weights,
     linear,
     masked_attention,
     mlp,
     rms_norm,
     rope_tables,
     split_heads,
-    write_rows,
 )
 from pallas_kernels import attention
 
 
+def fuse_params(params: dict) -> dict:
+    """The inference layout: q/k/v and gate/up fused per layer (see layers.fuse_layer_weights)."""
+    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+    return {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
+
+
 def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array):
-    q = split_heads(linear(h, p["q"], p.get("q_bias")), cfg.num_heads, cfg.head_dim)
-    k = split_heads(linear(h, p["k"], p.get("k_bias")), cfg.num_kv_heads, cfg.head_dim)
-    v = split_heads(linear(h, p["v"], p.get("v_bias")), cfg.num_kv_heads, cfg.head_dim)
+    if "qkv" in p:
+        nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        q, k, v = jnp.split(linear(h, p["qkv"], p.get("qkv_bias")), [nq, nq + nkv], axis=-1)
+    else:
+        q, k, v = (linear(h, p[n], p.get(f"{n}_bias")) for n in ("q", "k", "v"))
+    q = split_heads(q, cfg.num_heads, cfg.head_dim)
+    k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
+    v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
     if cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.rms_eps)
         k = rms_norm(k, p["k_norm"], cfg.rms_eps)
@@ -49,15 +60,16 @@ def forward(
     *,
     taps: tuple[int, ...] = (),
     attn_impl: str = "auto",
-) -> tuple[jax.Array, jax.Array | None, KVCache | None]:
+) -> tuple[jax.Array, jax.Array | None, tuple[list[jax.Array], list[jax.Array]]]:
     """Run the decoder over T new tokens.
 
     tokens, positions: int32 [Bt, T]. new_mask: bool [Bt, T, T], which new tokens each new token
     sees (causal for a prompt, the ancestor mask for a tree). With a cache, every new token also
-    sees the cache's first cache_len[b] positions, and the new K/V are written at
-    cache_len .. cache_len+T-1 (compaction later keeps only what was accepted).
+    sees the cache's first cache_len[b] positions. The cache is only read: the new K/V come back
+    and the caller writes what it keeps (`layers.append`: all of a prompt, a tree's accepted path).
     Returns (final-normed hidden [Bt, T, H], tapped hidden states [Bt, T, len(taps)*H] or None,
-    updated cache). Tap i is the output of decoder layer i (HF's hidden_states[i + 1]).
+    (new K per layer, new V per layer), each [Bt, T, Hkv, Dh]). Tap i is the output of decoder
+    layer i (HF's hidden_states[i + 1]).
     """
     dtype = params["embed"].dtype
     x = params["embed"][tokens].astype(dtype)
@@ -69,21 +81,19 @@ def forward(
         with jax.named_scope(f"layer{i}"):
             h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
             q, k, v = _qkv(p, cfg, h, cos, sin)
+            new_k.append(k)
+            new_v.append(v)
             if cache is None:
                 o = masked_attention(q, k, v, new_mask, scale)
             else:
-                kc = write_rows(cache.k[i], k, cache_len)
-                vc = write_rows(cache.v[i], v, cache_len)
-                new_k.append(kc)
-                new_v.append(vc)
-                o = attention(q, k, v, kc, vc, cache_len, new_mask, scale=scale, impl=attn_impl)
+                o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
             x = x + linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"))
             x = x + mlp(p, rms_norm(x, p["mlp_norm"], cfg.rms_eps))
             if i in taps:
                 tapped[i] = x
     h = rms_norm(x, params["norm"], cfg.rms_eps)
     tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
-    return h, tap_out, (KVCache(new_k, new_v) if cache is not None else None)
+    return h, tap_out, (new_k, new_v)
 
 
 def lm_head(params: dict, cfg: TargetConfig, h: jax.Array) -> jax.Array:
