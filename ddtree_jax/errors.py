@@ -19,11 +19,12 @@ class UserError(Exception):
     """Bad input or an impossible request; the message says what to do."""
 
 
-def cli_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+def cli_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
+             prog: str | None = None) -> int:
     """Run `main(argv)`; report user errors and interrupts on one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    prog = getattr(main, "__module__", "ddtree_jax").replace(".__main__", "")
+    prog = prog or getattr(main, "__module__", "ddtree_jax").replace(".__main__", "")
     try:
         return int(main(args) or 0)
     except (UserError, ConfigError) as e:

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -139,6 +140,8 @@ class Generator:
         need = caches + logits
         stats = jax.devices()[0].memory_stats() or {}
         limit = stats.get("bytes_limit")
+        if os.environ.get("DDTREE_MEMORY_LIMIT_BYTES"):  # a cap for shared devices (and the tests)
+            limit = int(os.environ["DDTREE_MEMORY_LIMIT_BYTES"])
         if limit and need + stats.get("bytes_in_use", weights) > limit:
             raise UserError(f"not enough device memory: weights {weights / 2**30:.2f} GiB are loaded and the caches "
                             f"and logits need {need / 2**30:.2f} GiB more, {limit / 2**30:.2f} GiB in all on "
@@ -381,8 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
         raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar")
-    tok = load_tokenizer(ckpt)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl)
+    tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []
     for p in prompts:
@@ -439,4 +442,4 @@ class _TextStream:
 
 
 if __name__ == "__main__":
-    sys.exit(cli_main(main))
+    sys.exit(cli_main(main, prog="ddtree_jax.generate"))
