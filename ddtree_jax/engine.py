@@ -220,12 +220,13 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
              spec: DecodeSpec) -> State:
     """Prompt pass: fills both caches (from `new_caches`), chooses the first token (the first root)."""
     bt, p = prompt.shape
-    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (bt, p))
-    # Derived from an argument, not a literal: XLA would otherwise constant-fold the masked
-    # attention over the empty prefix, which costs seconds of compile time.
+    # Positions and masks derived from an argument, not literals: XLA would otherwise
+    # constant-fold the masked attention over the empty prefix (seconds of compile time).
     zero = prompt_len.astype(jnp.int32) * 0
+    pos = zero[:, None] + jnp.arange(p, dtype=jnp.int32)
+    causal = pos[:, :, None] >= pos[:, None, :]
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    h, tapped, new_kv = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, tmodel.causal_mask(bt, p), taps=taps,
+    h, tapped, new_kv = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, causal, taps=taps,
                                        attn_impl=spec.attn_impl)
     cache = append(cache, *new_kv, zero)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
