@@ -222,7 +222,7 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     bt, p = prompt.shape
     # Positions and masks derived from an argument, not literals: XLA would otherwise
     # constant-fold the masked attention over the empty prefix (seconds of compile time).
-    zero = prompt_len.astype(jnp.int32) * 0
+    zero = jax.lax.optimization_barrier(jnp.zeros_like(prompt_len, jnp.int32))
     pos = zero[:, None] + jnp.arange(p, dtype=jnp.int32)
     causal = pos[:, :, None] >= pos[:, None, :]
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
