@@ -343,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", action="store_true", help="time each stage of the round (slower: a sync per stage)")
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
     ap.add_argument("--rounds-per-call", type=int, default=4, help="rounds per device call while streaming")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
+                    help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     return ap
 
@@ -394,7 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ckpt_path.exists():
         hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
         raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
-    ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar")
+    dtype = args.dtype
+    if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
+        dtype = "float32" if jax.default_backend() == "cpu" else None
+    ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl)
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)

@@ -31,8 +31,8 @@ Adding a policy takes one new file, no engine change:
             slots = jnp.broadcast_to(jnp.arange(n), (batch, n))
             return tree_from_nodes(tokens, parents=slots, depths=slots + 1, num_nodes=n, max_depth=depth)
 
-then add `mine` to the import list at the bottom of this file (or import the module yourself
-before calling `make_policy`). Rules: parents before children (slot index), sibling tokens
+and nothing else: every module of this package is imported (and so registered) when
+`ddtree_jax.trees` is. Rules: parents before children (slot index), sibling tokens
 distinct, at most `num_nodes(budget, D)` slots; `tests/test_trees.py` checks every registered
 policy against these rules automatically.
 """
@@ -48,8 +48,14 @@ from ddtree_jax.trees.base import (
     tree_from_nodes,
 )
 
-# Importing a policy module registers it.
-from ddtree_jax.trees import beam, chain, ddtree, static  # noqa: E402,F401  isort: skip
+# Importing a policy module registers it: every module in this package is imported, so a new
+# policy file needs no edit anywhere else.
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+for _mod in _pkgutil.iter_modules(__path__):
+    if _mod.name != "base":
+        _importlib.import_module(f"{__name__}.{_mod.name}")
 
 __all__ = [
     "DraftTree",

@@ -42,6 +42,9 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
     vals, toks = jax.lax.top_k(logp, k)  # [Bt, D, K]: rank r -> (log-prob, token)
+    # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
+    # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
+    vals, toks = jax.lax.optimization_barrier((vals, toks))
 
     # Beam per depth, each kept in lexicographic rank-path order so that the flat candidate
     # index (beam entry * K + rank) is itself lexicographic: top_k's lower-index-first tie rule
