@@ -1,0 +1,336 @@
+"""The benchmark matrix: AR, DFlash and DDTree on the same prompts, timed, checked and summarised.
+
+    configs  = ar, dflash, then ddtree x policies x budgets (AR always runs: it is the baseline)
+    for each config (one Generator), for each temperature:
+        one warm-up generation (compilation happens before the clock anyway),
+        `repeats` timed passes over all prompts (batch 1, seed = seed + prompt index),
+        one profiled pass (`profile=True`) over the first `profile_prompts` prompts for the
+        per-stage times.
+
+Speedups are against AR measured in the same run at the same temperature. Greedy runs are
+checked token by token against AR's output (lossless decoding must reproduce it exactly).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import gc
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+STAGES = ("draft", "tree", "verify", "walk", "commit")
+SCHEMA = "ddtree-jax-bench/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    method: str
+    policy: str = "chain"
+    budget: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.method == "ddtree":
+            return f"ddtree[{self.policy}] B={self.budget}"
+        return self.method
+
+
+@dataclasses.dataclass
+class SuiteOptions:
+    max_new_tokens: int = 256
+    temperatures: Sequence[float] = (0.0, 1.0)
+    repeats: int = 3
+    seed: int = 0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_ids: Sequence[int] = ()
+    profile_prompts: int = 4
+    profile_temperatures: Sequence[float] | None = None  # None: all
+    attn_impl: str = "auto"
+
+
+def matrix(methods: Sequence[str], policies: Sequence[str], budgets: Sequence[int]) -> list[RunConfig]:
+    """AR first (the baseline of every speedup), then DFlash, then DDTree per policy and budget."""
+    configs = [RunConfig("ar")]
+    if "dflash" in methods:
+        configs.append(RunConfig("dflash"))
+    if "ddtree" in methods:
+        configs += [RunConfig("ddtree", p, b) for p in policies for b in budgets]
+    return configs
+
+
+def spread(values: Sequence[float]) -> dict:
+    values = [float(v) for v in values]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+# ---------------------------------------------------------------------------------------------- environment
+
+
+def git_commit(root: Path) -> dict:
+    def git(*args):
+        # --no-optional-locks: never take the index lock (others may be running git in this checkout)
+        r = subprocess.run(["git", "--no-optional-locks", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def environment() -> dict:
+    import jax
+
+    dev = jax.devices()[0]
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "jax": jax.__version__,
+        "platform": jax.default_backend(),
+        "device_kind": dev.device_kind,
+        "device_count": jax.device_count(),
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "numpy": np.__version__,
+    }
+    env.update(git_commit(Path(__file__).resolve().parent.parent))
+    return env
+
+
+# ---------------------------------------------------------------------------------------------- one config
+
+
+def _nodes(gen) -> int:
+    return gen.policy.num_nodes(gen.budget, gen.dcfg.depth) if gen.budget else 0
+
+
+def first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token (or the shorter length when one is a prefix); None if equal."""
+    if list(a) == list(b):
+        return None
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _profiles(opts: SuiteOptions, temperature: float) -> int:
+    if opts.profile_temperatures is not None and temperature not in opts.profile_temperatures:
+        return 0
+    return opts.profile_prompts
+
+
+def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda n=1: None) -> dict:
+    """Time one Generator at one temperature over all prompts; returns the row (tokens kept aside
+    under "_tokens" for the losslessness check, removed before writing)."""
+    kw = dict(max_new_tokens=opts.max_new_tokens, temperature=temperature, top_k=opts.top_k, top_p=opts.top_p,
+              stop_ids=list(opts.stop_ids))
+    gen.generate_ids([list(prompts[0].ids)], seed=opts.seed, **kw)  # warm-up
+    tick()
+    passes = []  # passes[r][i] = Result
+    for _ in range(opts.repeats):
+        row = []
+        for p in prompts:
+            row.append(gen.generate_ids([list(p.ids)], seed=opts.seed + p.index, **kw)[0])
+            tick()
+        passes.append(row)
+
+    ref = passes[0]  # outputs are identical across repeats (same seed); timing is what repeats
+    tokens = sum(r.num_output_tokens for r in ref)
+    rounds = sum(r.rounds for r in ref)
+    accept = [a for r in ref for a in r.acceptance_lengths]
+    depth = gen.dcfg.depth if gen.budget else 0
+    hist = np.bincount(np.asarray(accept, np.int64), minlength=depth + 2)[1:].tolist() if accept else []
+    tps = [tokens / sum(r.time_s for r in ps) for ps in passes]
+    decode = [sum(r.time_s - r.prefill_s for r in ps) for ps in passes]
+    per_prompt = []
+    for i, p in enumerate(prompts):
+        times = [ps[i].time_s for ps in passes]
+        r = ref[i]
+        per_prompt.append({
+            "prompt": p.index, "num_output_tokens": r.num_output_tokens, "rounds": r.rounds,
+            "mean_acceptance": r.mean_acceptance, "time_s": spread(times),
+            "tokens_per_s": r.num_output_tokens / statistics.median(times),
+            "prefill_s": statistics.median(ps[i].prefill_s for ps in passes),
+        })
+
+    stage_ms, profiled_rounds = None, 0
+    if _profiles(opts, temperature) > 0:
+        totals = dict.fromkeys(STAGES, 0.0)
+        for p in prompts[: _profiles(opts, temperature)]:
+            r = gen.generate_ids([list(p.ids)], seed=opts.seed + p.index, profile=True, **kw)[0]
+            for k in STAGES:
+                totals[k] += (r.stage_ms or {}).get(k, 0.0) * r.rounds
+            profiled_rounds += r.rounds
+            tick()
+        stage_ms = {k: v / max(profiled_rounds, 1) for k, v in totals.items()}
+    round_ms = sum(stage_ms.values()) if stage_ms else None
+
+    return {
+        "method": gen.method, "policy": gen.policy_name, "budget": gen.budget, "nodes": _nodes(gen),
+        "temperature": temperature, "label": RunConfig(gen.method, gen.policy_name, gen.budget).label,
+        "num_prompts": len(prompts), "repeats": opts.repeats, "output_tokens": tokens, "rounds": rounds,
+        "tokens_per_s": spread(tps),
+        "decode_tokens_per_s": spread([tokens / d for d in decode]),
+        "time_per_round_ms": spread([1e3 * d / max(rounds, 1) for d in decode]),
+        "prefill_ms": 1e3 * statistics.median(r.prefill_s for ps in passes for r in ps),
+        "mean_acceptance": float(np.mean(accept)) if accept else 0.0,
+        "acceptance_histogram": hist,  # hist[k] = rounds that committed k + 1 tokens
+        "stage_ms": stage_ms, "profiled_rounds": profiled_rounds,
+        "profiled_round_ms": round_ms,
+        # what a round costs beyond the target's verify pass (draft, tree, walk, commit)
+        "overhead_fraction": (round_ms - stage_ms["verify"]) / round_ms if round_ms else None,
+        "per_prompt": per_prompt,
+        "_tokens": [r.token_ids for r in ref],
+    }
+
+
+def compare_with_baseline(row: dict, base: dict) -> None:
+    """Speedup over AR (same prompts, same temperature) and, when greedy, the losslessness check."""
+    row["speedup_vs_ar"] = row["tokens_per_s"]["median"] / base["tokens_per_s"]["median"]
+    per = [p["tokens_per_s"] / b["tokens_per_s"] for p, b in zip(row["per_prompt"], base["per_prompt"])]
+    row["speedup_vs_ar_per_prompt"] = spread(per)
+    for p, s in zip(row["per_prompt"], per):
+        p["speedup_vs_ar"] = s
+    if row["temperature"] != 0:
+        row["lossless"] = None  # sampled: same distribution, not the same tokens
+        return
+    bad = []
+    for i, (ours, ref) in enumerate(zip(row["_tokens"], base["_tokens"])):
+        at = first_mismatch(ours, ref)
+        row["per_prompt"][i]["lossless"] = at is None
+        if at is not None:
+            row["per_prompt"][i]["first_mismatch"] = at
+            bad.append({"prompt": row["per_prompt"][i]["prompt"], "first_mismatch": at,
+                        "ours": ours[max(0, at - 2): at + 6], "ar": ref[max(0, at - 2): at + 6]})
+    row["lossless"] = not bad
+    row["mismatches"] = bad
+
+
+# ---------------------------------------------------------------------------------------------- the suite
+
+
+def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *, progress: bool = True,
+              log=print) -> tuple[list[dict], dict[float, list[list[int]]]]:
+    """All configs x temperatures: the rows in run order (AR first at each temperature), and AR's
+    output tokens per temperature (the reference for other comparisons)."""
+    from tqdm import tqdm
+
+    from ddtree_jax.generate import Generator
+
+    per_config = sum(1 + opts.repeats * len(prompts) + min(_profiles(opts, t), len(prompts))
+                     for t in opts.temperatures)
+    bar = tqdm(total=len(configs) * per_config, desc="bench", unit="gen",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    say = (lambda s: bar.write(s, file=sys.stderr)) if progress else log
+    rows, baseline = [], {}
+    try:
+        for cfg in configs:
+            gen = Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1,
+                            attn_impl=opts.attn_impl)
+            for t in opts.temperatures:
+                bar.set_postfix_str(f"{cfg.label} T={t:g}")
+                row = run_config(gen, prompts, t, opts, tick=bar.update)
+                if cfg.method == "ar":
+                    baseline[t] = row
+                    row["lossless"] = True if t == 0 else None  # the reference itself
+                compare_with_baseline(row, baseline[t])
+                rows.append(row)
+                say(summary_line(row))
+                if row["lossless"] is False:
+                    say(f"!!! LOSSLESS CHECK FAILED: {row['label']} T=0 differs from AR on "
+                        f"{len(row['mismatches'])}/{len(prompts)} prompts: {row['mismatches'][:3]}")
+            del gen
+            gc.collect()  # one config's weights on the device at a time
+    finally:
+        bar.close()
+    reference = {t: row["_tokens"] for t, row in baseline.items()}
+    for row in rows:
+        row.pop("_tokens", None)
+    return rows, reference
+
+
+def summary_line(row: dict) -> str:
+    tps = row["tokens_per_s"]
+    st = ""
+    if row["stage_ms"]:
+        st = " | ms/round " + " ".join(f"{k} {row['stage_ms'][k]:.1f}" for k in STAGES if row["stage_ms"][k])
+    ok = {True: "lossless", False: "MISMATCH", None: "sampled"}[row["lossless"]]
+    return (f"[bench] {row['label']:<24} T={row['temperature']:<4g} acc {row['mean_acceptance']:5.2f}  "
+            f"{tps['median']:8.1f} tok/s [{tps['min']:.1f}-{tps['max']:.1f}]  x{row['speedup_vs_ar']:.2f} vs AR  "
+            f"{ok}{st}")
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    head = ("| method | policy | budget | nodes | temperature | mean acceptance | tokens/s (median [min-max]) "
+            "| speedup vs AR | round ms (profiled) | overhead beyond verify | lossless |")
+    lines = [head, "| " + " | ".join(["---"] * (head.count("|") - 1)) + " |"]
+    for r in rows:
+        tps = r["tokens_per_s"]
+        ok = {True: "yes", False: "**NO**", None: "n/a (sampled)"}[r["lossless"]]
+        rnd = f"{r['profiled_round_ms']:.1f}" if r["profiled_round_ms"] else "-"
+        ov = f"{100 * r['overhead_fraction']:.0f}%" if r["overhead_fraction"] is not None else "-"
+        lines.append(f"| {r['method']} | {r['policy'] if r['method'] == 'ddtree' else '-'} | {r['budget']} | "
+                     f"{r['nodes']} | {r['temperature']:g} | {r['mean_acceptance']:.2f} | "
+                     f"{tps['median']:.1f} [{tps['min']:.1f}-{tps['max']:.1f}] | {r['speedup_vs_ar']:.2f} | "
+                     f"{rnd} | {ov} | {ok} |")
+    return "\n".join(lines) + "\n"
+
+def summary_markdown(bench: dict) -> str:
+    """summary.md: the runs table, then the PyTorch baseline and the round latency when present."""
+    table = markdown_table(bench["runs"])
+    if "torch_baseline" in bench:
+        tb = bench["torch_baseline"]
+        table += (f"\nPyTorch `transformers` {tb['transformers']} greedy generate (float32, {tb['cache_implementation']} "
+                  f"cache, {tb['threads']} threads): {tb['tokens_per_s']['median']:.1f} tok/s "
+                  f"[{tb['tokens_per_s']['min']:.1f}-{tb['tokens_per_s']['max']:.1f}]")
+        if tb.get("jax_ar_speedup_over_torch"):
+            table += (f"; JAX AR greedy {tb['jax_ar_tokens_per_s']:.1f} tok/s "
+                      f"({tb['jax_ar_speedup_over_torch']:.2f}x); tokens equal to JAX AR on {tb['equal_to_jax_ar']} prompts")
+        table += "\n"
+    if "round_latency" in bench:
+        rl = bench["round_latency"]
+        table += (f"\nRound latency, {rl['model']}-shaped random weights ({rl['dtype']}, prompt {rl['prompt_len']}, "
+                  f"{rl['device']}; bench.bench_round):\n\n| method | policy | budget | nodes | round ms | "
+                  + " | ".join(STAGES) + " |\n|" + " --- |" * (5 + len(STAGES)) + "\n")
+        for r in rl["rows"]:
+            table += (f"| {r['method']} | {r['policy']} | {r['budget']} | {r['nodes']} | {r['round_ms_median']:.2f} | "
+                      + " | ".join(f"{r['stage_ms'].get(k, 0):.2f}" for k in STAGES) + " |\n")
+    return table
+
+
+# ---------------------------------------------------------------------------------------------- round latency
+
+
+def round_latency(model: str, budgets: Sequence[int], policies: Sequence[str], repeats: int, prompt_len: int,
+                  rounds: int = 32, attn_impl: str = "auto", log=print) -> dict:
+    """bench.bench_round's measurement (random weights of a large shape) for AR, DFlash and DDTree."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench.bench_round import build, measure, nbytes
+    from ddtree_jax.generate import Generator
+
+    ck = build(model, jnp.bfloat16)
+    runs = [("ar", "chain", 1), ("dflash", "chain", 1)] + [("ddtree", p, b) for p in policies for b in budgets]
+    out_rows = []
+    for method, policy, budget in runs:
+        gen = Generator(ck, method=method, policy=policy, budget=budget, attn_impl=attn_impl)
+        r = measure(gen, prompt_len, rounds, repeats, stage_repeats=5)
+        r.update(method=method, policy=gen.policy_name, budget=gen.budget)
+        out_rows.append(r)
+        log(f"[bench] round latency {model} {method:6s} {gen.policy_name:<12} B={gen.budget:<5d} "
+            f"{r['round_ms_median']:.3f} ms/round")
+        del gen
+        gc.collect()
+    return {"model": model, "prompt_len": prompt_len, "rounds": rounds, "dtype": "bfloat16", "attn_impl": attn_impl,
+            "device": jax.devices()[0].device_kind, "target_bytes": nbytes(ck.target_params),
+            "drafter_bytes": nbytes(ck.drafter_params), "rows": out_rows}

@@ -1,0 +1,109 @@
+"""PyTorch reference: `transformers` greedy `generate` on the same prompts and weights.
+
+The target is loaded from its Hugging Face directory in float32 (a CPU comparison: the converted
+checkpoint may be bf16, so tokens can differ after a near-tie; that is reported, not asserted).
+A static KV cache (`cache_implementation="static"`) is used when the installed transformers
+accepts it; otherwise the default dynamic cache, and the JSON says so.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ddtree_jax.errors import UserError
+
+
+def resolve_hf_target(ckpt_path: Path, meta: dict, explicit: str | None) -> Path:
+    """--hf-target, else the checkpoint's recorded `target.source`, else the shipped pair's hf/target."""
+    candidates = [Path(explicit)] if explicit else []
+    if not explicit:
+        src = (meta.get("target") or {}).get("source")
+        if src:
+            candidates.append(Path(src))
+        candidates.append(Path(ckpt_path).parent / "hf" / "target")  # the layout of default_model/
+    for c in candidates:
+        if (c / "config.json").is_file():
+            return c
+    where = ", ".join(str(c) for c in candidates) or "nowhere"
+    raise UserError(f"no Hugging Face target directory for --torch-baseline (looked at {where}); "
+                    "pass --hf-target DIR")
+
+
+def load_model(hf_dir: Path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32)
+        except TypeError:  # transformers < 4.56 names it torch_dtype
+            model = AutoModelForCausalLM.from_pretrained(str(hf_dir), torch_dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        raise UserError(f"transformers cannot load {hf_dir}: {str(e).splitlines()[0]}") from None
+    return model.eval()
+
+
+def run(hf_dir: Path, prompts, max_new_tokens: int, stop_ids: Sequence[int], repeats: int,
+        reference: Sequence[Sequence[int]] | None = None, tick=lambda n=1: None) -> dict:
+    """Greedy generation per prompt (batch 1); `reference`: our greedy AR tokens per prompt."""
+    import torch
+    import transformers
+
+    model = load_model(hf_dir)
+    gen_cfg = copy.deepcopy(model.generation_config)
+    gen_cfg.do_sample, gen_cfg.temperature, gen_cfg.top_p, gen_cfg.top_k = False, None, None, None
+    gen_cfg.max_new_tokens, gen_cfg.min_new_tokens = max_new_tokens, None
+    gen_cfg.eos_token_id = list(stop_ids) or None
+    gen_cfg.pad_token_id = stop_ids[0] if stop_ids else 0
+
+    def generate(ids, cache):
+        x = torch.tensor([list(ids)], dtype=torch.long)
+        gen_cfg.cache_implementation = cache
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = model.generate(x, attention_mask=torch.ones_like(x), generation_config=gen_cfg)
+            dt = time.perf_counter() - t0
+        return out[0, x.shape[1]:].tolist(), dt
+
+    cache, note = "static", None
+    try:
+        generate(prompts[0].ids, cache)  # warm-up (and the static cache's allocation)
+    except Exception as e:  # noqa: BLE001 - any refusal of the static cache means: use the default
+        cache, note = None, f"static cache refused ({type(e).__name__}: {str(e).splitlines()[0][:200]}); default cache"
+        generate(prompts[0].ids, cache)
+    tick()
+    times = [[0.0] * len(prompts) for _ in range(repeats)]
+    tokens = [None] * len(prompts)
+    for r in range(repeats):
+        for i, p in enumerate(prompts):
+            tokens[i], times[r][i] = generate(p.ids, cache)
+            tick()
+    n_tok = sum(len(t) for t in tokens)
+    per_prompt = []
+    equal = 0
+    for i, p in enumerate(prompts):
+        t = statistics.median(times[r][i] for r in range(repeats))
+        entry = {"prompt": p.index, "num_output_tokens": len(tokens[i]), "time_s": t,
+                 "tokens_per_s": len(tokens[i]) / t}
+        if reference is not None:
+            from bench.suite import first_mismatch
+
+            at = first_mismatch(tokens[i], reference[i])
+            entry["equal_to_jax_ar"] = at is None
+            if at is not None:
+                entry["first_mismatch"] = at
+            equal += at is None
+        per_prompt.append(entry)
+    tps = [n_tok / sum(ts) for ts in times]
+    return {
+        "hf_target": str(hf_dir), "dtype": "float32", "transformers": transformers.__version__,
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "cache_implementation": cache or "default (dynamic)", "cache_note": note,
+        "repeats": repeats, "output_tokens": n_tok,
+        "tokens_per_s": {"median": statistics.median(tps), "min": min(tps), "max": max(tps), "n": len(tps)},
+        "equal_to_jax_ar": None if reference is None else f"{equal}/{len(prompts)}",
+        "per_prompt": per_prompt,
+    }

@@ -1,0 +1,162 @@
+"""`python -m bench` end to end on the shipped pair (tiny matrix), its JSON and plots, the torch
+baseline, the losslessness bookkeeping, and the error contract (exit 2, one line, no traceback)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddtree_jax.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("acceptance_vs_budget.png", "speedup_vs_budget.png", "stage_breakdown.png", "acceptance_hist.png")
+
+
+def test_suite_end_to_end_on_the_shipped_pair(tmp_path):
+    from bench.__main__ import main
+
+    out = tmp_path / "run"
+    rc = main(["--num-prompts", "2", "--prompt-tokens", "32", "--max-new-tokens", "8", "--methods", "ar,ddtree",
+               "--policies", "ddtree", "--budgets", "4", "--temperatures", "0", "--repeats", "1",
+               "--profile-prompts", "0", "--torch-baseline", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    bench = json.loads((out / "bench.json").read_text())
+    for key in ("schema", "config", "environment", "prompts", "runs", "all_lossless", "torch_baseline"):
+        assert key in bench, key
+    for key in ("jax", "platform", "device_kind", "commit", "date"):
+        assert key in bench["environment"], key
+    assert [p["num_tokens"] for p in bench["prompts"]] == [32, 32]
+    runs = {r["method"]: r for r in bench["runs"]}
+    assert set(runs) == {"ar", "ddtree"} and bench["all_lossless"]
+    for r in runs.values():
+        for key in ("tokens_per_s", "mean_acceptance", "acceptance_histogram", "time_per_round_ms", "stage_ms",
+                    "speedup_vs_ar", "overhead_fraction", "per_prompt", "lossless"):
+            assert key in r, key
+        assert r["lossless"] is True and r["tokens_per_s"]["median"] > 0 and len(r["per_prompt"]) == 2
+        assert all(p["num_output_tokens"] == 8 for p in r["per_prompt"])
+        assert sum(r["acceptance_histogram"]) == r["rounds"]
+    assert runs["ar"]["mean_acceptance"] == 1.0 and runs["ar"]["speedup_vs_ar"] == 1.0
+    assert runs["ddtree"]["budget"] == 4 and runs["ddtree"]["mean_acceptance"] >= 1.0
+    # the profiled pass compiles every stage again (~15 s here): test_run_config_bookkeeping covers it
+    assert runs["ddtree"]["stage_ms"] is None and runs["ddtree"]["overhead_fraction"] is None
+    tb = bench["torch_baseline"]
+    assert tb["tokens_per_s"]["median"] > 0 and tb["equal_to_jax_ar"].endswith("/2")
+    assert tb["cache_implementation"] in ("static", "default (dynamic)")
+    assert "| ddtree | ddtree | 4 |" in (out / "summary.md").read_text()
+    for name in PLOTS:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000, name
+
+
+class _FakeGenerator:
+    """Generator's interface with canned results: run_config's bookkeeping without compiling."""
+
+    method, policy_name, budget = "ddtree", "ddtree", 8
+    dcfg = type("D", (), {"depth": 4})()
+    policy = type("P", (), {"num_nodes": staticmethod(lambda b, d: b)})()
+
+    def __init__(self):
+        self.calls = []
+
+    def generate_ids(self, prompts, *, max_new_tokens, seed, profile=False, **kw):
+        from ddtree_jax.generate import Result
+
+        self.calls.append((seed, profile))
+        acc = [3, 5, 1] if seed % 2 == 0 else [2, 2]
+        stage = {"draft": 1.0, "tree": 0.5, "verify": 2.0, "walk": 0.1, "commit": 0.4} if profile else None
+        return [Result(token_ids=list(range(sum(acc))), num_output_tokens=sum(acc), time_s=0.5 + 0.1 * len(self.calls),
+                       tokens_per_s=0.0, rounds=len(acc), acceptance_lengths=acc, mean_acceptance=sum(acc) / len(acc),
+                       prefill_s=0.1, stage_ms=stage)]
+
+
+def test_run_config_bookkeeping(tmp_path):
+    from bench.plots import draw_all
+    from bench.prompts import Prompt
+    from bench.suite import SuiteOptions, compare_with_baseline, run_config
+
+    gen = _FakeGenerator()
+    prompts = [Prompt(0, "a", (1, 2)), Prompt(1, "b", (3,))]
+    row = run_config(gen, prompts, 0.0, SuiteOptions(max_new_tokens=9, repeats=2, seed=10, profile_prompts=1))
+    # one warm-up, 2 repeats x 2 prompts, one profiled prompt
+    assert gen.calls == [(10, False), (10, False), (11, False), (10, False), (11, False), (10, True)]
+    assert row["output_tokens"] == 13 and row["rounds"] == 5
+    assert row["mean_acceptance"] == pytest.approx(13 / 5)
+    assert row["acceptance_histogram"] == [1, 2, 1, 0, 1]  # lengths 1..depth+1
+    assert row["tokens_per_s"]["n"] == 2 and row["tokens_per_s"]["min"] < row["tokens_per_s"]["max"]
+    assert row["stage_ms"]["verify"] == pytest.approx(2.0)
+    assert row["overhead_fraction"] == pytest.approx(2.0 / 4.0)
+    assert len(row["per_prompt"]) == 2 and row["per_prompt"][1]["time_s"]["n"] == 2
+    compare_with_baseline(row, row)
+    assert row["lossless"] is True and row["speedup_vs_ar"] == 1.0
+    # the plots draw stacked stages and histograms from such rows
+    for name in draw_all({"runs": [row], "environment": {"device_kind": "fake"}}, tmp_path):
+        data = name.read_bytes()
+        assert data[:8] == PNG and len(data) > 5000, name
+
+
+def test_lossless_check_flags_a_mismatch():
+    from bench.suite import compare_with_baseline, first_mismatch
+
+    def row(tokens, t=0.0):
+        return {"temperature": t, "tokens_per_s": {"median": 10.0}, "_tokens": tokens,
+                "per_prompt": [{"prompt": i, "tokens_per_s": 10.0} for i in range(len(tokens))]}
+
+    base = row([[1, 2, 3], [4, 5]])
+    bad = row([[1, 2, 3], [4, 6]])
+    compare_with_baseline(bad, base)
+    assert bad["lossless"] is False and bad["mismatches"][0]["prompt"] == 1
+    assert bad["per_prompt"][1]["first_mismatch"] == 1 and bad["speedup_vs_ar"] == 1.0
+    sampled = row([[9]], t=1.0)
+    compare_with_baseline(sampled, row([[1]], t=1.0))
+    assert sampled["lossless"] is None
+    assert first_mismatch([1, 2], [1, 2, 3]) == 2 and first_mismatch([1], [1]) is None
+
+
+def test_policy_list_parsing():
+    from bench.__main__ import parse_policies
+
+    assert parse_policies("ddtree,beam:width=4") == ["ddtree", "beam:width=4"]
+    assert parse_policies("static:tree=0;1;0.0, chain") == ["static:tree=0;1;0.0", "chain"]
+    assert parse_policies("mine:a=1,b=2,ddtree") == ["mine:a=1,b=2", "ddtree"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--methods", "ar,nope"], "nope"),
+    (["--policies", "bogus"], "bogus"),
+    (["--budgets", "0"], "--budgets"),
+    (["--budgets", "x"], "--budgets"),
+    (["--temperatures", "-1"], "--temperatures"),
+    (["--repeats", "0"], "--repeats"),
+    (["--round-latency", "gpt5"], "gpt5"),
+    (["--prompts", "/nonexistent/p.jsonl"], "not found"),
+])
+def test_bad_options_are_user_errors(tmp_path, args, needle):
+    from bench.__main__ import main
+
+    with pytest.raises(UserError) as e:
+        main([*args, "--out", str(tmp_path / "o")])
+    assert needle in str(e.value)
+
+
+def test_empty_prompt_file(tmp_path):
+    from bench.__main__ import main
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(UserError, match="no prompts"):
+        main(["--prompts", str(empty), "--out", str(tmp_path / "o")])
+
+
+def test_missing_checkpoint_is_one_line_exit_2(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-m", "bench", "--ckpt", str(tmp_path / "missing"), "--out",
+                        str(tmp_path / "o")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("bench: error:") and "not found" in lines[0]
