@@ -6,6 +6,8 @@ no traceback unless `--debug` is on the command line.
 """
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -37,3 +39,22 @@ def cli_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
             raise
         print(f"{prog}: interrupted; nothing partial was left behind", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line through `cli_main` (exit 2), not usage + message."""
+
+    def error(self, message: str):
+        raise UserError(f"{message}; see {self.prog} --help")
+
+
+def run_script(main: Callable[[Sequence[str] | None], int | None], prog: str) -> None:
+    """`python -m` entry: like sys.exit(cli_main(...)), but a failed run exits at once, so that
+    background threads of half-done work (e.g. an aborted checkpoint restore) cannot print more
+    after the one-line error."""
+    code = cli_main(main, prog=prog)
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -8,7 +8,6 @@ and timed without compilation; streaming runs a few rounds per call and prints b
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -23,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import engine
-from ddtree_jax.errors import UserError, cli_main
+from ddtree_jax.errors import ArgumentParser, UserError, run_script
 from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.sampling import SamplingConfig
@@ -83,8 +82,16 @@ class Generator:
             raise UserError("--method ddtree needs --budget >= 1 (budget 0 is --method ar)")
         try:
             self.policy = make_policy(policy)
+            if budget:  # a policy that cannot build for this drafter fails here, not mid-trace
+                logp = jax.ShapeDtypeStruct((1, self.dcfg.depth, self.tcfg.vocab_size), jnp.float32)
+                jax.eval_shape(lambda x: self.policy.build(x, budget), logp)
         except ValueError as e:
-            raise UserError(str(e)) from None
+            raise UserError(f"tree policy {policy!r}: {e}") from None
+        from pallas_kernels import available_impls
+
+        impls = tuple(dict.fromkeys(("auto",) + tuple(available_impls())))
+        if attn_impl not in impls:
+            raise UserError(f"unknown --attn-impl {attn_impl!r}; available here: {', '.join(impls)}")
         self.method, self.policy_name, self.budget = method, policy, budget
         self.attn_impl = attn_impl
         self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
@@ -143,7 +150,11 @@ class Generator:
         stats = jax.devices()[0].memory_stats() or {}
         limit = stats.get("bytes_limit")
         if os.environ.get("DDTREE_MEMORY_LIMIT_BYTES"):  # a cap for shared devices (and the tests)
-            limit = int(os.environ["DDTREE_MEMORY_LIMIT_BYTES"])
+            try:
+                limit = int(os.environ["DDTREE_MEMORY_LIMIT_BYTES"])
+            except ValueError:
+                raise UserError("DDTREE_MEMORY_LIMIT_BYTES must be a whole number of bytes (got "
+                                f"{os.environ['DDTREE_MEMORY_LIMIT_BYTES']!r})") from None
         if limit and need + stats.get("bytes_in_use", weights) > limit:
             raise UserError(f"not enough device memory: weights {weights / 2**30:.2f} GiB are loaded and the caches "
                             f"and logits need {need / 2**30:.2f} GiB more, {limit / 2**30:.2f} GiB in all on "
@@ -243,8 +254,6 @@ class Generator:
 
     def _profiled_rounds(self, state, knobs, spec, on_tokens, emitted):
         """Host loop over separately jitted stages with a sync after each, to time them."""
-        from ddtree_jax.walk import walk as _  # noqa: F401  (import cost outside the timers)
-
         if spec not in self._stage_fns:
             self._stage_fns[spec] = engine.stage_functions(self.tcfg, self.dcfg, spec)
         fns = self._stage_fns[spec]
@@ -304,9 +313,10 @@ def _load_prompts(args) -> list[str]:
                 except json.JSONDecodeError:
                     raise UserError(f"{path}:{n} looks like JSON but does not parse; one prompt per line, "
                                     "or one JSON object with a \"prompt\" or \"text\" field per line") from None
-                if "prompt" not in obj and "text" not in obj:
-                    raise UserError(f"{path}:{n} has no \"prompt\" or \"text\" field")
-                prompts.append(obj.get("prompt", obj.get("text")))
+                value = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
+                if not isinstance(value, str):
+                    raise UserError(f"{path}:{n} needs a string \"prompt\" or \"text\" field")
+                prompts.append(value)
             else:
                 prompts.append(line.replace("\\n", "\n"))
         if not prompts:
@@ -318,10 +328,10 @@ def _load_prompts(args) -> list[str]:
     return prompts
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     from ddtree_jax.trees import available_policies
 
-    ap = argparse.ArgumentParser(prog="python -m ddtree_jax.generate",
+    ap = ArgumentParser(prog="python -m ddtree_jax.generate",
                                  description="Lossless speculative generation with DDTree / DFlash, or plain decoding.")
     ap.add_argument("--ckpt", default=str(DEFAULT_CKPT),
                     help="converted checkpoint directory (python -m convert); default: the shipped small pair")
@@ -351,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_tokenizer(ckpt):
     if ckpt.tokenizer_dir is None:
-        raise UserError(f"the checkpoint has no tokenizer files; reconvert with a target directory that has them")
+        raise UserError("the checkpoint has no tokenizer files; reconvert with a target directory that has them")
     from transformers import AutoTokenizer
 
     try:
@@ -385,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
     if not 0 < args.top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.rounds_per_call < 1:
+        raise UserError(f"--rounds-per-call must be >= 1 (got {args.rounds_per_call})")
     if args.top_k < 0:
         raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
     try:
@@ -458,4 +470,4 @@ class _TextStream:
 
 
 if __name__ == "__main__":
-    sys.exit(cli_main(main, prog="ddtree_jax.generate"))
+    run_script(main, prog="ddtree_jax.generate")
