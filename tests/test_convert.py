@@ -135,13 +135,13 @@ def test_bfloat16_source_and_prefixed_drafter(tmp_path):
     """A bf16 checkpoint converts at its own dtype by default; drafter names may carry "model."."""
     target = make_target(tmp_path / "t", "qwen3", layers=2, dtype="bfloat16")
     draft = make_drafter(tmp_path / "d", target, layers=1, target_layer_ids=[0, 1], name_prefix="model.",
-                         layer_types=["sliding_attention"], sliding_window=4)
+                         layer_types=["sliding_attention"], sliding_window=12)
     convert_cli("--target", target, "--draft", draft, "--out", tmp_path / "out")
     ck = load_checkpoint(tmp_path / "out")
     bf16 = np.dtype(ml_dtypes.bfloat16)
     assert_params_equal(ck.target_params, expected_params(target), dtype=bf16)
     assert_params_equal(ck.drafter_params, expected_params(draft), dtype=bf16)
-    assert ck.drafter_cfg.sliding_windows == (4,)
+    assert ck.drafter_cfg.sliding_windows == (12,)
 
 
 def test_force_replaces_existing_output(llama_target, tmp_path):
