@@ -78,6 +78,7 @@ def count_params(tree: Any) -> int:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(obj, indent=1) + "\n")
     os.replace(tmp, path)
@@ -97,9 +98,13 @@ class RunDir:
                 raise UserError(f"--resume: no checkpoint in {self.ckpt}; run without --resume to start training")
         elif (self.ckpt.exists() or self.hf.exists()) and not force:
             raise UserError(f"{self.out} already holds a training run; pass --resume to continue it or --force to start over")
-        self.out.mkdir(parents=True, exist_ok=True)
-        if not os.access(self.out, os.W_OK):
-            raise UserError(f"cannot write to {self.out}; choose another --out")
+        # OUT itself is created by the first write (metrics, checkpoint), so a run that fails
+        # its checks or its data loading leaves nothing behind.
+        existing = self.out
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not os.access(existing, os.W_OK):
+            raise UserError(f"cannot write to {existing}; choose another --out")
 
     def read_meta(self) -> dict[str, Any]:
         try:
@@ -115,7 +120,7 @@ class RunDir:
         state = {"params": params, "opt": list(jax.tree.leaves(opt_state))}
         if best is not None:
             state["best"] = best
-        with atomic_directory(self.ckpt, force=True) as tmp:
+        with InterruptsDeferred(), atomic_directory(self.ckpt, force=True) as tmp:
             save_params(tmp / "state", state)
             write_json_atomic(tmp / "meta.json", meta)
 
@@ -187,6 +192,48 @@ class SigtermAsInterrupt:
     def __exit__(self, *exc):
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
+        return False
+
+
+class InterruptsDeferred:
+    """SIGINT/SIGTERM inside the block are held and raised as KeyboardInterrupt when it ends.
+
+    For checkpoint writes: an interrupt in the middle of an orbax save would leave its background
+    threads writing into a directory that the cleanup has just removed, and blocking the signals
+    with pthread_sigmask in the main thread does not stop them (another thread takes the signal
+    and Python still raises in the main thread). Python-level handlers always run in the main
+    thread, so holding the signal here works. Nested blocks hold it until the outermost ends.
+    """
+
+    _depth = 0
+    _pending: int | None = None
+    _old: dict = {}
+
+    def __enter__(self):
+        cls = type(self)
+        if not _main_thread():
+            return self
+        if cls._depth == 0:
+            cls._pending = None
+            cls._old = {s: signal.signal(s, cls._hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        cls._depth += 1
+        return self
+
+    @classmethod
+    def _hold(cls, signum, frame):
+        cls._pending = signum
+
+    def __exit__(self, exc_type, exc, tb):
+        cls = type(self)
+        if not _main_thread():
+            return False
+        cls._depth -= 1
+        if cls._depth == 0:
+            for s, h in cls._old.items():
+                signal.signal(s, h)
+            if cls._pending is not None and exc_type is None:
+                cls._pending = None
+                raise KeyboardInterrupt
         return False
 
 
@@ -270,8 +317,9 @@ def train_loop(
                 overhead += time.time() - t0
             if cfg.ckpt_every and step % cfg.ckpt_every == 0 and not last:
                 t0 = time.time()
-                checkpoint(params, opt_state, step, planned)
-                last_ckpt_step = step
+                with InterruptsDeferred():  # an interrupt now is raised once the checkpoint is complete
+                    checkpoint(params, opt_state, step, planned)
+                    last_ckpt_step = step
                 overhead += time.time() - t0
     except KeyboardInterrupt:
         where = (f"the last good checkpoint (step {last_ckpt_step}) is in {ckpt_dir}; --resume continues from it"

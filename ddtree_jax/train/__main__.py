@@ -10,10 +10,9 @@ Hugging Face export) and metrics.json (loss curves). Every write is atomic.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Sequence
 
-from ddtree_jax.errors import cli_main
+from ddtree_jax.errors import ArgumentParser, run_script
 
 
 def _int_list(s: str) -> tuple[int, ...]:
@@ -54,8 +53,8 @@ def _common_training(p: argparse.ArgumentParser, *, steps: int, batch: int, lr: 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ddtree_jax.train",
-                                     description="Train the small Qwen3 target, its DFlash drafter, and their tokenizer.")
+    parser = ArgumentParser(prog="python -m ddtree_jax.train",
+                            description="Train the small Qwen3 target, its DFlash drafter, and their tokenizer.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("tokenizer", help="train a byte-level BPE tokenizer")
@@ -123,4 +122,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli_main(main))
+    run_script(main, prog="ddtree_jax.train")
