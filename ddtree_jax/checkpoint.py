@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 import shutil
 import signal
 import threading
@@ -205,6 +206,27 @@ def save_params(path: str | Path, params: Any) -> None:
         ckptr.close()
 
 
+def _silence_closed_loop_callbacks() -> None:
+    """After a failed restore, tensorstore callbacks of the aborted reads still arrive on other
+    threads and hit orbax's closed event loop; their 'Event loop is closed' tracebacks would
+    follow the one-line error. Drop exactly those."""
+    import threading
+
+    def quiet(args, _previous=threading.excepthook):
+        if isinstance(args.exc_value, RuntimeError) and "Event loop is closed" in str(args.exc_value):
+            return
+        _previous(args)
+
+    threading.excepthook = quiet
+
+    def quiet_unraisable(u, _previous=sys.unraisablehook):
+        if isinstance(u.exc_value, RuntimeError) and "Event loop is closed" in str(u.exc_value):
+            return
+        _previous(u)
+
+    sys.unraisablehook = quiet_unraisable
+
+
 def load_params(path: str | Path, dtype: Any = None) -> Any:
     """Restore a param tree written by `save_params` as host numpy arrays (lists stay lists)."""
     import orbax.checkpoint as ocp
@@ -217,6 +239,7 @@ def load_params(path: str | Path, dtype: Any = None) -> Any:
     try:
         tree = ckptr.restore(path)
     except (FileNotFoundError, ValueError) as e:
+        _silence_closed_loop_callbacks()
         why = (str(e).splitlines() or [""])[0][:200]
         raise UserError(f"cannot restore {path} ({type(e).__name__}: {why}); convert it again") from None
     finally:
