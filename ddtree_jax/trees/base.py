@@ -19,6 +19,7 @@ equal values the lower token id ranks first.
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import operator
@@ -127,7 +128,7 @@ def ancestor_mask_from_parents(parents: Array, max_depth: int) -> Array:
     return mask
 
 
-class TreePolicy:
+class TreePolicy(abc.ABC):
     """Interface of a tree policy. Subclasses are frozen dataclasses (hashable, so a policy can
     be a static argument of `jax.jit`); their fields are the policy's options.
 
@@ -140,11 +141,13 @@ class TreePolicy:
 
     name: ClassVar[str] = ""
 
+    @abc.abstractmethod
     def num_nodes(self, budget: int, depth: int) -> int:
-        raise NotImplementedError
+        """The static node count N of `build(logp, budget)` for drafter depth `depth`."""
 
+    @abc.abstractmethod
     def build(self, logp: Array, budget: int) -> DraftTree:
-        raise NotImplementedError
+        """The tree for log-probs `logp: float[Bt, D, V]`; jit-able with `budget` static."""
 
     @property
     def spec(self) -> str:
