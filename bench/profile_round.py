@@ -1,0 +1,228 @@
+"""Where a round's time goes: device kernels per stage from a profiler trace of the fused loop.
+
+    python3 -m bench.profile_round --model qwen3-8b --methods ar,ddtree:64 --out DIR   # GPU
+    python3 -m bench.profile_round --model tiny --methods ar,ddtree:16 --rounds 2        # CPU smoke
+
+Runs `engine.run_rounds` (the on-device while_loop) under `jax.profiler.trace`, reads the trace
+back with `jax.profiler.ProfileData`, and attributes every device kernel to its round stage
+(draft / tree / verify / walk / commit, from the `jax.named_scope`s the engine sets, through the
+compiled HLO's op metadata). Per method it reports wall time per round, kernel-busy time per round
+(the union of kernel intervals: the rest is launch gaps and host sync), kernels per round, and per
+stage and per kernel kind (matmul, attention, fusion, ...) their time and count. DIR gets
+profile_<model>.json and, per method, the optimized HLO text (hlo_<method>.txt.xz).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import lzma
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bench.bench_round import SHAPES, build
+from ddtree_jax import engine
+from ddtree_jax.generate import Generator
+
+STAGES = ("draft", "tree", "verify", "walk", "commit")
+_META = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?op_name="([^"]*)"')
+
+
+def op_scopes(hlo_text: str) -> dict[str, str]:
+    """HLO instruction name -> the op_name metadata (named-scope path) of that instruction."""
+    out = {}
+    for line in hlo_text.splitlines():
+        m = _META.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def stage_of(op_name: str) -> str:
+    parts = op_name.split("/")
+    for s in STAGES:
+        if s in parts:
+            return s
+    return "other"
+
+
+def kind_of(kernel: str, hlo_op: str) -> str:
+    k = (kernel + " " + hlo_op).lower()
+    if any(x in k for x in ("gemm", "gemv", "cublas", "nvjet", "matmul", "dot", "cutlass", "sm90_xmma")):
+        return "matmul"
+    if any(x in k for x in ("attention", "pallas", "tree_attn", "triton_attn")):
+        return "attention"
+    if "dynamic-update-slice" in k or "dynamic_update_slice" in k:
+        return "cache-write"
+    if any(x in k for x in ("topk", "top_k", "sort", "select_and_scatter")):
+        return "topk/sort"
+    if "memcpy" in k or "memset" in k or "copy" in k:
+        return "copy"
+    if "reduce" in k:
+        return "reduce"
+    return "fusion/other"
+
+
+def device_events(xspace_path: str) -> list[dict]:
+    """Kernel-like events (name, start_ns, dur_ns, hlo_op) from the device planes of a trace.
+
+    GPU: every event on a "/device:GPU:*" plane's stream lines. CPU (smoke runs): the thunk
+    events of the PjRt CPU client, the closest thing to device kernels there.
+    """
+    data = jax.profiler.ProfileData.from_file(xspace_path)
+    gpu, cpu = [], []
+    for plane in data.planes:
+        if plane.name.startswith("/device:GPU"):
+            for line in plane.lines:
+                if not line.name.lower().startswith("stream"):
+                    continue
+                for e in line.events:
+                    st = dict(e.stats)
+                    gpu.append(dict(name=e.name, start=e.start_ns, dur=e.duration_ns,
+                                    hlo_op=str(st.get("hlo_op", "")), line=line.name))
+        elif plane.name == "/host:CPU":
+            for line in plane.lines:
+                if "PjRtCpuClient" not in line.name:
+                    continue
+                for e in line.events:
+                    st = dict(e.stats)
+                    if "hlo_op" in st:
+                        cpu.append(dict(name=e.name, start=e.start_ns, dur=e.duration_ns,
+                                        hlo_op=str(st["hlo_op"]), line=line.name))
+    return gpu or cpu
+
+
+def busy_ns(events: list[dict]) -> float:
+    """Length of the union of the events' intervals."""
+    total, end = 0.0, -1.0
+    for e in sorted(events, key=lambda e: e["start"]):
+        s, t = e["start"], e["start"] + e["dur"]
+        if t <= end:
+            continue
+        total += t - max(s, end)
+        end = t
+    return total
+
+
+def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
+    by_stage = collections.defaultdict(lambda: [0.0, 0])
+    by_kind = collections.defaultdict(lambda: [0.0, 0])
+    by_op = collections.defaultdict(lambda: [0.0, 0, ""])
+    for e in events:
+        op = e["hlo_op"] or e["name"]
+        scope = scopes.get(op, "")
+        st = stage_of(scope)
+        kd = f"{st}:{kind_of(e['name'], op)}"
+        for table, key in ((by_stage, st), (by_kind, kd)):
+            table[key][0] += e["dur"]
+            table[key][1] += 1
+        by_op[op][0] += e["dur"]
+        by_op[op][1] += 1
+        by_op[op][2] = by_op[op][2] or f"{e['name'][:60]} | {scope[-90:]}"
+    per = lambda ns: ns / 1e6 / rounds  # noqa: E731  ms per round
+    top = sorted(by_op.items(), key=lambda kv: -kv[1][0])[:40]
+    return {
+        "kernels_per_round": len(events) / rounds,
+        "kernel_sum_ms_per_round": per(sum(e["dur"] for e in events)),
+        "busy_ms_per_round": per(busy_ns(events)),
+        "stages_ms": {k: per(v[0]) for k, v in sorted(by_stage.items())},
+        "stages_kernels": {k: v[1] / rounds for k, v in sorted(by_stage.items())},
+        "kinds_ms": {k: per(v[0]) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
+        "kinds_kernels": {k: v[1] / rounds for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
+        "top_ops": [dict(op=k, ms_per_round=per(v[0]), count_per_round=v[1] / rounds, what=v[2]) for k, v in top],
+    }
+
+
+def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, label: str) -> dict:
+    spec = gen.spec_for(prompt_len, rounds * 20 + 8, engine.SamplingConfig())
+    static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
+    rng = np.random.default_rng(0)
+    prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(1, prompt_len)), jnp.int32)
+    lens = jnp.asarray([prompt_len], jnp.int32)
+    knobs = engine.make_knobs()
+    max_new = jnp.asarray([rounds * 20 + 8], jnp.int32)
+    dtype = gen.tparams["embed"].dtype
+
+    def fresh_state():
+        caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
+        return prefill(gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
+
+    caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
+    prefill = engine.prefill.lower(gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs,
+                                   jax.random.PRNGKey(0), **static).compile()
+    state = jax.block_until_ready(fresh_state())
+    lowered = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static)
+    run = lowered.compile()
+    hlo = run.as_text() or ""
+    if out is not None:
+        with lzma.open(out / f"hlo_{label}.txt.xz", "wt") as f:
+            f.write(hlo)
+    scopes = op_scopes(hlo)
+    # warm-up, then a timed run, then a traced run
+    jax.block_until_ready(run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds)).out)
+    state = jax.block_until_ready(fresh_state())
+    t0 = time.perf_counter()
+    st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
+    jax.block_until_ready(st.out)
+    wall = 1e3 * (time.perf_counter() - t0) / max(int(st.rounds[0]), 1)
+    state = jax.block_until_ready(fresh_state())
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
+            jax.block_until_ready(st.out)
+        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
+        events = device_events(paths[-1]) if paths else []
+    n = max(int(st.rounds[0]), 1)
+    res = summarize(events, scopes, n) if events else {}
+    res.update(label=label, wall_ms_per_round=wall, rounds=n, hlo_instructions=hlo.count("\n"),
+               command_buffers=hlo.count("command_buffer"))
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_round", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--methods", default="ar,dflash,ddtree:64", help="ar, dflash, ddtree:BUDGET, comma-separated")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--attn-impl", default="auto")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    ck = build(args.model, jnp.dtype(args.dtype))
+    results = []
+    for m in [x for x in args.methods.split(",") if x]:
+        method, _, b = m.partition(":")
+        gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl)
+        label = f"{method}{b}"
+        r = profile_one(gen, args.prompt_len, args.rounds, out, label)
+        results.append(r)
+        print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round, busy {r.get('busy_ms_per_round', 0):.3f}, "
+              f"kernel sum {r.get('kernel_sum_ms_per_round', 0):.3f}, {r.get('kernels_per_round', 0):.0f} kernels/round, "
+              f"command_buffer mentions {r['command_buffers']}", flush=True)
+        for k, v in r.get("stages_ms", {}).items():
+            print(f"    stage {k:8s} {v:8.3f} ms  {r['stages_kernels'][k]:7.1f} kernels")
+        for k, v in list(r.get("kinds_ms", {}).items())[:14]:
+            print(f"    kind  {k:28s} {v:8.3f} ms  {r['kinds_kernels'][k]:7.1f} kernels")
+        for t in r.get("top_ops", [])[:12]:
+            print(f"    op {t['ms_per_round']:7.3f} ms x{t['count_per_round']:5.1f} {t['op'][:40]:40s} {t['what']}")
+        if out:
+            (out / f"profile_{args.model}.json").write_text(json.dumps(
+                dict(model=args.model, prompt_len=args.prompt_len, device=jax.devices()[0].device_kind,
+                     jax=jax.__version__, results=results), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
