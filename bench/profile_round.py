@@ -34,15 +34,24 @@ from ddtree_jax.generate import Generator
 
 STAGES = ("draft", "tree", "verify", "walk", "commit")
 _META = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?op_name="([^"]*)"')
+_DEDUP = re.compile(r'deduplicated_name="([^"]*)"')
 
 
 def op_scopes(hlo_text: str) -> dict[str, str]:
-    """HLO instruction name -> the op_name metadata (named-scope path) of that instruction."""
+    """HLO instruction name -> the op_name metadata (named-scope path) of that instruction.
+
+    Kernel names are keys too (instruction or deduplicated name with '.' -> '_'): inside a
+    command buffer the trace names the buffer as the op, and only the kernel name is left.
+    """
     out = {}
     for line in hlo_text.splitlines():
         m = _META.match(line)
         if m:
-            out[m.group(1)] = m.group(2)
+            out.setdefault(m.group(1), m.group(2))
+            out.setdefault(m.group(1).replace(".", "_"), m.group(2))
+            d = _DEDUP.search(line)
+            if d:
+                out.setdefault(d.group(1).replace(".", "_"), m.group(2))
     return out
 
 
@@ -118,6 +127,8 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     by_op = collections.defaultdict(lambda: [0.0, 0, ""])
     for e in events:
         op = e["hlo_op"] or e["name"]
+        if op not in scopes or op.startswith("command_buffer"):
+            op = e["name"]
         scope = scopes.get(op, "")
         st = stage_of(scope)
         kd = f"{st}:{kind_of(e['name'], op)}"
@@ -128,6 +139,22 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
         by_op[op][1] += 1
         by_op[op][2] = by_op[op][2] or f"{e['name'][:60]} | {scope[-90:]}"
     per = lambda ns: ns / 1e6 / rounds  # noqa: E731  ms per round
+    # idle gaps between consecutive kernels, bucketed: small ones are launch latency inside a
+    # graph, large ones host round-trips (loop predicate, relaunch)
+    ev = sorted(events, key=lambda e: e["start"])
+    gaps = {"<5us": 0.0, "5-50us": 0.0, ">50us": 0.0}
+    end = ev[0]["start"] if ev else 0
+    n_big = 0
+    for e in ev:
+        g = e["start"] - end
+        if g > 0:
+            b = "<5us" if g < 5e3 else "5-50us" if g < 5e4 else ">50us"
+            gaps[b] += g
+            n_big += b == ">50us"
+        end = max(end, e["start"] + e["dur"])
+    t0 = ev[0]["start"] if ev else 0
+    timeline = [(e["name"][:48], round((e["start"] - t0) / 1e3, 2), round(e["dur"] / 1e3, 2),
+                 stage_of(scopes.get(e["hlo_op"] if e["hlo_op"] in scopes else e["name"], ""))) for e in ev[:4000]]
     top = sorted(by_op.items(), key=lambda kv: -kv[1][0])[:40]
     return {
         "kernels_per_round": len(events) / rounds,
@@ -137,6 +164,9 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
         "stages_kernels": {k: v[1] / rounds for k, v in sorted(by_stage.items())},
         "kinds_ms": {k: per(v[0]) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
         "kinds_kernels": {k: v[1] / rounds for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
+        "gaps_ms_per_round": {k: per(v) for k, v in gaps.items()},
+        "gaps_over_50us_per_round": n_big / rounds,
+        "timeline": timeline,
         "top_ops": [dict(op=k, ms_per_round=per(v[0]), count_per_round=v[1] / rounds, what=v[2]) for k, v in top],
     }
 
@@ -159,8 +189,10 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
     prefill = engine.prefill.lower(gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs,
                                    jax.random.PRNGKey(0), **static).compile()
     state = jax.block_until_ready(fresh_state())
+    t0 = time.perf_counter()
     lowered = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static)
     run = lowered.compile()
+    compile_s = time.perf_counter() - t0
     hlo = run.as_text() or ""
     if out is not None:
         with lzma.open(out / f"hlo_{label}.txt.xz", "wt") as f:
@@ -168,11 +200,14 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
     scopes = op_scopes(hlo)
     # warm-up, then a timed run, then a traced run
     jax.block_until_ready(run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds)).out)
-    state = jax.block_until_ready(fresh_state())
-    t0 = time.perf_counter()
-    st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
-    jax.block_until_ready(st.out)
-    wall = 1e3 * (time.perf_counter() - t0) / max(int(st.rounds[0]), 1)
+    walls = []
+    for _ in range(3):
+        state = jax.block_until_ready(fresh_state())
+        t0 = time.perf_counter()
+        st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
+        jax.block_until_ready(st.out)
+        walls.append(1e3 * (time.perf_counter() - t0) / max(int(st.rounds[0]), 1))
+    wall = sorted(walls)[1]
     state = jax.block_until_ready(fresh_state())
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):
@@ -182,7 +217,8 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
         events = device_events(paths[-1]) if paths else []
     n = max(int(st.rounds[0]), 1)
     res = summarize(events, scopes, n) if events else {}
-    res.update(label=label, wall_ms_per_round=wall, rounds=n, hlo_instructions=hlo.count("\n"),
+    res.update(label=label, wall_ms_per_round=wall, wall_ms_all=walls, compile_s=compile_s, unroll=spec.unroll,
+               rounds=n, hlo_instructions=hlo.count("\n"),
                command_buffers=hlo.count("command_buffer"))
     return res
 
@@ -191,7 +227,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_round", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--methods", default="ar,dflash,ddtree:64", help="ar, dflash, ddtree:BUDGET, comma-separated")
+    ap.add_argument("--methods", default="ar,dflash,ddtree:64",
+                    help="comma-separated METHOD[:BUDGET][/UNROLL], e.g. ar/1,ar/4,ddtree:64 (unroll: backend default)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--attn-impl", default="auto")
     ap.add_argument("--dtype", default="bfloat16")
@@ -203,14 +240,16 @@ def main(argv=None) -> int:
     ck = build(args.model, jnp.dtype(args.dtype))
     results = []
     for m in [x for x in args.methods.split(",") if x]:
+        m, _, u = m.partition("/")
         method, _, b = m.partition(":")
-        gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl)
-        label = f"{method}{b}"
+        gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl, unroll=int(u or 0))
+        label = f"{method}{b}_u{gen.unroll}"
         r = profile_one(gen, args.prompt_len, args.rounds, out, label)
         results.append(r)
-        print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round, busy {r.get('busy_ms_per_round', 0):.3f}, "
+        print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round (compile {r['compile_s']:.0f}s), busy {r.get('busy_ms_per_round', 0):.3f}, "
               f"kernel sum {r.get('kernel_sum_ms_per_round', 0):.3f}, {r.get('kernels_per_round', 0):.0f} kernels/round, "
               f"command_buffer mentions {r['command_buffers']}", flush=True)
+        print(f"    gaps ms/round: {r.get('gaps_ms_per_round')} ({r.get('gaps_over_50us_per_round', 0):.1f} over 50us)")
         for k, v in r.get("stages_ms", {}).items():
             print(f"    stage {k:8s} {v:8.3f} ms  {r['stages_kernels'][k]:7.1f} kernels")
         for k, v in list(r.get("kinds_ms", {}).items())[:14]:

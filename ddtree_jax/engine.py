@@ -41,6 +41,10 @@ class DecodeSpec:
     sampling: SamplingConfig = SamplingConfig()
     attn_impl: str = "auto"
     drafter: str = "dflash"  # "dflash", or "oracle" (models/oracle.py: tests and benchmarks)
+    # Rounds per while_loop iteration. Each iteration ends in a device->host copy of the loop
+    # predicate and a fresh launch of the body (~0.5 ms on the H200, bench/RESULTS.md); unrolling
+    # pays it once per `unroll` rounds. Steps past max_rounds in an iteration run but commit nothing.
+    unroll: int = 1
 
     @property
     def speculative(self) -> bool:
@@ -121,11 +125,15 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
 
 def commit_stage(
     dparams, state: State, new_kv, tapped, result: WalkResult, knobs: Knobs, *,
-    dcfg: DrafterConfig | None, spec: DecodeSpec, slots: int,
+    dcfg: DrafterConfig | None, spec: DecodeSpec, slots: int, enabled: jax.Array | None = None,
 ) -> State:
     # slots: tree slots (N+1) the next round will write beyond `length`.
-    """Keep the accepted path: write its target K/V, feed the drafter, append tokens, check stops."""
-    active = ~state.done
+    """Keep the accepted path: write its target K/V, feed the drafter, append tokens, check stops.
+
+    enabled=False (a bool scalar) makes the round a no-op for every row: its cache writes land
+    beyond each row's length, where nothing reads them.
+    """
+    active = ~state.done if enabled is None else ~state.done & enabled
     n_new = result.num_accepted + 1  # accepted nodes + the bonus token
     # The root and the accepted nodes' K/V go to length .. length+num_accepted (the rest of the
     # path's D+1 entries land beyond the new length and are overwritten later).
@@ -169,7 +177,9 @@ def commit_stage(
 # ----------------------------------------------------------------------------- round and loop
 
 
-def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: DecodeSpec) -> State:
+def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: DecodeSpec,
+               enabled: jax.Array | None = None) -> State:
+    """One round; enabled=False (traced bool) computes it but commits nothing and keeps the key."""
     key, sub = jax.random.split(state.key)
     if spec.speculative:
         with jax.named_scope("draft"):
@@ -186,7 +196,9 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         result = walk(tree, target_tokens, depth)
     with jax.named_scope("commit"):
         state = commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec,
-                             slots=tree.tokens.shape[1])
+                             slots=tree.tokens.shape[1], enabled=enabled)
+    if enabled is not None:
+        key = jnp.where(enabled, key, state.key)
     return dataclasses.replace(state, key=key)
 
 
@@ -197,7 +209,11 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
 
     def body(carry):
         s, i = carry
-        return round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec), i + 1
+        if spec.unroll == 1:
+            return round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec), i + 1
+        for j in range(spec.unroll):
+            s = round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=i + j < max_rounds)
+        return s, i + spec.unroll
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.int32(0)))
     return state

@@ -29,6 +29,8 @@ from ddtree_jax.sampling import SamplingConfig
 
 DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
 METHODS = ("ar", "dflash", "ddtree")
+# Rounds per device-loop iteration by backend (engine.DecodeSpec.unroll), measured in bench/RESULTS.md.
+DEFAULT_UNROLL = {"gpu": 4, "cpu": 1}
 
 
 def _bucket(n: int, minimum: int = 16) -> int:
@@ -59,9 +61,11 @@ class Generator:
     """
 
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
-                 attn_impl: str = "auto", oracle: dict | None = None):
+                 attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
-        checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's."""
+        checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
+        unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
+        DEFAULT_UNROLL for the backend (1 on the CPU, where compile time matters more)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -94,6 +98,9 @@ class Generator:
             raise UserError(f"unknown --attn-impl {attn_impl!r}; available here: {', '.join(impls)}")
         self.method, self.policy_name, self.budget = method, policy, budget
         self.attn_impl = attn_impl
+        if unroll < 0:
+            raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the backend's default")
+        self.unroll = unroll or DEFAULT_UNROLL.get(jax.default_backend(), 1)
         self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
@@ -107,7 +114,7 @@ class Generator:
 
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
-                                 attn_impl=self.attn_impl, drafter=self.drafter)
+                                 attn_impl=self.attn_impl, drafter=self.drafter, unroll=self.unroll)
         n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0
         out_size = _bucket(max_new_tokens)
@@ -353,6 +360,8 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--profile", action="store_true", help="time each stage of the round (slower: a sync per stage)")
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
     ap.add_argument("--rounds-per-call", type=int, default=4, help="rounds per device call while streaming")
+    ap.add_argument("--unroll", type=int, default=0,
+                    help="rounds per device-loop iteration (0: the backend's default, 4 on GPU, 1 on CPU)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
                     help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -412,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
         dtype = "float32" if jax.default_backend() == "cpu" else None
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
-    gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl)
+    gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
+                    unroll=args.unroll)
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []

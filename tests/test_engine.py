@@ -101,3 +101,22 @@ def test_streaming_and_profile_give_same_tokens(pair, ar_tokens):
     prof = gen.generate_ids(PROMPTS[:1], max_new_tokens=MAX_NEW, profile=True)[0]
     assert prof.token_ids == ar_tokens[0]
     assert set(prof.stage_ms) == {"draft", "tree", "verify", "walk", "commit"}
+
+
+@pytest.mark.parametrize("method", ["ar", "ddtree"])
+def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
+    """unroll=3 with 4 rounds per call (not a multiple): disabled steps commit nothing, the
+    round count and acceptance history match, and sampled output keeps its key sequence."""
+    base = Generator(pair, method=method, budget=16, unroll=1)
+    unrolled = Generator(pair, method=method, budget=16, unroll=3)
+    for temperature in (0.0, 1.0):
+        runs = []
+        for gen in (base, unrolled):
+            got = {i: [] for i in range(len(PROMPTS))}
+            res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW, temperature=temperature, seed=7,
+                                   on_tokens=lambda i, ids, got=got: got[i].extend(ids), rounds_per_call=4)
+            assert [got[i] for i in range(len(PROMPTS))] == [r.token_ids for r in res]
+            runs.append([(r.token_ids, r.rounds, r.acceptance_lengths) for r in res])
+        assert runs[0] == runs[1]
+        if temperature == 0.0:
+            assert [r[0] for r in runs[1]] == ar_tokens

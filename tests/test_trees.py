@@ -39,6 +39,8 @@ CASES = [
     (6, 5, 17, 16),
     (6, 2, 50, 7),
 ]
+# Large budgets: candidate lists past ddtree's rank-by-count limit go through its sort branch.
+LARGE_CASES = [(2, 5, 3000, 1100), (1, 15, 400, 300)]
 STATIC_TREES = ["0", "0;1;2;0.0;0.1;1.0;0.0.0;0.0.0.0", "0;0.0;0.0.0;1;0.0.0.0;0.0.0.0.0;0.0.0.0.0.0;0.0.0.0.0.0.0;0.0.0.0.0.0.0.0"]
 SPECS = ["ddtree", "chain", "beam:width=1", "beam:width=4"] + [f"static:tree={t}" for t in STATIC_TREES]
 # Value kinds: continuous log-softmax; quantized logits (exact ties within a depth); dyadic
@@ -214,9 +216,28 @@ def test_every_policy_builds_a_valid_tree(spec, case, kind, seed):
 @FUZZ
 @given(case=st.sampled_from(CASES), kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
 def test_ddtree_equals_heap_best_first(case, kind, seed):
+    check_ddtree_against_heap(case, kind, seed)
+
+
+@pytest.mark.parametrize("count_limit", [0, 1024])
+@pytest.mark.parametrize("case", LARGE_CASES + CASES[5:7])
+@pytest.mark.parametrize("kind", ["ties", "dyadic"])
+def test_ddtree_equals_heap_both_selection_branches(case, kind, count_limit, monkeypatch):
+    """Selections by pairwise rank counting (the GPU's for short lists) and by sort agree with the heap."""
+    from ddtree_jax.trees import ddtree
+
+    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, jax.default_backend(), count_limit)
+    check_ddtree_against_heap(case, kind, seed=sum(case) * 7 + len(kind) + count_limit, fresh_trace=True)
+
+
+def check_ddtree_against_heap(case, kind, seed, fresh_trace=False):
     batch, depth, vocab, budget = case
     logp = make_logp(kind, (batch, depth, vocab), seed)
-    tree = build("ddtree", logp, budget)
+    if fresh_trace:  # traced now, so module settings patched by the caller apply
+        built = jax.jit(lambda x: make_policy("ddtree").build(x, budget))(jnp.asarray(logp))
+        tree = {f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(built)}
+    else:
+        tree = build("ddtree", logp, budget)
     for b in range(batch):
         want = heap_best_first(logp[b], budget)
         assert_same_best_first(rank_paths(tree, b, logp[b]), want, logp[b], exact=kind == "dyadic")
@@ -385,3 +406,16 @@ def test_a_new_policy_is_one_decorated_class():
         check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}, 2, 1, 5)
     finally:
         trees_base._REGISTRY.pop("test_only_first_two", None)
+
+
+@pytest.mark.parametrize("chunks", [2, 7, 64])
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_stage_vocab_top_k_equals_top_k(chunks, kind):
+    from ddtree_jax.trees.ddtree import vocab_top_k
+
+    logp = jnp.asarray(make_logp(kind, (3, 4, 1000), seed=chunks))
+    for k in (1, 5, 15):
+        want = jax.lax.top_k(logp, k)
+        got = vocab_top_k(logp, k, chunks=chunks)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))

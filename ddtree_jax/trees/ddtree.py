@@ -11,9 +11,9 @@ Every parent and every lower-ranked sibling precedes a node in this order (log-p
 and float rounding is monotone), so the chosen set is prefix-closed, and it is exactly what the
 classic heap algorithm (pop the best path, push its next sibling and its first child) pops
 first. Without a heap: beam search of width `W = budget` keeps, per depth, the W best
-extensions of the previous depth's beam (the top W of W x K candidates, K = min(W, V)); a
-global top-`budget` over all beams picks the tree. Ties are resolved by `top_k`'s rule (lower
-index first) over candidate lists laid out in (depth, lexicographic rank path) order.
+extensions of the previous depth's beam (the best W of the W x K candidates, K = min(W, V),
+pruned to ~W ln W); a global best-`budget` over all beams picks the tree. Every selection
+orders by (score desc, key asc) with the key encoding (depth, lexicographic rank path).
 
 Slots come out in that same best-first order (slot 1 = best path), which is topological.
 """
@@ -28,11 +28,76 @@ import numpy as np
 from ddtree_jax.trees.base import Array, DraftTree, TreePolicy, check_budget, check_logp, register_policy, tree_from_nodes
 
 
+# Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
+# kernel, O(P^2) work); longer ones by one two-key sort. Both give the same order. Chosen by
+# bench/bench_tree.py (on the CPU the sort is faster at every size measured).
+RANK_BY_COUNT_MAX = {"gpu": 1024, "cpu": 0}
+
+
+def _count_limit() -> int:
+    return RANK_BY_COUNT_MAX.get(jax.default_backend(), 0)
+
+
+def select_best(scores: Array, keys: Array, n: int) -> Array:
+    """Positions of the n best entries, best first, under (score desc, key asc); keys distinct.
+
+    scores float32[Bt, P], keys int32[Bt, P]. Returns int32[Bt, n] indices into P.
+    """
+    batch, p = scores.shape
+    if p <= _count_limit():
+        si, sj = scores[:, :, None], scores[:, None, :]
+        better = (sj > si) | ((sj == si) & (keys[:, None, :] < keys[:, :, None]))
+        rank = better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
+        out = jnp.zeros((batch, n), jnp.int32)
+        rows = jnp.broadcast_to(jnp.arange(batch)[:, None], rank.shape)
+        return out.at[rows, rank].set(jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), rank.shape), mode="drop")
+    # 0 - x: descending by score, and -0.0 and +0.0 compare equal as in the ranked branch
+    idx = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), scores.shape)
+    return jax.lax.sort((0.0 - scores, keys, idx), dimension=1, num_keys=2)[2][:, :n]
+
+
+# Two-stage vocabulary top-k (None: one lax.top_k). Chosen by bench/bench_tree.py on the H200.
+VOCAB_TOPK_CHUNKS: int | None = None
+
+
+def vocab_top_k(logp: Array, k: int, chunks: int | None = None) -> tuple[Array, Array]:
+    """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top k of each of
+    `chunks` contiguous slices, then the top k of those. Same values, indices and tie rule
+    (lower index first): candidates stay in index order by chunk, and each chunk's by rank."""
+    v = logp.shape[-1]
+    length = -(-v // chunks) if chunks else v
+    if not chunks or chunks < 2 or k > length:
+        return jax.lax.top_k(logp, k)
+    pad = chunks * length - v
+    x = jnp.pad(logp, [(0, 0)] * (logp.ndim - 1) + [(0, pad)], constant_values=-jnp.inf) if pad else logp
+    x = x.reshape(*logp.shape[:-1], chunks, length)
+    vals, idx = jax.lax.top_k(x, k)  # [..., C, k]
+    idx = idx + (jnp.arange(chunks, dtype=jnp.int32) * length)[:, None]
+    vals = vals.reshape(*logp.shape[:-1], chunks * k)
+    idx = idx.reshape(*logp.shape[:-1], chunks * k)
+    top, pos = jax.lax.top_k(vals, k)
+    return top, jnp.take_along_axis(idx, pos, axis=-1)
+
+
+def _lex_rank(keys: Array) -> Array:
+    """Rank of each of the distinct keys int32[Bt, n] among its row, ascending."""
+    batch, n = keys.shape
+    if n <= _count_limit():
+        return (keys[:, None, :] < keys[:, :, None]).sum(-1, dtype=jnp.int32)
+    order = jnp.argsort(keys, axis=-1)
+    rows = jnp.arange(batch)[:, None]
+    return jnp.zeros_like(keys).at[rows, order].set(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), keys.shape))
+
+
 def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> DraftTree:
     """The `budget` best nodes among those reached by a beam of `width` per depth.
 
     `width >= budget` gives DDTree's exact best-first tree. Slots beyond the number of distinct
     beam nodes (tiny vocabularies) are padded invalid up to `num_slots` nodes.
+
+    Each depth's beam is kept in best-first order (score desc, lexicographic rank path asc)
+    together with every entry's lexicographic rank inside the beam, so a depth costs one
+    selection (`select_best`) and one rank count, with no re-sorting between orders.
     """
     logp = check_logp(logp)
     batch, depth, vocab = logp.shape
@@ -41,35 +106,47 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         empty = jnp.zeros((batch, 0), jnp.int32)
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
-    vals, toks = jax.lax.top_k(logp, k)  # [Bt, D, K]: rank r -> (log-prob, token)
+    vals, toks = vocab_top_k(logp, k, VOCAB_TOPK_CHUNKS)  # [Bt, D, K]: rank r -> (log-prob, token)
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
 
-    # Beam per depth, each kept in lexicographic rank-path order so that the flat candidate
-    # index (beam entry * K + rank) is itself lexicographic: top_k's lower-index-first tie rule
-    # then is exactly our tie rule.
-    scores, parent_pos, ranks = [], [], []
-    prev = jnp.zeros((batch, 1), jnp.float32)
-    for d in range(depth):
-        pick, prev = _extend_beam(prev, vals[:, d], width)
-        scores.append(prev)
-        parent_pos.append(pick // k)
-        ranks.append(pick % k)
+    # Depth 1: ranks in order; best-first, rank and lexicographic order coincide.
+    w = min(width, k)
+    score = vals[:, 0, :w]
+    lex = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (batch, w))
+    scores, lexes, parents, tokens = [score], [lex], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
+    for d in range(1, depth):
+        w = score.shape[1]
+        # Pruning: the extension by rank r of the i-th best entry is beaten by every (j, s) with
+        # j <= i, s <= r, so only (i+1)(r+1) <= width can make the best `width` (~width ln width
+        # candidates instead of width * K). Exact whenever float32 sums do not round two
+        # different beam scores into a tie.
+        pairs = [(i, r) for i in range(w) for r in range(min(k, width // (i + 1)))]
+        rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
+        cand = score[:, rows] + vals[:, d, cols]
+        key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
+        sel = select_best(cand, key, min(width, len(pairs)))
+        score = jnp.take_along_axis(cand, sel, axis=-1)
+        lex = _lex_rank(jnp.take_along_axis(key, sel, axis=-1))
+        scores.append(score)
+        lexes.append(lex)
+        parents.append(jnp.asarray(rows)[sel])
+        tokens.append(jnp.take_along_axis(toks[:, d], jnp.asarray(cols)[sel], axis=-1))
 
-    # Global candidate list in (depth, lexicographic) order; metadata per global index.
+    # Global order over all depths: score desc, then depth asc, then lexicographic.
     widths = [s.shape[1] for s in scores]
     offsets = np.concatenate([[0], np.cumsum(widths)])
+    stride = max(widths)
     all_scores = jnp.concatenate(scores, axis=1)  # [Bt, T]
+    all_keys = jnp.concatenate([lx + d * stride for d, lx in enumerate(lexes)], axis=1)
     depth_of = jnp.asarray(np.repeat(np.arange(1, depth + 1), widths), jnp.int32)  # [T]
     parent_of = jnp.concatenate(
-        [jnp.full_like(parent_pos[0], -1)] + [p + int(offsets[d - 1]) for d, p in enumerate(parent_pos) if d > 0],
-        axis=1,
-    )
-    token_of = jnp.concatenate([jnp.take_along_axis(toks[:, d], r, axis=-1) for d, r in enumerate(ranks)], axis=1)
+        [parents[0]] + [p + int(offsets[d - 1]) for d, p in enumerate(parents) if d > 0], axis=1)
+    token_of = jnp.concatenate(tokens, axis=1)
 
     n = min(n, all_scores.shape[1])
-    _, sel = jax.lax.top_k(all_scores, n)  # [Bt, n], best first: a topological order
+    sel = select_best(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
     gparent = jnp.take_along_axis(parent_of, sel, axis=-1)
@@ -82,40 +159,6 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         num_nodes=num_slots,
         max_depth=depth,
     )
-
-
-def _extend_beam(prev: Array, vals: Array, width: int) -> tuple[Array, Array]:
-    """The best `width` extensions of a beam, in lexicographic order.
-
-    prev: [Bt, w] beam scores in lexicographic rank-path order; vals: [Bt, K] the depth's sorted
-    log-probs. Returns (pick, scores): pick = beam entry * K + rank (the lexicographic index of
-    the extension) and its score, both [Bt, min(width, w*K)], sorted by pick.
-
-    Pruning: order the beam by (score desc, lexicographic); the extension (i, r) of the i-th
-    entry in that order by rank r is dominated by every (j, s) with j <= i, s <= r, so it can be
-    among the best `width` only if (i+1)(r+1) <= width. That leaves ~width * ln(width)
-    candidates instead of width * K (7.5k instead of 1M at width 1024), with the same result
-    (exactly, whenever float32 sums do not round two different beam scores into a tie).
-    """
-    batch, w = prev.shape
-    k = vals.shape[-1]
-    n_keep = min(width, w * k)
-    pairs = [(i, r) for i in range(w) for r in range(min(k, width // (i + 1)))]
-    if len(pairs) >= w * k:  # nothing to prune (first depths, small beams)
-        cand = (prev[:, :, None] + vals[:, None, :]).reshape(batch, -1)
-        _, pick = jax.lax.top_k(cand, n_keep)
-        pick = jnp.sort(pick, axis=-1)
-        return pick, jnp.take_along_axis(cand, pick, axis=-1)
-    rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
-    beam_scores, lex_of = jax.lax.top_k(prev, w)  # ties: lower lexicographic index first
-    cand = beam_scores[:, rows] + vals[:, cols]  # [Bt, P]
-    key = lex_of[:, rows] * k + cols  # the lexicographic index of each candidate (distinct)
-    order = jnp.argsort(key, axis=-1)
-    cand = jnp.take_along_axis(cand, order, axis=-1)
-    key = jnp.take_along_axis(key, order, axis=-1)
-    _, pos = jax.lax.top_k(cand, n_keep)  # ties: lower lexicographic index first, as required
-    pos = jnp.sort(pos, axis=-1)
-    return jnp.take_along_axis(key, pos, axis=-1), jnp.take_along_axis(cand, pos, axis=-1)
 
 
 @register_policy("ddtree")

@@ -1,0 +1,84 @@
+"""Tree-build time alone: the vocabulary top-k and the best-first selection, per budget.
+
+    python3 -m bench.bench_tree --out DIR                 # GPU: Qwen3 vocabulary, depth 15
+    python3 -m bench.bench_tree --vocab 4096 --budgets 16,64 --inner 2    # CPU smoke run
+
+Each figure is the median over repeats of a jitted fori_loop of --inner builds (inputs perturbed
+per iteration so nothing is hoisted), divided by --inner: device time without dispatch.
+`topk` is `lax.top_k(logp, K)` over the vocabulary alone; `topk2` the two-stage variant
+(`ddtree.vocab_top_k` with chunks); `build` the whole policy build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from ddtree_jax.trees import make_policy
+from ddtree_jax.trees import ddtree
+from ddtree_jax.trees.ddtree import vocab_top_k
+
+
+def timed(fn, x, inner: int, repeats: int) -> float:
+    @jax.jit
+    def loop(x):
+        def body(i, acc):
+            out = fn(x + i.astype(x.dtype) * 1e-9)
+            return acc + sum(jnp.sum(o.astype(jnp.float32)) for o in jax.tree_util.tree_leaves(out)) * 0
+        return jax.lax.fori_loop(0, inner, body, jnp.float32(0))
+
+    jax.block_until_ready(loop(x))
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(loop(x))
+        ts.append((time.perf_counter() - t0) / inner)
+    return 1e3 * statistics.median(ts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_tree", description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--depth", type=int, default=15)
+    ap.add_argument("--budgets", default="16,64,256,1024")
+    ap.add_argument("--policy", default="ddtree")
+    ap.add_argument("--inner", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--count-max", default="1024,0",
+                    help="ddtree.RANK_BY_COUNT_MAX values to compare (pairwise ranking vs sort)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
+    policy = make_policy(args.policy)
+    rows = []
+    for b in [int(x) for x in args.budgets.split(",") if x]:
+        k = min(b, args.vocab)
+        r = dict(budget=b, k=k)
+        r["topk_ms"] = timed(lambda x: jax.lax.top_k(x, k), logp, args.inner, args.repeats)
+        r["topk2_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128), logp, args.inner, args.repeats)
+        backend = jax.default_backend()
+        saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
+        for c in [int(x) for x in args.count_max.split(",") if x]:
+            ddtree.RANK_BY_COUNT_MAX[backend] = c
+            r[f"build_ms_count{c}"] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
+        ddtree.RANK_BY_COUNT_MAX[backend] = saved
+        rows.append(r)
+        builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
+        print(f"[bench_tree] {args.policy} B={b:5d}: top_k {r['topk_ms']:.3f} ms, two-stage top_k {r['topk2_ms']:.3f} ms, "
+              f"whole build (by count limit) {builds} ms", flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "bench_tree.json").write_text(json.dumps(
+            dict(device=jax.devices()[0].device_kind, jax=jax.__version__, vocab=args.vocab, depth=args.depth,
+                 policy=args.policy, rows=rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
