@@ -187,11 +187,11 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
 
     caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
     prefill = engine.prefill.lower(gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs,
-                                   jax.random.PRNGKey(0), **static).compile()
+                                   jax.random.PRNGKey(0), **static).compile(compiler_options=gen.compiler_options or None)
     state = jax.block_until_ready(fresh_state())
     t0 = time.perf_counter()
     lowered = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static)
-    run = lowered.compile()
+    run = lowered.compile(compiler_options=gen.compiler_options or None)
     compile_s = time.perf_counter() - t0
     hlo = run.as_text() or ""
     if out is not None:
@@ -231,6 +231,8 @@ def main(argv=None) -> int:
                     help="comma-separated METHOD[:BUDGET][/UNROLL], e.g. ar/1,ar/4,ddtree:64 (unroll: backend default)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--attn-impl", default="auto")
+    ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
+                    help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -242,7 +244,9 @@ def main(argv=None) -> int:
     for m in [x for x in args.methods.split(",") if x]:
         m, _, u = m.partition("/")
         method, _, b = m.partition(":")
-        gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl, unroll=int(u or 0))
+        opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
+        gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl, unroll=int(u or 0),
+                        compiler_options=opts)
         label = f"{method}{b}_u{gen.unroll}"
         r = profile_one(gen, args.prompt_len, args.rounds, out, label)
         results.append(r)

@@ -29,8 +29,11 @@ from ddtree_jax.sampling import SamplingConfig
 
 DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
 METHODS = ("ar", "dflash", "ddtree")
-# Rounds per device-loop iteration by backend (engine.DecodeSpec.unroll), measured in bench/RESULTS.md.
-DEFAULT_UNROLL = {"gpu": 4, "cpu": 1}
+# Rounds per device-loop iteration by backend (engine.DecodeSpec.unroll), measured in bench/RESULTS.md:
+# on the H200 unrolling made rounds slower (XLA re-records the loop body's command buffer).
+DEFAULT_UNROLL = {"gpu": 1, "cpu": 1}
+# XLA options for our executables by backend (bench/RESULTS.md).
+DEFAULT_COMPILER_OPTIONS: dict[str, dict] = {}
 
 
 def _bucket(n: int, minimum: int = 16) -> int:
@@ -61,11 +64,14 @@ class Generator:
     """
 
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
-                 attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0):
+                 attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
+                 compiler_options: dict | None = None):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
-        DEFAULT_UNROLL for the backend (1 on the CPU, where compile time matters more)."""
+        DEFAULT_UNROLL for the backend (1 on the CPU, where compile time matters more).
+        compiler_options: XLA debug options for the prefill and round executables (None:
+        DEFAULT_COMPILER_OPTIONS for the backend)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -101,6 +107,8 @@ class Generator:
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the backend's default")
         self.unroll = unroll or DEFAULT_UNROLL.get(jax.default_backend(), 1)
+        self.compiler_options = dict(DEFAULT_COMPILER_OPTIONS.get(jax.default_backend(), {})
+                                     if compiler_options is None else compiler_options)
         self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
@@ -174,7 +182,7 @@ class Generator:
                tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
                tuple(sorted(static.items())))
         if key not in self._compiled:
-            self._compiled[key] = fn.lower(*args, **static).compile()
+            self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=self.compiler_options or None)
         return self._compiled[key]
 
     def generate_ids(

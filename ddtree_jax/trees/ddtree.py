@@ -56,8 +56,10 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
     return jax.lax.sort((0.0 - scores, keys, idx), dimension=1, num_keys=2)[2][:, :n]
 
 
-# Two-stage vocabulary top-k (None: one lax.top_k). Chosen by bench/bench_tree.py on the H200.
-VOCAB_TOPK_CHUNKS: int | None = None
+# Two-stage vocabulary top-k by backend (absent: one lax.top_k), from bench/bench_tree.py: on the
+# H200, D=15 x V=151936, one top_k took 0.59 ms for K=64..1024 and 128 chunks 0.21 / 0.24 / 0.51 ms
+# at K=64 / 256 / 1024; on the CPU the single top_k is faster.
+VOCAB_TOPK_CHUNKS = {"gpu": 128}
 
 
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None) -> tuple[Array, Array]:
@@ -106,7 +108,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         empty = jnp.zeros((batch, 0), jnp.int32)
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
-    vals, toks = vocab_top_k(logp, k, VOCAB_TOPK_CHUNKS)  # [Bt, D, K]: rank r -> (log-prob, token)
+    vals, toks = vocab_top_k(logp, k, VOCAB_TOPK_CHUNKS.get(jax.default_backend()))  # [Bt, D, K]: rank r -> (log-prob, token)
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
