@@ -221,41 +221,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = suite.environment()
     log(f"[bench] {len(configs)} configs x {len(opts.temperatures)} temperatures on {len(prompts)} prompts, "
         f"{args.repeats} repeats, {env['device_kind']} ({env['platform']}), commit {env['commit']}")
-    rows, reference = suite.run_suite(ckpt, prompts, configs, opts, progress=not args.no_progress, log=log)
 
-    bench = {
-        "schema": suite.SCHEMA,
-        "config": {
-            "ckpt": str(Path(args.ckpt).absolute()), "ckpt_dtype": v["meta"].get("dtype"),
-            "dtype": dtype,
-            "prompts": args.prompts, "data": None if args.prompts else args.data, "num_prompts": len(prompts),
-            "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens, "methods": v["methods"],
-            "policies": v["policies"], "budgets": v["budgets"], "temperatures": v["temperatures"],
-            "top_k": args.top_k, "top_p": args.top_p, "repeats": args.repeats, "seed": args.seed,
-            "torch_baseline": args.torch_baseline, "torch_repeats": args.torch_repeats or args.repeats,
-            "profile_prompts": opts.profile_prompts, "profile_temperatures": v["profile_temperatures"],
-            "stop_ids": stop, "attn_impl": args.attn_impl,
-            "batch_size": 1, "argv": list(sys.argv[1:] if argv is None else argv),
-        },
-        "environment": env,
-        "prompts": [{"index": p.index, "source": p.source, "num_tokens": len(p.ids)} for p in prompts],
-        "runs": rows,
-        "all_lossless": all(r["lossless"] is not False for r in rows),
-        "mismatches": [{"label": r["label"], **m} for r in rows for m in r.get("mismatches", [])],
-        "notes": [
-            "tokens_per_s: output tokens / wall time of generate (prefill included), batch 1, summed over "
-            "prompts per repeat; median and min/max over repeats",
-            "speedup_vs_ar: tokens_per_s median over AR's at the same temperature in this run",
-            "mean_acceptance: tokens committed per round (accepted draft tokens + the bonus), pooled over "
-            "all rounds of all prompts; acceptance_histogram[k] = rounds that committed k + 1 tokens",
-            "stage_ms: ms per round from a separate profiled pass (each stage jitted and synced on its own); "
-            "overhead_fraction = (profiled round - verify) / profiled round",
-        ],
-    }
-    if not bench["all_lossless"] and dtype != "float32":
-        bench["notes"].append(
-            "greedy mismatches with low-precision weights can be numerical near-ties (verify runs 1 + N tokens "
-            "through other matmul shapes than AR's 1); rerun with --dtype float32 to tell them from a bug")
+    def make_bench(rows: list[dict], partial: bool) -> dict:
+        bench = {
+            "schema": suite.SCHEMA,
+            "config": {
+                "ckpt": str(Path(args.ckpt).absolute()), "ckpt_dtype": v["meta"].get("dtype"),
+                "dtype": dtype,
+                "prompts": args.prompts, "data": None if args.prompts else args.data, "num_prompts": len(prompts),
+                "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens, "methods": v["methods"],
+                "policies": v["policies"], "budgets": v["budgets"], "temperatures": v["temperatures"],
+                "top_k": args.top_k, "top_p": args.top_p, "repeats": args.repeats, "seed": args.seed,
+                "torch_baseline": args.torch_baseline, "torch_repeats": args.torch_repeats or args.repeats,
+                "profile_prompts": opts.profile_prompts, "profile_temperatures": v["profile_temperatures"],
+                "stop_ids": stop, "attn_impl": args.attn_impl,
+                "batch_size": 1, "argv": list(sys.argv[1:] if argv is None else argv),
+            },
+            "environment": env,
+            "prompts": [{"index": p.index, "source": p.source, "num_tokens": len(p.ids)} for p in prompts],
+            "runs": rows,
+            "all_lossless": all(r["lossless"] is not False for r in rows),
+            "mismatches": [{"label": r["label"], **m} for r in rows for m in r.get("mismatches", [])],
+            "notes": [
+                "tokens_per_s: output tokens / wall time of generate (prefill included), batch 1, summed over "
+                "prompts per repeat; median and min/max over repeats",
+                "speedup_vs_ar: tokens_per_s median over AR's at the same temperature in this run",
+                "mean_acceptance: tokens committed per round (accepted draft tokens + the bonus), pooled over "
+                "all rounds of all prompts; acceptance_histogram[k] = rounds that committed k + 1 tokens",
+                "stage_ms: ms per round from a separate profiled pass (each stage jitted and synced on its own); "
+                "overhead_fraction = (profiled round - verify) / profiled round",
+            ],
+        }
+        if not bench["all_lossless"] and dtype != "float32":
+            bench["notes"].append(
+                "greedy mismatches with low-precision weights can be numerical near-ties (verify runs 1 + N tokens "
+                "through other matmul shapes than AR's 1); rerun with --dtype float32 to tell them from a bug")
+        if partial:
+            bench["partial"] = f"{len(rows)} of {len(configs) * len(opts.temperatures)} rows: the run stopped early"
+        return bench
+
+    rows, reference = suite.run_suite(ckpt, prompts, configs, opts, progress=not args.no_progress, log=log,
+                                      on_row=lambda rs: write_json(out / "bench.json", make_bench(rs, True)))
+    bench = make_bench(rows, False)
     write_json(out / "bench.json", bench)  # written before the optional parts: a crash there keeps it
 
     if args.torch_baseline:

@@ -7,8 +7,8 @@ weights-only decoder step (every matmul and norm of the 8B shape, no attention, 
 What it answers: how close XLA's batch-1 matmuls get to the HBM floor, whether an [out, in]
 weight layout (x @ W.T) reads faster than [in, out], and what a step costs with nothing but
 weight reads, so the rest of the gap can be charged to attention, cache writes and launches.
-Each time is the median of repeats of a jitted fori_loop of --inner steps, over rotating
-weight copies larger than the L2.
+Copy and GEMV figures: the median of 20 synced calls, each moving ~2-4 GB (far beyond the L2);
+the decoder step: a jitted fori_loop of steps over 15 GB of weights.
 """
 from __future__ import annotations
 
@@ -34,17 +34,29 @@ def timeit(fn, *args, inner: int, repeats: int = 5) -> float:
     return statistics.median(ts)
 
 
-def copy_bw(nbytes: int, inner: int) -> float:
+def per_call(fn, *args, calls: int = 20) -> float:
+    """Median seconds of one call of a jitted fn, over `calls` synced calls (each call is large
+    enough, hundreds of microseconds, that dispatch is a small part)."""
+    jax.block_until_ready(fn(*args))
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def copy_bw(nbytes: int) -> float:
+    """Bytes read + written per second by one elementwise pass over nbytes of bf16."""
     x = jnp.ones((nbytes // 2,), jnp.bfloat16)
-
-    @jax.jit
-    def f(x):
-        return jax.lax.fori_loop(0, inner, lambda i, y: y * jnp.bfloat16(1.0001), x)
-
-    return 2 * nbytes / timeit(f, x, inner=inner)
+    return 2 * nbytes / per_call(jax.jit(lambda x: x + 1), x)
 
 
-def gemv_bw(k: int, n: int, copies: int, layout: str, inner: int, dtype) -> float:
+def gemv_bw(k: int, n: int, copies: int, layout: str, dtype) -> float:
+    """Weight bytes per second of `copies` independent [1, k] x [k, n] products in one call.
+
+    Each product gets its own input row, so XLA cannot merge them into one batched matmul.
+    """
     key = jax.random.PRNGKey(0)
     shape = (copies, k, n) if layout == "io" else (copies, n, k)
     w = jax.random.normal(key, shape, jnp.float32).astype(dtype)
@@ -53,13 +65,9 @@ def gemv_bw(k: int, n: int, copies: int, layout: str, inner: int, dtype) -> floa
 
     @jax.jit
     def f(w, x):
-        def body(i, acc):
-            y = jnp.einsum(eq, x + acc[:, :1].astype(dtype), w[i % copies], preferred_element_type=jnp.float32)
-            return acc + y[:, :1]
+        return [jnp.einsum(eq, x * (c + 1), w[c]) for c in range(copies)]
 
-        return jax.lax.fori_loop(0, inner, body, jnp.zeros((1, 1), jnp.float32))
-
-    return k * n * jnp.dtype(dtype).itemsize / timeit(f, w, x, inner=inner)
+    return copies * k * n * jnp.dtype(dtype).itemsize / per_call(f, w, x)
 
 
 def weights_only_step(h: int, inter: int, nq: int, nkv: int, layers: int, vocab: int, layout: str, inner: int,
@@ -114,14 +122,14 @@ def main(argv=None) -> int:
     else:
         dims = dict(h=4096, inter=12288, nq=4096, nkv=1024, layers=36, vocab=151936)
         gemvs = [(4096, 6144), (4096, 4096), (4096, 24576), (12288, 4096), (4096, 151936)]
-        copies, inner, cbytes = 8, 50, 4 << 30
-    res["copy_TBps"] = copy_bw(cbytes, inner) / 1e12
+        copies, inner, cbytes = 64, 50, 4 << 30
+    res["copy_TBps"] = copy_bw(cbytes) / 1e12
     print(f"[probe] copy (read+write) {res['copy_TBps']:.2f} TB/s", flush=True)
     res["gemv"] = []
     for k, n in gemvs:
         for layout in ("io", "oi"):
-            c = copies if k * n < 1e8 else 2
-            bw = gemv_bw(k, n, c, layout, inner, dtype) / 1e12
+            c = max(2, min(copies, int(2e9 // (2 * k * n))))  # ~2 GB of weights per call
+            bw = gemv_bw(k, n, c, layout, dtype) / 1e12
             res["gemv"].append(dict(k=k, n=n, layout=layout, TBps=bw))
             print(f"[probe] gemv [1,{k}] x {layout} {k}x{n}: {bw:.2f} TB/s", flush=True)
     for layout in ("io", "oi"):

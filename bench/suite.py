@@ -219,9 +219,10 @@ def compare_with_baseline(row: dict, base: dict) -> None:
 
 
 def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *, progress: bool = True,
-              log=print) -> tuple[list[dict], dict[float, list[list[int]]]]:
+              log=print, on_row=None) -> tuple[list[dict], dict[float, list[list[int]]]]:
     """All configs x temperatures: the rows in run order (AR first at each temperature), and AR's
-    output tokens per temperature (the reference for other comparisons)."""
+    output tokens per temperature (the reference for other comparisons). on_row(rows) is called
+    after every row with the rows so far (without their token lists), to save partial results."""
     from tqdm import tqdm
 
     from ddtree_jax.generate import Generator
@@ -245,6 +246,8 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
                 compare_with_baseline(row, baseline[t])
                 rows.append(row)
                 say(summary_line(row))
+                if on_row is not None:
+                    on_row([{k: v for k, v in r.items() if k != "_tokens"} for r in rows])
                 if row["lossless"] is False:
                     say(f"!!! LOSSLESS CHECK FAILED: {row['label']} T=0 differs from AR on "
                         f"{len(row['mismatches'])}/{len(prompts)} prompts: {row['mismatches'][:3]}")

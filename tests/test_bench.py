@@ -47,6 +47,7 @@ def test_suite_end_to_end_on_the_shipped_pair(tmp_path):
     tb = bench["torch_baseline"]
     assert tb["tokens_per_s"]["median"] > 0 and tb["equal_to_jax_ar"].endswith("/2")
     assert tb["cache_implementation"] in ("static", "default (dynamic)")
+    assert "partial" not in bench
     assert "| ddtree | ddtree | 4 |" in (out / "summary.md").read_text()
     for name in PLOTS:
         data = (out / name).read_bytes()
@@ -160,3 +161,28 @@ def test_missing_checkpoint_is_one_line_exit_2(tmp_path):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert lines[0].startswith("bench: error:") and "not found" in lines[0]
+
+
+def test_a_run_stopped_midway_keeps_its_rows(tmp_path, monkeypatch):
+    """bench.json is rewritten after every row, so a killed run (a device time limit) keeps them."""
+    from bench import suite
+    from bench.__main__ import main
+
+    real = suite.run_config
+    done = []
+
+    def run_then_stop(gen, *a, **kw):
+        if len(done) == 2:
+            raise KeyboardInterrupt  # as if the process were stopped here
+        done.append(gen.method)
+        return real(gen, *a, **kw)
+
+    monkeypatch.setattr(suite, "run_config", run_then_stop)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        main(["--num-prompts", "1", "--prompt-tokens", "16", "--max-new-tokens", "4", "--methods", "ar,dflash,ddtree",
+              "--policies", "ddtree", "--budgets", "4", "--temperatures", "0", "--repeats", "1",
+              "--profile-prompts", "0", "--no-progress", "--no-plots", "--out", str(out)])
+    bench = json.loads((out / "bench.json").read_text())
+    assert [r["method"] for r in bench["runs"]] == ["ar", "dflash"]
+    assert bench["partial"].startswith("2 of 3 rows")

@@ -1,0 +1,50 @@
+"""The GPU measurement scripts in their CPU smoke modes, and the profile parser's pieces."""
+from __future__ import annotations
+
+import json
+
+from bench import profile_round as pr
+
+
+def test_profile_parser_pieces():
+    hlo = """
+  %gemm_fusion_dot.12 = bf16[1,8]{1,0} fusion(%a, %b), kind=kCustom, metadata={op_name="jit(_run_rounds)/while/body/verify/layer3/dot_general" deduplicated_name="gemm_fusion_dot.7"}
+  ROOT %loop_add_fusion.3 = f32[4] fusion(%c), kind=kLoop, metadata={op_name="jit(_run_rounds)/while/body/tree/add"}
+"""
+    scopes = pr.op_scopes(hlo)
+    assert pr.stage_of(scopes["gemm_fusion_dot.12"]) == "verify"
+    assert pr.stage_of(scopes["gemm_fusion_dot_7"]) == "verify"  # kernel name inside a command buffer
+    assert pr.stage_of(scopes["loop_add_fusion_3"]) == "tree"
+    assert pr.stage_of("jit(f)/while/cond/and") == "other"
+    ev = [dict(start=0, dur=10), dict(start=5, dur=10), dict(start=30, dur=5)]
+    assert pr.busy_ns(ev) == 20
+    assert pr.kind_of("nvjet_sm90_tst_128x72", "") == "matmul"
+    events = [dict(name="gemm_fusion_dot_7", start=0, dur=4000, hlo_op="command_buffer_2"),
+              dict(name="loop_add_fusion_3", start=100000, dur=1000, hlo_op="loop_add_fusion.3")]
+    s = pr.summarize(events, scopes, rounds=1)
+    assert s["stages_ms"] == {"tree": 0.001, "verify": 0.004}
+    assert s["gaps_over_50us_per_round"] == 1 and s["kernels_per_round"] == 2
+
+
+def test_profile_round_smoke(tmp_path):
+    assert pr.main(["--model", "tiny", "--methods", "ar,ddtree:8/2", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "profile_tiny.json").read_text())["results"]
+    assert [r["label"] for r in res] == ["ar_u1", "ddtree8_u2"]
+    for r in res:
+        assert r["wall_ms_per_round"] > 0 and r["rounds"] == 2
+        assert r["busy_ms_per_round"] > 0 and set(r["stages_ms"]) <= set(pr.STAGES) | {"other"}
+    assert (tmp_path / "hlo_ar_u1.txt.xz").stat().st_size > 1000
+
+
+def test_bench_tree_and_probe_smoke(tmp_path):
+    from bench import bench_tree, probe_decode
+
+    assert bench_tree.main(["--vocab", "512", "--budgets", "8,40", "--inner", "2", "--repeats", "1",
+                            "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
+    assert [r["budget"] for r in rows] == [8, 40]
+    assert all(r["build_ms_count1024"] > 0 and r["build_ms_count0"] > 0 and r["topk2_ms"] > 0 for r in rows)
+    assert probe_decode.main(["--small", "--out", str(tmp_path)]) == 0
+    probe = json.loads((tmp_path / "probe_decode.json").read_text())
+    assert probe["copy_TBps"] > 0 and len(probe["gemv"]) == 2
+    assert probe["weights_only_step_io"]["ms"] > 0
