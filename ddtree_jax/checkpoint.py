@@ -93,16 +93,50 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-@contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+class InterruptsDeferred:
+    """SIGINT/SIGTERM inside the block are held and raised as KeyboardInterrupt when it ends.
+
+    For checkpoint writes and renames: an interrupt in the middle of an orbax save would leave its background
+    threads writing into a directory that the cleanup has just removed, and blocking the signals
+    with pthread_sigmask in the main thread does not stop them (another thread takes the signal
+    and Python still raises in the main thread). Python-level handlers always run in the main
+    thread, so holding the signal here works. Nested blocks hold it until the outermost ends.
+    """
+
+    _depth = 0
+    _pending: int | None = None
+    _old: dict = {}
+
+    def __enter__(self):
+        cls = type(self)
+        if not on_main_thread():
+            return self
+        if cls._depth == 0:
+            cls._pending = None
+            cls._old = {s: signal.signal(s, cls._hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        cls._depth += 1
+        return self
+
+    @classmethod
+    def _hold(cls, signum, frame):
+        cls._pending = signum
+
+    def __exit__(self, exc_type, exc, tb):
+        cls = type(self)
+        if not on_main_thread():
+            return False
+        cls._depth -= 1
+        if cls._depth == 0:
+            for s, h in cls._old.items():
+                signal.signal(s, h)
+            if cls._pending is not None and exc_type is None:
+                cls._pending = None
+                raise KeyboardInterrupt
+        return False
+
+
+def on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _remove(p: Path) -> None:
@@ -143,7 +177,7 @@ def atomic_directory(path: str | Path, force: bool = False) -> Iterator[Path]:
         try:
             tmp.mkdir()
             yield tmp
-            with _signals_blocked():
+            with InterruptsDeferred():  # the renames complete, then the interrupt is raised
                 if path.exists() or path.is_symlink():
                     _remove(old)
                     path.rename(old)

@@ -5,7 +5,6 @@ import json
 import lzma
 from pathlib import Path
 
-import jax.numpy as jnp
 import pytest
 import torch
 

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ddtree_jax.checkpoint import InterruptsDeferred, on_main_thread
 from ddtree_jax.errors import UserError
 
 CKPT = "ckpt"
@@ -181,7 +182,7 @@ class SigtermAsInterrupt:
 
     def __enter__(self):
         self.old = None
-        if hasattr(signal, "SIGTERM") and _main_thread():
+        if hasattr(signal, "SIGTERM") and on_main_thread():
             self.old = signal.signal(signal.SIGTERM, self._raise)
         return self
 
@@ -193,54 +194,6 @@ class SigtermAsInterrupt:
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
         return False
-
-
-class InterruptsDeferred:
-    """SIGINT/SIGTERM inside the block are held and raised as KeyboardInterrupt when it ends.
-
-    For checkpoint writes: an interrupt in the middle of an orbax save would leave its background
-    threads writing into a directory that the cleanup has just removed, and blocking the signals
-    with pthread_sigmask in the main thread does not stop them (another thread takes the signal
-    and Python still raises in the main thread). Python-level handlers always run in the main
-    thread, so holding the signal here works. Nested blocks hold it until the outermost ends.
-    """
-
-    _depth = 0
-    _pending: int | None = None
-    _old: dict = {}
-
-    def __enter__(self):
-        cls = type(self)
-        if not _main_thread():
-            return self
-        if cls._depth == 0:
-            cls._pending = None
-            cls._old = {s: signal.signal(s, cls._hold) for s in (signal.SIGINT, signal.SIGTERM)}
-        cls._depth += 1
-        return self
-
-    @classmethod
-    def _hold(cls, signum, frame):
-        cls._pending = signum
-
-    def __exit__(self, exc_type, exc, tb):
-        cls = type(self)
-        if not _main_thread():
-            return False
-        cls._depth -= 1
-        if cls._depth == 0:
-            for s, h in cls._old.items():
-                signal.signal(s, h)
-            if cls._pending is not None and exc_type is None:
-                cls._pending = None
-                raise KeyboardInterrupt
-        return False
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def log(msg: str) -> None:

@@ -334,7 +334,6 @@ def run_drafter_command(args) -> int:
     if args.anchors * 1 > args.seq_len - dcfg.block_size:
         raise UserError(f"--anchors {args.anchors} does not fit in --seq-len {args.seq_len} with blocks of {dcfg.block_size}")
 
-    eos = tokenizer.eos_token_id
     t0 = time.time()
     train_docs = load_docs(tokenizer, args.data, "train", args.token_cache)
     eval_docs = load_docs(tokenizer, args.data, "eval", args.token_cache)
