@@ -414,6 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
     if args.rounds_per_call < 1:
         raise UserError(f"--rounds-per-call must be >= 1 (got {args.rounds_per_call})")
+    if args.unroll < 0:
+        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the backend's default")
     if args.top_k < 0:
         raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
     try:

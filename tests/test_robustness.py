@@ -384,6 +384,11 @@ def test_rounds_per_call_below_one(qwen3_pair):
           "--rounds-per-call", ">= 1")
 
 
+def test_negative_unroll(qwen3_pair):
+    fails(gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 4, "--unroll", -2, timeout=60),
+          "--unroll", ">= 0")
+
+
 def test_corrupt_converted_params(qwen3_pair, tmp_path):
     """The one line only: the aborted restore's tensorstore callbacks used to print
     'RuntimeError: Event loop is closed' tracebacks after it, at exit."""
