@@ -197,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         import jax
 
         dtype = "float32" if jax.default_backend() == "cpu" else None
+    from ddtree_jax import compile_cache
+
+    compile_cache.enable()  # compile time is not timed, but reruns start sooner
     ckpt = load_checkpoint(args.ckpt, dtype=dtype, with_drafter=any(c.method != "ar" for c in configs))
     dtype = dtype or v["meta"].get("dtype")
     tok = load_tokenizer(ckpt)

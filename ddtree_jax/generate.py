@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax import engine
+from ddtree_jax import compile_cache, engine
 from ddtree_jax.errors import ArgumentParser, UserError, run_script
 from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
@@ -430,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = args.dtype
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
         dtype = "float32" if jax.default_backend() == "cpu" else None
+    compile_cache.enable()  # a second run with the same shapes skips compilation
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
                     unroll=args.unroll)

@@ -21,6 +21,10 @@ for p in (str(ROOT), str(ROOT / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per test session, not ~/.cache
+    import tempfile
+
+    os.environ["DDTREE_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="ddtree-xla-cache-")
 
 from hf_fixtures import make_drafter, make_target, make_tokenizer  # noqa: E402
 
