@@ -87,12 +87,14 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
         return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
 
-    prefill = engine.prefill.lower(*pre_args(), **static).compile()
+    copts = gen.compiler_options or None
+    prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=copts)
     args = pre_args()
     t0 = time.perf_counter()
     state = jax.block_until_ready(prefill(*args))
     prefill_ms = 1e3 * (time.perf_counter() - t0)
-    run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile()
+    run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
+        compiler_options=copts)
 
     fused = []
     for _ in range(repeats + 1):  # the first is a warm-up
@@ -152,6 +154,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--stage-repeats", type=int, default=5)
     ap.add_argument("--attn-impl", default="auto")
+    ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the backend's default)")
+    ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
+                    help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", default=None, help="directory for round.json")
     args = ap.parse_args(argv)
@@ -166,7 +171,9 @@ def main(argv=None) -> int:
     rows = []
     for method, budget in runs:
         t0 = time.perf_counter()
-        gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=args.attn_impl)
+        opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
+        gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=args.attn_impl,
+                        unroll=args.unroll, compiler_options=opts)
         r = measure(gen, args.prompt_len, args.rounds, args.repeats, args.stage_repeats)
         r.update(method=method, budget=gen.budget, policy=gen.policy_name)
         rows.append(r)
