@@ -73,22 +73,30 @@ def nbytes(tree) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
-def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int) -> dict:
-    spec = gen.spec_for(prompt_len, rounds * 2 + 4, engine.SamplingConfig())
+def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int) -> types.SimpleNamespace:
+    """A random batch-1 prompt for gen: its spec, static args, knobs, a factory of fresh prefill
+    arguments (new donated caches each call) and the compiled prefill."""
+    spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig())
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
     prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(1, prompt_len)), jnp.int32)
     lens = jnp.asarray([prompt_len], jnp.int32)
     knobs = engine.make_knobs()
-    max_new = jnp.asarray([rounds * 2 + 4], jnp.int32)
+    max_new = jnp.asarray([max_new_tokens], jnp.int32)
     dtype = gen.tparams["embed"].dtype
 
     def pre_args():
         caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
         return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
 
+    prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=gen.compiler_options or None)
+    return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill)
+
+
+def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int) -> dict:
+    req = setup_request(gen, prompt_len, rounds * 2 + 4)
+    spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
     copts = gen.compiler_options or None
-    prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=copts)
     args = pre_args()
     t0 = time.perf_counter()
     state = jax.block_until_ready(prefill(*args))

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from bench.bench_round import SHAPES, build
+from bench.bench_round import SHAPES, build, setup_request
 from ddtree_jax import engine
 from ddtree_jax.generate import Generator
 
@@ -172,22 +171,12 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
 
 
 def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, label: str) -> dict:
-    spec = gen.spec_for(prompt_len, rounds * 20 + 8, engine.SamplingConfig())
-    static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
-    rng = np.random.default_rng(0)
-    prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(1, prompt_len)), jnp.int32)
-    lens = jnp.asarray([prompt_len], jnp.int32)
-    knobs = engine.make_knobs()
-    max_new = jnp.asarray([rounds * 20 + 8], jnp.int32)
-    dtype = gen.tparams["embed"].dtype
+    req = setup_request(gen, prompt_len, rounds * 20 + 8)
+    spec, static, knobs, prefill = req.spec, req.static, req.knobs, req.prefill
 
     def fresh_state():
-        caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
-        return prefill(gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
+        return prefill(*req.pre_args())
 
-    caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
-    prefill = engine.prefill.lower(gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs,
-                                   jax.random.PRNGKey(0), **static).compile(compiler_options=gen.compiler_options or None)
     state = jax.block_until_ready(fresh_state())
     t0 = time.perf_counter()
     lowered = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static)
