@@ -58,12 +58,12 @@ def build(model: str, dtype) -> types.SimpleNamespace:
                        target_layer_ids=d["target_layer_ids"], mask_token_id=t["vocab_size"] - 1,
                        num_target_layers=t["num_layers"], vocab_size=t["vocab_size"],
                        sliding_windows=(None,) * d["num_layers"], rope=rope)
-    # unsafe_rbg: threefry took 102 s for 18 GB of weights on the H200 (bench/RESULTS.md)
-    jax.config.update("jax_default_prng_impl", "unsafe_rbg")
+    # unsafe_rbg keys: threefry took 102 s for 18 GB of weights on the H200 (bench/RESULTS.md).
+    # Typed keys carry the generator, so the process-wide default (sampling) stays threefry.
     init_t = jax.jit(lambda k: init_target(tc, k, dtype))
     init_d = jax.jit(lambda k: init_drafter(dc, k, dtype))
-    tp = init_t(jax.random.PRNGKey(0))
-    dp = init_d(jax.random.PRNGKey(1))
+    tp = init_t(jax.random.key(0, impl="unsafe_rbg"))
+    dp = init_d(jax.random.key(1, impl="unsafe_rbg"))
     jax.block_until_ready((tp, dp))
     return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
                                  tokenizer_dir=None, meta={})

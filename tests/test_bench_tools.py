@@ -48,3 +48,16 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     probe = json.loads((tmp_path / "probe_decode.json").read_text())
     assert probe["copy_TBps"] > 0 and len(probe["gemv"]) == 2
     assert probe["weights_only_step_io"]["ms"] > 0
+
+
+def test_building_the_bench_model_leaves_the_prng_default_alone():
+    """bench_round.build uses a fast generator for random weights through typed keys; the
+    process-wide default (which generation's sampling uses) must not change."""
+    import jax
+
+    from bench.bench_round import build
+
+    before = jax.config.jax_default_prng_impl
+    ck = build("tiny", jax.numpy.float32)
+    assert jax.config.jax_default_prng_impl == before
+    assert float(abs(ck.target_params["embed"]).sum()) > 0
