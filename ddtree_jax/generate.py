@@ -65,13 +65,14 @@ class Generator:
 
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
-                 compiler_options: dict | None = None):
+                 compiler_options: dict | None = None, log: Callable[[str], None] | None = None):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
         DEFAULT_UNROLL for the backend (1 on the CPU, where compile time matters more).
         compiler_options: XLA debug options for the prefill and round executables (None:
-        DEFAULT_COMPILER_OPTIONS for the backend)."""
+        DEFAULT_COMPILER_OPTIONS for the backend). log: called with a status line before and
+        after each compilation (they take seconds to minutes on large models)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -115,6 +116,7 @@ class Generator:
         if method != "ar":
             self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
         self._compiled: dict = {}
+        self.log = log
         self._stage_fns: dict = {}
         self._stage_warm: dict = {}
 
@@ -182,7 +184,13 @@ class Generator:
                tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
                tuple(sorted(static.items())))
         if key not in self._compiled:
+            t0 = time.perf_counter()
+            spec = static.get("spec")
+            if self.log is not None and spec is not None:
+                self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
             self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=self.compiler_options or None)
+            if self.log is not None and spec is not None:
+                self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
         return self._compiled[key]
 
     def generate_ids(
@@ -433,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     compile_cache.enable()  # a second run with the same shapes skips compilation
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
-                    unroll=args.unroll)
+                    unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []

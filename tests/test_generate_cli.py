@@ -28,6 +28,8 @@ def test_json_output_all_methods_identical(qwen3_pair, tmp_path):
         assert r.returncode == 0, r.stderr
         rows = [json.loads(line) for line in r.stdout.splitlines()]
         assert len(rows) == 2
+        # compilation is announced on stderr (stdout stays pure JSON); both prompts share one bucket
+        assert r.stderr.count("[ddtree] compiling the rounds") == 1 and "rounds compiled in" in r.stderr
         for row in rows:
             for key in ("token_ids", "text", "num_output_tokens", "time_s", "tokens_per_s", "rounds",
                         "acceptance_lengths", "mean_acceptance"):
