@@ -274,15 +274,21 @@ prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"), donate_arg
 def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
     """The round's stages as separately jitted functions, for per-stage timing (--profile, bench).
 
-    They are the functions `round_step` chains, so a profiled run commits the same tokens.
+    They are the functions `round_step` chains, so a profiled run commits the same tokens. Only
+    the target-token choice depends on the sampling settings; the other stages are shared by
+    every spec that differs in sampling alone (one compile for greedy and sampled runs).
     """
-    draft = jax.jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
-    tree = jax.jit(functools.partial(tree_stage, spec=spec))
-    verify = jax.jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+    stages = dict(_sampling_free_stages(tcfg, dcfg, dataclasses.replace(spec, sampling=SamplingConfig())))
 
     def _choose(logits, key, knobs):
         return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
 
+    stages["choose"] = jax.jit(_choose)
+    return stages
+
+
+@functools.lru_cache(maxsize=64)
+def _sampling_free_stages(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
     def _walk(tree_, target_tokens):
         return walk(tree_, target_tokens, dcfg.depth if spec.speculative else 0)
 
@@ -291,10 +297,9 @@ def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
                             slots=num_nodes(spec, dcfg) + 1)
 
     return {
-        "draft": draft,
-        "tree": tree,
-        "verify": verify,
-        "choose": jax.jit(_choose),
+        "draft": jax.jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec)),
+        "tree": jax.jit(functools.partial(tree_stage, spec=spec)),
+        "verify": jax.jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec)),
         "walk": jax.jit(_walk),
         "commit": jax.jit(_commit, donate_argnums=(1,)),
     }
