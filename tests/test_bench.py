@@ -186,3 +186,48 @@ def test_a_run_stopped_midway_keeps_its_rows(tmp_path, monkeypatch):
     bench = json.loads((out / "bench.json").read_text())
     assert [r["method"] for r in bench["runs"]] == ["ar", "dflash"]
     assert bench["partial"].startswith("2 of 3 rows")
+
+
+def test_merge_runs_of_several_calls(tmp_path):
+    """Runs split over device calls merge into one bench.json, summary and plots; overlapping
+    rows and different settings are refused with one line."""
+    from bench import merge
+    from bench.prompts import Prompt
+    from bench.suite import SuiteOptions, compare_with_baseline, run_config
+
+    prompts = [Prompt(0, "a", (1, 2))]
+
+    def run_dir(name, temps, partial=None):
+        rows = []
+        for t in temps:
+            row = run_config(_FakeGenerator(), prompts, t, SuiteOptions(max_new_tokens=9, repeats=1, profile_prompts=1))
+            compare_with_baseline(row, row)
+            rows.append(row)
+        for r in rows:
+            r.pop("_tokens", None)
+        d = tmp_path / name
+        d.mkdir()
+        bench = {"config": {"ckpt": "x", "dtype": "float32", "num_prompts": 1, "temperatures": list(temps)},
+                 "environment": {"device_kind": "fake", "commit": name}, "runs": rows, "all_lossless": True}
+        if partial:
+            bench["partial"] = partial
+        (d / "bench.json").write_text(json.dumps(bench))
+        return str(d)
+
+    a, b = run_dir("a", [0.0]), run_dir("b", [1.0], partial="1 of 2 rows")
+    out = tmp_path / "merged"
+    assert merge.main([a, b, "--out", str(out)]) == 0
+    m = json.loads((out / "bench.json").read_text())
+    assert [r["temperature"] for r in m["runs"]] == [0.0, 1.0] and m["config"]["temperatures"] == [0.0, 1.0]
+    assert [x["commit"] for x in m["merged_from"]] == ["a", "b"] and "partial" not in m
+    assert (out / "summary.md").read_text().count("| ddtree | ddtree | 8 |") == 2
+    for name in PLOTS:
+        assert (out / name).read_bytes()[:8] == PNG, name
+    with pytest.raises(UserError, match="in both"):
+        merge.main([a, a, "--out", str(out)])
+    c = run_dir("c", [1.0])
+    cfg = json.loads(Path(c, "bench.json").read_text())
+    cfg["config"]["dtype"] = "bfloat16"
+    Path(c, "bench.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match="dtype"):
+        merge.main([a, c, "--out", str(out)])
