@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ddtree_jax.errors import ArgumentParser, UserError, cli_main
+from ddtree_jax.errors import ArgumentParser, UserError, cli_main, read_json_file
 
 # config fields that must agree for rows to be comparable
 SAME = ("ckpt", "dtype", "prompts", "data", "num_prompts", "prompt_tokens", "max_new_tokens", "top_k", "top_p",
@@ -21,13 +21,7 @@ SAME = ("ckpt", "dtype", "prompts", "data", "num_prompts", "prompt_tokens", "max
 
 
 def load(path: Path) -> dict:
-    f = path / "bench.json"
-    if not f.is_file():
-        raise UserError(f"{f} not found; give directories written by python -m bench --out")
-    try:
-        return json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{f} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    return read_json_file(path / "bench.json", missing="give directories written by python -m bench --out")
 
 
 def merge(benches: list[dict], names: list[str]) -> dict:

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import ml_dtypes
 import numpy as np
 
-from ddtree_jax.errors import UserError
+from ddtree_jax.errors import UserError, read_json_file
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 
 FORMAT = 1
@@ -416,12 +416,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 
 def _read_json(p: Path) -> dict[str, Any]:
-    if not p.is_file():
-        raise UserError(f"{p} not found; the checkpoint is incomplete, convert it again")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{p} is not valid JSON ({e.msg} at line {e.lineno}); convert it again") from None
+    return read_json_file(p, missing="the checkpoint is incomplete, convert it again", invalid="; convert it again")
 
 
 def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool = True) -> Checkpoint:

@@ -7,9 +7,11 @@ no traceback unless `--debug` is on the command line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from ddtree_jax.models.config import ConfigError
 
@@ -58,3 +60,15 @@ def run_script(main: Callable[[Sequence[str] | None], int | None], prog: str) ->
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def read_json_file(path: str | Path, *, missing: str, invalid: str = "", error: type[Exception] = UserError) -> Any:
+    """The JSON in `path`, or one line as `error`: "PATH not found; {missing}" or
+    "PATH is not valid JSON (reason at line N){invalid}"."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{path} not found; {missing}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise error(f"{path} is not valid JSON ({e.msg} at line {e.lineno}){invalid}") from None

@@ -7,7 +7,6 @@ bad checkpoint fails at load time with a one-line message (see `ConfigError`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -253,13 +252,10 @@ def check_pair(target: TargetConfig, drafter: DrafterConfig) -> None:
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
-    p = Path(path) / "config.json"
-    if not p.is_file():
-        raise ConfigError(f"{p} not found; pass a Hugging Face model directory (with config.json)")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    from ddtree_jax.errors import read_json_file  # errors imports this module
+
+    return read_json_file(Path(path) / "config.json", error=ConfigError,
+                          missing="pass a Hugging Face model directory (with config.json)")
 
 
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> tuple[list[float], float]:
