@@ -89,20 +89,19 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int) -> types
         caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
         return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
 
-    prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=gen.compiler_options or None)
+    prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=gen.compiler_options)
     return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill)
 
 
 def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int) -> dict:
     req = setup_request(gen, prompt_len, rounds * 2 + 4)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
-    copts = gen.compiler_options or None
     args = pre_args()
     t0 = time.perf_counter()
     state = jax.block_until_ready(prefill(*args))
     prefill_ms = 1e3 * (time.perf_counter() - t0)
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
-        compiler_options=copts)
+        compiler_options=gen.compiler_options)
 
     fused = []
     for _ in range(repeats + 1):  # the first is a warm-up
@@ -162,7 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--stage-repeats", type=int, default=5)
     ap.add_argument("--attn-impl", default="auto")
-    ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the backend's default)")
+    ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the default)")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")

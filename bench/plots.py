@@ -27,6 +27,17 @@ def _temps(rows):
     return sorted({r["temperature"] for r in rows})
 
 
+def _temp_title(t: float) -> str:
+    return "greedy" if t == 0 else f"temperature {t:g}"
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _panels(n, title):
     fig, axes = plt.subplots(1, n, figsize=(max(7.0, 5.6 * n), 4.2), squeeze=False)
     fig.suptitle(title)
@@ -55,13 +66,10 @@ def _by_budget(rows, key, ylabel, title, path, ref_one=None):
             ax.minorticks_off()
         ax.set_xlabel("budget (draft nodes per round)")
         ax.set_ylabel(ylabel)
-        ax.set_title("greedy" if t == 0 else f"temperature {t:g}")
+        ax.set_title(_temp_title(t))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def stage_breakdown(rows, path):
@@ -83,14 +91,11 @@ def stage_breakdown(rows, path):
                 ax.text(i, bottom[i], f"{100 * r['overhead_fraction']:.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(at)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("ms per round (label: share beyond verify)")
-        ax.set_title("greedy" if t == 0 else f"temperature {t:g}")
+        ax.set_title(_temp_title(t))
         if at:
             ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def acceptance_hist(rows, path):
@@ -114,13 +119,10 @@ def acceptance_hist(rows, path):
         ax.set_xticks(range(1, max((len(r["acceptance_histogram"]) for r in at), default=1) + 1))
         ax.set_xlabel("tokens committed in the round")
         ax.set_ylabel("fraction of rounds")
-        ax.set_title("greedy" if t == 0 else f"temperature {t:g}")
+        ax.set_title(_temp_title(t))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def draw_all(bench: dict, out_dir: str | Path) -> list[Path]:

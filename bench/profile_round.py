@@ -108,6 +108,13 @@ def device_events(xspace_path: str) -> list[dict]:
     return gpu or cpu
 
 
+def op_of(event: dict, scopes: dict[str, str]) -> str:
+    """The HLO name to attribute a kernel event to: its op, or inside a command buffer (whose
+    name is the op) or without metadata, the kernel's own name."""
+    op = event["hlo_op"] or event["name"]
+    return event["name"] if op not in scopes or op.startswith("command_buffer") else op
+
+
 def busy_ns(events: list[dict]) -> float:
     """Length of the union of the events' intervals."""
     total, end = 0.0, -1.0
@@ -125,9 +132,7 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     by_kind = collections.defaultdict(lambda: [0.0, 0])
     by_op = collections.defaultdict(lambda: [0.0, 0, ""])
     for e in events:
-        op = e["hlo_op"] or e["name"]
-        if op not in scopes or op.startswith("command_buffer"):
-            op = e["name"]
+        op = op_of(e, scopes)
         scope = scopes.get(op, "")
         st = stage_of(scope)
         kd = f"{st}:{kind_of(e['name'], op)}"
@@ -153,7 +158,7 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
         end = max(end, e["start"] + e["dur"])
     t0 = ev[0]["start"] if ev else 0
     timeline = [(e["name"][:48], round((e["start"] - t0) / 1e3, 2), round(e["dur"] / 1e3, 2),
-                 stage_of(scopes.get(e["hlo_op"] if e["hlo_op"] in scopes else e["name"], ""))) for e in ev[:4000]]
+                 stage_of(scopes.get(op_of(e, scopes), ""))) for e in ev[:4000]]
     top = sorted(by_op.items(), key=lambda kv: -kv[1][0])[:40]
     return {
         "kernels_per_round": len(events) / rounds,
@@ -180,7 +185,7 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
     state = jax.block_until_ready(fresh_state())
     t0 = time.perf_counter()
     lowered = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static)
-    run = lowered.compile(compiler_options=gen.compiler_options or None)
+    run = lowered.compile(compiler_options=gen.compiler_options)
     compile_s = time.perf_counter() - t0
     hlo = run.as_text() or ""
     if out is not None:
@@ -217,7 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--methods", default="ar,dflash,ddtree:64",
-                    help="comma-separated METHOD[:BUDGET][/UNROLL], e.g. ar/1,ar/4,ddtree:64 (unroll: backend default)")
+                    help="comma-separated METHOD[:BUDGET][/UNROLL], e.g. ar/1,ar/4,ddtree:64 (unroll 0 or none: the default)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--attn-impl", default="auto")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",

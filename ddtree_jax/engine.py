@@ -41,9 +41,9 @@ class DecodeSpec:
     sampling: SamplingConfig = SamplingConfig()
     attn_impl: str = "auto"
     drafter: str = "dflash"  # "dflash", or "oracle" (models/oracle.py: tests and benchmarks)
-    # Rounds per while_loop iteration. Each iteration ends in a device->host copy of the loop
-    # predicate and a fresh launch of the body (~0.5 ms on the H200, bench/RESULTS.md); unrolling
-    # pays it once per `unroll` rounds. Steps past max_rounds in an iteration run but commit nothing.
+    # Rounds per while_loop iteration (steps past max_rounds run but commit nothing). Meant to
+    # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
+    # body, so unrolling was slower there (bench/RESULTS.md) and 1 is the default.
     unroll: int = 1
 
     @property
@@ -209,10 +209,9 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
 
     def body(carry):
         s, i = carry
-        if spec.unroll == 1:
-            return round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec), i + 1
-        for j in range(spec.unroll):
-            s = round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=i + j < max_rounds)
+        for j in range(spec.unroll):  # with one step per iteration, cond already checked i
+            enabled = None if spec.unroll == 1 else i + j < max_rounds
+            s = round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=enabled)
         return s, i + spec.unroll
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.int32(0)))

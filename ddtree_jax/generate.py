@@ -29,11 +29,9 @@ from ddtree_jax.sampling import SamplingConfig
 
 DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
 METHODS = ("ar", "dflash", "ddtree")
-# Rounds per device-loop iteration by backend (engine.DecodeSpec.unroll), measured in bench/RESULTS.md:
-# on the H200 unrolling made rounds slower (XLA re-records the loop body's command buffer).
-DEFAULT_UNROLL = {"gpu": 1, "cpu": 1}
-# XLA options for our executables by backend (bench/RESULTS.md).
-DEFAULT_COMPILER_OPTIONS: dict[str, dict] = {}
+# Rounds per device-loop iteration (engine.DecodeSpec.unroll). On the H200 more than one made rounds
+# slower (the loop's per-iteration host work grows with the body; bench/RESULTS.md).
+DEFAULT_UNROLL = 1
 
 
 def _bucket(n: int, minimum: int = 16) -> int:
@@ -69,9 +67,8 @@ class Generator:
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
-        DEFAULT_UNROLL for the backend (1 on the CPU, where compile time matters more).
-        compiler_options: XLA debug options for the prefill and round executables (None:
-        DEFAULT_COMPILER_OPTIONS for the backend). log: called with a status line before and
+        DEFAULT_UNROLL. compiler_options: XLA debug options for the prefill and round
+        executables (e.g. {"xla_gpu_enable_command_buffer": ""}). log: called with a status line before and
         after each compilation (they take seconds to minutes on large models)."""
         from ddtree_jax.trees import make_policy
 
@@ -106,10 +103,9 @@ class Generator:
         self.method, self.policy_name, self.budget = method, policy, budget
         self.attn_impl = attn_impl
         if unroll < 0:
-            raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the backend's default")
-        self.unroll = unroll or DEFAULT_UNROLL.get(jax.default_backend(), 1)
-        self.compiler_options = dict(DEFAULT_COMPILER_OPTIONS.get(jax.default_backend(), {})
-                                     if compiler_options is None else compiler_options)
+            raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
+        self.unroll = unroll or DEFAULT_UNROLL
+        self.compiler_options = dict(compiler_options) if compiler_options else None
         self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
@@ -188,7 +184,7 @@ class Generator:
             spec = static.get("spec")
             if self.log is not None and spec is not None:
                 self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
-            self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=self.compiler_options or None)
+            self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=self.compiler_options)
             if self.log is not None and spec is not None:
                 self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
         return self._compiled[key]
@@ -377,7 +373,7 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
     ap.add_argument("--rounds-per-call", type=int, default=4, help="rounds per device call while streaming")
     ap.add_argument("--unroll", type=int, default=0,
-                    help="rounds per device-loop iteration (0: the backend's default, 4 on GPU, 1 on CPU)")
+                    help=f"rounds per device-loop iteration (0: the default, {DEFAULT_UNROLL})")
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
                     help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -423,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds_per_call < 1:
         raise UserError(f"--rounds-per-call must be >= 1 (got {args.rounds_per_call})")
     if args.unroll < 0:
-        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the backend's default")
+        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the default ({DEFAULT_UNROLL})")
     if args.top_k < 0:
         raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
     try:

@@ -7,22 +7,15 @@ training pass is checked against the inference path (`extend_cache` + `draft_hid
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from corpus import SNIPPETS, write_corpus
 from ddtree_jax.train.__main__ import main as train_main
 
-SNIPPETS = [
-    "def add(a, b):\n    return a + b\n\n",
-    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
-    "for i in range(10):\n\tif i % 2 == 0:\n\t\tprint(i)\n",
-    "import os\nimport sys\n\nif __name__ == '__main__':\n    sys.exit(main())\n",
-    "# caf\u00e9 \u2014 ok\r\nvalue = {'key': [1, 2, 3]}  \n",
-]
 TINY_TARGET = ["--layers", "2", "--hidden", "32", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
                "--intermediate", "64", "--max-position", "128"]
 CPU_RUN = ["--seq-len", "32", "--compute-dtype", "float32", "--export-dtype", "float32", "--log-every", "5"]
@@ -32,15 +25,6 @@ def run_cli(*args) -> int:
     from ddtree_jax.errors import cli_main
 
     return cli_main(train_main, [str(a) for a in args])
-
-
-def write_corpus(path: Path, n_train: int = 40, n_eval: int = 4) -> Path:
-    rng = np.random.default_rng(0)
-    with open(path, "w") as f:
-        for i in range(n_train + n_eval):
-            text = "".join(SNIPPETS[j] for j in rng.permutation(len(SNIPPETS)))
-            f.write(json.dumps({"path": f"m{i}.py", "split": "eval" if i >= n_train else "train", "text": text}) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")

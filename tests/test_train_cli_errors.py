@@ -19,15 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from corpus import SNIPPETS, write_corpus
+
 ROOT = Path(__file__).resolve().parent.parent
 PROG = "ddtree_jax.train: error: "
 
-SNIPPETS = [
-    "def add(a, b):\n    return a + b\n\n",
-    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
-    "for i in range(10):\n\tif i % 2 == 0:\n\t\tprint(i)\n",
-    "import os\nimport sys\n\nif __name__ == '__main__':\n    sys.exit(main())\n",
-]
 TINY = ["--layers", "1", "--hidden", "32", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
         "--intermediate", "64", "--max-position", "64"]
 CPU = ["--seq-len", "32", "--batch-size", "4", "--compute-dtype", "float32", "--export-dtype", "float32"]
@@ -45,22 +41,13 @@ def _popen(args) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _write_corpus(path: Path, n_train: int = 40, n_eval: int = 4) -> Path:
-    rng = np.random.default_rng(0)
-    with open(path, "w") as f:
-        for i in range(n_train + n_eval):
-            text = "".join(SNIPPETS[j] for j in rng.permutation(len(SNIPPETS)))
-            f.write(json.dumps({"path": f"m{i}.py", "split": "eval" if i >= n_train else "train", "text": text}) + "\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """Inputs, good and bad: a corpus, a tiny tokenizer, HF target directories that are not usable."""
     from ddtree_jax.train.tokenizer import save_tokenizer, train_tokenizer
 
     d = tmp_path_factory.mktemp("train_cli")
-    f = {"dir": d, "data": _write_corpus(d / "corpus.jsonl")}
+    f = {"dir": d, "data": write_corpus(d / "corpus.jsonl", snippets=SNIPPETS[:4])}
     f["tok"] = d / "tok"
     save_tokenizer(train_tokenizer(SNIPPETS * 10, 300), f["tok"])
     (d / "empty.jsonl").write_text("\n")
