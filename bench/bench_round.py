@@ -93,8 +93,31 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int) -> types
     return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill)
 
 
+def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: int) -> tuple[list, list]:
+    """Per repeat: ms per round of one compiled `run_rounds` call of `rounds` rounds (includes the
+    call's fixed cost: launch, the first iteration's command-buffer setup), and the steady-state
+    marginal ms of a round (a call of 2 x rounds minus a call of rounds: what a long generation
+    pays per round). Each call starts from a fresh prefill; one warm-up pair first."""
+
+    def call(n_rounds: int) -> tuple[float, int]:
+        state = jax.block_until_ready(fresh_state())
+        t0 = time.perf_counter()
+        state = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(n_rounds))
+        jax.block_until_ready(state.out)
+        return 1e3 * (time.perf_counter() - t0), int(state.rounds[0])
+
+    call(rounds), call(2 * rounds)
+    fused, steady = [], []
+    for _ in range(repeats):
+        (t1, n1), (t2, n2) = call(rounds), call(2 * rounds)
+        fused.append(t1 / max(n1, 1))
+        steady.append((t2 - t1) / max(n2 - n1, 1))
+    return fused, steady
+
+
 def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int) -> dict:
-    req = setup_request(gen, prompt_len, rounds * 2 + 4)
+    # room for 2 x rounds rounds even if random weights accept a few tokens a round
+    req = setup_request(gen, prompt_len, rounds * 40 + 8)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
     args = pre_args()
     t0 = time.perf_counter()
@@ -103,16 +126,7 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
         compiler_options=gen.compiler_options)
 
-    fused = []
-    for _ in range(repeats + 1):  # the first is a warm-up
-        state = prefill(*pre_args())
-        jax.block_until_ready(state)
-        t0 = time.perf_counter()
-        state = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
-        jax.block_until_ready(state.out)
-        n = int(state.rounds[0])
-        fused.append(1e3 * (time.perf_counter() - t0) / max(n, 1))
-    fused = fused[1:]
+    fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
 
     # stage breakdown, each stage synced, on one fixed state
     fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
@@ -144,6 +158,8 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     return {
         "round_ms_median": statistics.median(fused),
         "round_ms_all": fused,
+        "round_ms_steady": statistics.median(steady),
+        "round_ms_steady_all": steady,
         "prefill_ms": prefill_ms,
         "stage_ms": stages,
         "nodes": engine.num_nodes(spec, gen.dcfg),
@@ -185,7 +201,7 @@ def main(argv=None) -> int:
         r.update(method=method, budget=gen.budget, policy=gen.policy_name)
         rows.append(r)
         st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
-        print(f"[bench_round] {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round {r['round_ms_median']:.3f} ms "
+        print(f"[bench_round] {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round {r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} "
               f"(all {['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s]",
               flush=True)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12

@@ -27,7 +27,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from bench.bench_round import SHAPES, build, setup_request
+from bench.bench_round import SHAPES, build, fused_times, setup_request
 from ddtree_jax import engine
 from ddtree_jax.generate import Generator
 
@@ -176,7 +176,7 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
 
 
 def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, label: str) -> dict:
-    req = setup_request(gen, prompt_len, rounds * 20 + 8)
+    req = setup_request(gen, prompt_len, rounds * 40 + 8)
     spec, static, knobs, prefill = req.spec, req.static, req.knobs, req.prefill
 
     def fresh_state():
@@ -192,15 +192,8 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
         with lzma.open(out / f"hlo_{label}.txt.xz", "wt") as f:
             f.write(hlo)
     scopes = op_scopes(hlo)
-    # warm-up, then a timed run, then a traced run
-    jax.block_until_ready(run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds)).out)
-    walls = []
-    for _ in range(3):
-        state = jax.block_until_ready(fresh_state())
-        t0 = time.perf_counter()
-        st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
-        jax.block_until_ready(st.out)
-        walls.append(1e3 * (time.perf_counter() - t0) / max(int(st.rounds[0]), 1))
+    # timed runs (per call and steady state), then a traced run
+    walls, steady = fused_times(gen, run, fresh_state, knobs, rounds, 3)
     wall = sorted(walls)[1]
     state = jax.block_until_ready(fresh_state())
     with tempfile.TemporaryDirectory() as tmp:
@@ -211,7 +204,8 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
         events = device_events(paths[-1]) if paths else []
     n = max(int(st.rounds[0]), 1)
     res = summarize(events, scopes, n) if events else {}
-    res.update(label=label, wall_ms_per_round=wall, wall_ms_all=walls, compile_s=compile_s, unroll=spec.unroll,
+    res.update(label=label, wall_ms_per_round=wall, wall_ms_all=walls,
+               steady_ms_per_round=sorted(steady)[1], steady_ms_all=steady, compile_s=compile_s, unroll=spec.unroll,
                rounds=n, hlo_instructions=hlo.count("\n"),
                command_buffers=hlo.count("command_buffer"))
     return res
@@ -244,7 +238,7 @@ def main(argv=None) -> int:
         label = f"{method}{b}_u{gen.unroll}"
         r = profile_one(gen, args.prompt_len, args.rounds, out, label)
         results.append(r)
-        print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round (compile {r['compile_s']:.0f}s), busy {r.get('busy_ms_per_round', 0):.3f}, "
+        print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round, steady {r['steady_ms_per_round']:.3f} (compile {r['compile_s']:.0f}s), busy {r.get('busy_ms_per_round', 0):.3f}, "
               f"kernel sum {r.get('kernel_sum_ms_per_round', 0):.3f}, {r.get('kernels_per_round', 0):.0f} kernels/round, "
               f"command_buffer mentions {r['command_buffers']}", flush=True)
         print(f"    gaps ms/round: {r.get('gaps_ms_per_round')} ({r.get('gaps_over_50us_per_round', 0):.1f} over 50us)")
