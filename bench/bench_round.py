@@ -128,7 +128,12 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
 
     fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
 
-    # stage breakdown, each stage synced, on one fixed state
+    # stage breakdown, each stage synced, on one fixed state (stage_repeats 0: none)
+    if stage_repeats <= 0:
+        return dict(round_ms_median=statistics.median(fused), round_ms_all=fused,
+                    round_ms_steady=statistics.median(steady), round_ms_steady_all=steady,
+                    prefill_ms=prefill_ms, stage_ms={}, nodes=engine.num_nodes(spec, gen.dcfg),
+                    cache_size=spec.cache_size)
     fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
     state = prefill(*pre_args())
     times: dict[str, list[float]] = {k: [] for k in ("draft", "tree", "verify", "walk", "commit")}
@@ -170,50 +175,57 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_round", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
-    ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--budgets", default="16,64,256,1024", help="DDTree budgets; AR and DFlash always run")
+    ap.add_argument("--prompt-len", default="512", help="prompt length(s), comma-separated")
+    ap.add_argument("--budgets", default="16,64,256,1024", help="DDTree budgets")
+    ap.add_argument("--methods", default="ar,dflash,ddtree", help="subset of ar,dflash,ddtree")
     ap.add_argument("--policy", default="ddtree")
     ap.add_argument("--rounds", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--stage-repeats", type=int, default=5)
-    ap.add_argument("--attn-impl", default="auto")
+    ap.add_argument("--stage-repeats", type=int, default=5, help="0: no stage breakdown (fewer compiles)")
+    ap.add_argument("--attn-impl", default="auto", help="attention impl(s), comma-separated, e.g. pallas,xla")
     ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the default)")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--out", default=None, help="directory for round.json")
+    ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
 
     dtype = jnp.dtype(args.dtype)
-    t0 = time.perf_counter()
+    t_start = time.perf_counter()
     ck = build(args.model, dtype)
-    print(f"[bench_round] {args.model} weights ready in {time.perf_counter() - t0:.1f}s on {jax.devices()[0].device_kind}; "
-          f"target {nbytes(ck.target_params) / 1e9:.2f} GB, drafter {nbytes(ck.drafter_params) / 1e9:.2f} GB",
-          flush=True)
-    runs = [("ar", 0)] + [("dflash", 0)] + [("ddtree", int(b)) for b in args.budgets.split(",") if b]
-    rows = []
-    for method, budget in runs:
-        t0 = time.perf_counter()
-        opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
-        gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=args.attn_impl,
-                        unroll=args.unroll, compiler_options=opts)
-        r = measure(gen, args.prompt_len, args.rounds, args.repeats, args.stage_repeats)
-        r.update(method=method, budget=gen.budget, policy=gen.policy_name)
-        rows.append(r)
-        st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
-        print(f"[bench_round] {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round {r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} "
-              f"(all {['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s]",
-              flush=True)
+    print(f"[bench_round] {args.model} weights ready in {time.perf_counter() - t_start:.1f}s on "
+          f"{jax.devices()[0].device_kind}; target {nbytes(ck.target_params) / 1e9:.2f} GB, drafter "
+          f"{nbytes(ck.drafter_params) / 1e9:.2f} GB", flush=True)
+    methods = [m for m in args.methods.split(",") if m]
+    runs = [(m, 0) for m in ("ar", "dflash") if m in methods]
+    runs += [("ddtree", int(b)) for b in args.budgets.split(",") if b and "ddtree" in methods]
+    opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
-        "model": args.model, "prompt_len": args.prompt_len, "dtype": args.dtype, "attn_impl": args.attn_impl,
+        "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
-        "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": rows,
+        "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
     }
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"round_{args.model}_{args.attn_impl}.json").write_text(json.dumps(out, indent=1))
+    for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
+        for impl in (x for x in args.attn_impl.split(",") if x):
+            for method, budget in runs:
+                t0 = time.perf_counter()
+                gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
+                                unroll=args.unroll, compiler_options=opts)
+                r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats)
+                r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
+                         attn_impl=impl)
+                out["rows"].append(r)
+                st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
+                print(f"[bench_round] P={prompt_len} {impl} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                      f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} (all "
+                      f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
+                      f"at {time.perf_counter() - t_start:.0f}s]", flush=True)
+                if args.out:
+                    Path(args.out).mkdir(parents=True, exist_ok=True)
+                    name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}.json"
+                    (Path(args.out) / name).write_text(json.dumps(out, indent=1))
     return 0
 
 
