@@ -28,6 +28,7 @@ from ddtree_jax.models.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
+from pallas_kernels import norm_impl_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +144,8 @@ def commit_stage(
         if spec.drafter == "dflash":
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
-            dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos)
+            dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
+                                         norm_impl=norm_impl_for(spec.attn_impl))
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -248,7 +250,7 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
     if dcache is not None:
-        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos)
+        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos, norm_impl=norm_impl_for(spec.attn_impl))
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
     is_stop = (first[:, None] == knobs.stop_ids[None, :]).any(-1)

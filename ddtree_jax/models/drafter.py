@@ -9,6 +9,10 @@ Each layer's keys/values come from [context features ; noise block]; queries fro
 non-causal. The context part depends only on the context features (not on the layer's input), so
 it is computed once per committed token and cached (`extend_cache`); the block part is recomputed
 every round and dropped.
+
+Norms and RoPE go through pallas_kernels.norms (`norm_impl`, as in target.forward): the inference
+path fuses each residual add with the norm after it and the k (or q) norm with RoPE. The building
+blocks shared with training (train/drafter.py) default to the XLA path, which is differentiable.
 """
 from __future__ import annotations
 
@@ -28,11 +32,13 @@ from ddtree_jax.models.layers import (
     write_rows,
 )
 from pallas_kernels import attention
+from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
+from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
 
-def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array) -> jax.Array:
+def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm_impl: str = "xla") -> jax.Array:
     """c = hidden_norm(fc(concatenated tapped target hidden states)); taps [..., nTaps*H]."""
-    return rms_norm(linear(taps, dparams["fc"]), dparams["hidden_norm"], cfg.rms_eps)
+    return rms_norm_kernel(linear(taps, dparams["fc"]), dparams["hidden_norm"], cfg.rms_eps, impl=norm_impl)
 
 
 def fuse_params(dparams: dict) -> dict:
@@ -42,50 +48,77 @@ def fuse_params(dparams: dict) -> dict:
     return {**dparams, "layers": [fuse_layer_weights(p, groups) for p in dparams["layers"]]}
 
 
-def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array):
-    if "kv" in p:
-        k, v = jnp.split(linear(x, p["kv"], p.get("kv_bias")), 2, axis=-1)
-    else:
-        k, v = linear(x, p["k"], p.get("k_bias")), linear(x, p["v"], p.get("v_bias"))
+def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
+    if "kv" in p:  # split into heads, k norm and RoPE: one kernel on the Pallas path
+        _, k, v = qk_norm_rope(linear(x, p["kv"], p.get("kv_bias")), None, p["k_norm"], cos, sin,
+                               num_heads=0, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                               eps=cfg.rms_eps, impl=norm_impl)
+        return k, v
+    k, v = linear(x, p["k"], p.get("k_bias")), linear(x, p["v"], p.get("v_bias"))
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
     return apply_rope(rms_norm(k, p["k_norm"], cfg.rms_eps), cos, sin), v
 
 
-def context_kv(p: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array):
+def context_kv(p: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array, *,
+               norm_impl: str = "xla"):
     """One layer's K/V of the context features c [Bt, C, H] (no input layernorm on c)."""
-    return _kv(p, cfg, c, cos, sin)
+    return _kv(p, cfg, c, cos, sin, norm_impl)
 
 
-def block_qkv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array):
-    """One layer's Q/K/V of the noise block x [Bt, bs, H] (after input_layernorm)."""
-    h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
-    q = split_heads(linear(h, p["q"], p.get("q_bias")), cfg.num_heads, cfg.head_dim)
-    q = apply_rope(rms_norm(q, p["q_norm"], cfg.rms_eps), cos, sin)
-    k, v = _kv(p, cfg, h, cos, sin)
+def block_qkv_normed(p: dict, cfg: DrafterConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, *,
+                     norm_impl: str = "xla"):
+    """One layer's Q/K/V of the noise block from h = input_layernorm(x) [Bt, bs, H]."""
+    q, _, _ = qk_norm_rope(linear(h, p["q"], p.get("q_bias")), p["q_norm"], None, cos, sin,
+                           num_heads=cfg.num_heads, num_kv_heads=0, head_dim=cfg.head_dim,
+                           eps=cfg.rms_eps, impl=norm_impl)
+    k, v = _kv(p, cfg, h, cos, sin, norm_impl)
     return q, k, v
 
 
-def layer_finish(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array) -> jax.Array:
+def block_qkv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, *,
+              norm_impl: str = "xla"):
+    """One layer's Q/K/V of the noise block x [Bt, bs, H] (input_layernorm applied here)."""
+    h = rms_norm_kernel(x, p["attn_norm"], cfg.rms_eps, impl=norm_impl)
+    return block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl)
+
+
+def _attn_residual(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, norm_impl: str):
+    """(x + o_proj(o), post_attention_layernorm of it); o: [Bt, bs, Hq, Dh]."""
+    return add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias")), p["mlp_norm"],
+                        cfg.rms_eps, impl=norm_impl)
+
+
+def layer_finish(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, *, norm_impl: str = "xla") -> jax.Array:
     """Residual o_proj and MLP after attention; o: [Bt, bs, Hq, Dh]."""
-    x = x + linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"))
-    return x + mlp(p, rms_norm(x, p["mlp_norm"], cfg.rms_eps))
+    x, h = _attn_residual(p, cfg, x, o, norm_impl)
+    return x + mlp(p, h)
+
+
+def layer_finish_normed(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, next_norm: jax.Array, *,
+                        norm_impl: str) -> tuple[jax.Array, jax.Array]:
+    """layer_finish, then the norm that comes next (the next layer's input_layernorm weight or the
+    final norm's), fused with the MLP's residual add: (residual stream, its norm)."""
+    x, h = _attn_residual(p, cfg, x, o, norm_impl)
+    return add_rms_norm(x, mlp(p, h), next_norm, cfg.rms_eps, impl=norm_impl)
 
 
 def extend_cache(
-    dparams: dict, cfg: DrafterConfig, cache: KVCache, cache_len: jax.Array, taps: jax.Array, positions: jax.Array
+    dparams: dict, cfg: DrafterConfig, cache: KVCache, cache_len: jax.Array, taps: jax.Array, positions: jax.Array,
+    *, norm_impl: str = "auto",
 ) -> KVCache:
     """Write the context K/V of new committed tokens at cache_len .. cache_len+C-1.
 
     taps [Bt, C, nTaps*H] and positions [Bt, C]. Rows may use fewer than C entries: the caller
     advances cache_len by the number actually committed, so the rest is overwritten later.
+    norm_impl: pallas_kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere).
     """
-    c = context_features(dparams, cfg, taps)
+    c = context_features(dparams, cfg, taps, norm_impl=norm_impl)
     cos, sin = rope_tables(positions, cfg.rope, cfg.head_dim)
     ks, vs = [], []
     for i, p in enumerate(dparams["layers"]):
         with jax.named_scope(f"draft_ctx{i}"):
-            k, v = context_kv(p, cfg, c, cos, sin)
+            k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl)
             ks.append(write_rows(cache.k[i], k, cache_len))
             vs.append(write_rows(cache.v[i], v, cache_len))
     return KVCache(ks, vs)
@@ -100,23 +133,30 @@ def draft_hidden(
     cache_len: jax.Array,
     *,
     attn_impl: str = "auto",
+    norm_impl: str | None = None,
 ) -> jax.Array:
     """One non-causal pass over the noise block; returns final-normed hidden [Bt, bs, H].
 
     block_embeds: the target's embeddings of [root, MASK x (bs-1)]; the block sees the cached
     context [0, cache_len) (a sliding-window layer only its last `sliding_window` keys).
+    norm_impl: None takes the one that goes with attn_impl (pallas_kernels.norms.norm_impl_for).
     """
+    norm_impl = norm_impl_for(attn_impl) if norm_impl is None else norm_impl
     bt, bs, _ = block_embeds.shape
     x = block_embeds
     cos, sin = rope_tables(block_positions, cfg.rope, cfg.head_dim)
     full = jnp.ones((bt, bs, bs), bool)
     scale = cfg.head_dim**-0.5
-    for i, p in enumerate(dparams["layers"]):
+    layers = dparams["layers"]
+    # As in target.forward: a layer's last residual add is fused with the next norm.
+    norm_ws = [p["attn_norm"] for p in layers] + [dparams["norm"]]
+    h = rms_norm_kernel(x, norm_ws[0], cfg.rms_eps, impl=norm_impl)
+    for i, p in enumerate(layers):
         with jax.named_scope(f"draft_layer{i}"):
-            q, k, v = block_qkv(p, cfg, x, cos, sin)
+            q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl)
             window = cfg.sliding_windows[i]
             kv_start = None if window is None else jnp.maximum(cache_len + bs - window, 0)
             o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, full, scale=scale,
                           kv_start=kv_start, impl=attn_impl)
-            x = layer_finish(p, cfg, x, o)
-    return rms_norm(x, dparams["norm"], cfg.rms_eps)
+            x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl)
+    return h

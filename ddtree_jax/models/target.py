@@ -6,7 +6,10 @@ Param layout (weight matrices are [in, out]):
                  "v_bias"?, "o_bias"?, "mlp_norm", "gate", "up", "down"}, ...]}
 
 Layers are an unrolled Python loop over per-layer arrays: measured on the H200 it runs about twice
-as fast as `lax.scan` over stacked weights for one-token steps (DESIGN.md).
+as fast as `lax.scan` over stacked weights for one-token steps (DESIGN.md). Each residual add is
+fused with the norm that follows it (`add_rms_norm`: the MLP norm, then the next layer's attention
+norm or the final norm), and the q/k norms with RoPE (`qk_norm_rope`): at batch 1 those small
+kernels' launches, not their bytes, are what they cost (pallas_kernels/norms.py).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from ddtree_jax.models.layers import (
     split_heads,
 )
 from pallas_kernels import attention
+from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
+from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
 
 def fuse_params(params: dict) -> dict:
@@ -34,12 +39,14 @@ def fuse_params(params: dict) -> dict:
     return {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
 
 
-def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array):
-    if "qkv" in p:
-        nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        q, k, v = jnp.split(linear(h, p["qkv"], p.get("qkv_bias")), [nq, nq + nkv], axis=-1)
-    else:
-        q, k, v = (linear(h, p[n], p.get(f"{n}_bias")) for n in ("q", "k", "v"))
+def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
+    if "qkv" in p:  # the split into heads, q/k norms and RoPE: one kernel on the Pallas path
+        norm = cfg.qk_norm
+        return qk_norm_rope(linear(h, p["qkv"], p.get("qkv_bias")), p["q_norm"] if norm else None,
+                            p["k_norm"] if norm else None, cos, sin, num_heads=cfg.num_heads,
+                            num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps,
+                            impl=norm_impl)
+    q, k, v = (linear(h, p[n], p.get(f"{n}_bias")) for n in ("q", "k", "v"))
     q = split_heads(q, cfg.num_heads, cfg.head_dim)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
@@ -60,6 +67,7 @@ def forward(
     *,
     taps: tuple[int, ...] = (),
     attn_impl: str = "auto",
+    norm_impl: str | None = None,
 ) -> tuple[jax.Array, jax.Array | None, tuple[list[jax.Array], list[jax.Array]]]:
     """Run the decoder over T new tokens.
 
@@ -70,28 +78,37 @@ def forward(
     Returns (final-normed hidden [Bt, T, H], tapped hidden states [Bt, T, len(taps)*H] or None,
     (new K per layer, new V per layer), each [Bt, T, Hkv, Dh]). Tap i is the output of decoder
     layer i (HF's hidden_states[i + 1]).
+    norm_impl: the norm kernels' impl (pallas_kernels.norms); None: the one that goes with
+    attn_impl, so "auto" and "xla" give the plain-XLA norms off NVIDIA GPUs.
     """
+    norm_impl = norm_impl_for(attn_impl) if norm_impl is None else norm_impl
+    eps = cfg.rms_eps
     dtype = params["embed"].dtype
     x = params["embed"][tokens].astype(dtype)
     cos, sin = rope_tables(positions, cfg.rope, cfg.head_dim)
     scale = cfg.head_dim**-0.5
     tapped = {}
     new_k, new_v = [], []
-    for i, p in enumerate(params["layers"]):
+    layers = params["layers"]
+    # Norm weights in the order they are applied: each layer's attention norm, then the final norm.
+    # The residual add that ends a layer is fused with the next of them, so h always holds the
+    # normed input of what comes next and x the residual stream.
+    norm_ws = [p["attn_norm"] for p in layers] + [params["norm"]]
+    h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
+    for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
-            h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
-            q, k, v = _qkv(p, cfg, h, cos, sin)
+            q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl)
             new_k.append(k)
             new_v.append(v)
             if cache is None:
                 o = masked_attention(q, k, v, new_mask, scale)
             else:
                 o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
-            x = x + linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"))
-            x = x + mlp(p, rms_norm(x, p["mlp_norm"], cfg.rms_eps))
+            x, h = add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias")),
+                                p["mlp_norm"], eps, impl=norm_impl)
+            x, h = add_rms_norm(x, mlp(p, h), norm_ws[i + 1], eps, impl=norm_impl)
             if i in taps:
                 tapped[i] = x
-    h = rms_norm(x, params["norm"], cfg.rms_eps)
     tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
     return h, tap_out, (new_k, new_v)
 
@@ -116,5 +133,7 @@ def forward_train(params: dict, cfg: TargetConfig, tokens: jax.Array, *, taps: t
     """Full causal pass without a cache (training, parity tests). Returns (logits f32, taps)."""
     bt, t = tokens.shape
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (bt, t))
-    h, tap_out, _ = forward(params, cfg, tokens, pos, None, None, causal_mask(bt, t), taps=taps)
+    # XLA norms: training differentiates through this pass, and Pallas kernels have no VJP.
+    h, tap_out, _ = forward(params, cfg, tokens, pos, None, None, causal_mask(bt, t), taps=taps,
+                            norm_impl="xla")
     return lm_head(params, cfg, h), tap_out
