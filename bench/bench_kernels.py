@@ -1,14 +1,25 @@
-"""Verify/decode attention: correctness on the device, a small tile sweep, then a timing table.
+"""Verify/decode attention: correctness on the device, tile and split sweeps, then a timing table.
 
     python3 bench/bench_kernels.py --out DIR            # GPU: compiled Pallas (Triton lowering)
     python3 bench/bench_kernels.py --out DIR --small    # CPU smoke run: tiny sizes, interpret mode
 
 Shapes follow a Qwen3-8B layer: Hq=32, Hkv=8, Dh=128, bf16, batch 1; T = B + 1 new tokens
-(B = 64 and 256 tree budgets, and T = 1 decode); prefixes 1k..32k. Each time is the median over
-repeats of a jitted `fori_loop` of `--inner` calls (so Python dispatch is not timed), divided by
-`--inner`. Floors: bytes = prefix K+V read once / 3.3e12 B/s (the JAX elementwise copy rate
-measured on this H200); flops = 4*Hq*T*(P+T)*Dh / 7.9e14 FLOP/s (measured bf16 matmul rate).
-Results go to DIR/bench_kernels.json (rewritten after every row) and a table on stdout.
+(B = 64 and 256 tree budgets, and T = 1 decode); prefixes 1k..32k.
+
+Timing (``--timing``): ``chain`` (default) jits ``--inner`` calls in a row, each call's output
+being the next call's q (the shape matches), like the layers of a forward: no op is added
+between calls and XLA can neither hoist nor drop any call; the time of one jitted chain,
+median over ``--reps``, divided by ``--inner``. ``loop`` is the older method: a ``fori_loop``
+of ``--inner`` calls whose per-iteration overhead (~20 us on an H200, timed alone as
+``loop_us``) is included in every time. Floors: bytes = prefix K+V read once / 3.3e12 B/s (the
+JAX elementwise copy rate measured on this H200); flops = 4*Hq*T*(P+T)*Dh / 7.9e14 FLOP/s
+(measured bf16 matmul rate).
+
+Sweeps: tiles at one long prefix per T (``--tile-prefix``), then the number of prefix splits
+(``KernelConfig.num_splits``; 1 = the one-kernel path without the merge kernel) at each
+``--split-prefixes`` prefix. The table uses the default heuristic (tiles from the tile sweep
+when it ran) and shows how many kernels and splits each call launched.
+Results go to DIR/bench_kernels.json (rewritten after every row) and tables on stdout.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from jax import lax  # noqa: E402
 
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, default_config)
-from pallas_kernels import tree_attention as ta  # noqa: E402
+from pallas_kernels.tree_attention import launch_plan  # noqa: E402
 
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
@@ -41,6 +52,10 @@ MMA_FLOPS = 7.9e14
 
 def now_s():
     return time.perf_counter()
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -80,6 +95,18 @@ def rel_err(a, b):
 
 # ----------------------------------------------------------------------------- timing
 
+def time_chain(fn, args, *, inner, reps):
+    """Median seconds per call of fn(*args): `inner` calls in one jit, output -> next q."""
+
+    @jax.jit
+    def chained(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask):
+        for _ in range(inner):
+            q = fn(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask).astype(q.dtype)
+        return q
+
+    return median_call_s(chained, args, inner=inner, reps=reps)
+
+
 def time_looped(fn, args, *, inner, reps):
     """Median seconds per call of fn(*args), from a jitted fori_loop of `inner` calls.
 
@@ -97,12 +124,18 @@ def time_looped(fn, args, *, inner, reps):
             return carry + (o0 != o0).astype(jnp.int32)
         return lax.fori_loop(0, inner, body, jnp.zeros((), jnp.int32))
 
-    jax.block_until_ready(looped(*args))       # compile + warm-up
-    jax.block_until_ready(looped(*args))
+    return median_call_s(looped, args, inner=inner, reps=reps)
+
+
+def median_call_s(jitted, args, *, inner, reps):
+    """Median seconds per inner call of a jitted function that runs `inner` calls (after a
+    compile and a warm-up run)."""
+    jax.block_until_ready(jitted(*args))
+    jax.block_until_ready(jitted(*args))
     times = []
     for _ in range(reps):
         t0 = now_s()
-        jax.block_until_ready(looped(*args))
+        jax.block_until_ready(jitted(*args))
         times.append((now_s() - t0) / inner)
     return statistics.median(times)
 
@@ -121,9 +154,23 @@ def main():
     ap.add_argument("--small", action="store_true", help="tiny CPU smoke run (interpret mode)")
     ap.add_argument("--budget-s", type=float, default=255.0,
                     help="stop starting new measurements after this many seconds")
+    ap.add_argument("--timing", choices=("chain", "loop"), default="chain")
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--ts", type=int_list, default=None, help="T values, e.g. 1,65,257")
+    ap.add_argument("--prefixes", type=int_list, default=None,
+                    help="table prefixes, e.g. 1024,4096,16384")
+    ap.add_argument("--extra", action=argparse.BooleanOptionalAction, default=True,
+                    help="table rows for T = 64 and 256 (whole row tiles)")
+    ap.add_argument("--tile-prefix", type=int, default=None,
+                    help="prefix of the tile sweep (default 16384); 0 skips it")
+    ap.add_argument("--split-prefixes", type=int_list, default=None,
+                    help="prefixes of the num_splits sweep (default 1024,4096); empty skips it")
+    ap.add_argument("--splits", type=int_list, default=None,
+                    help="num_splits values of the split sweep (default 1,2,4,8,16,32,64)")
+    ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
+    ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
+    ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
     args = ap.parse_args()
     t_start = now_s()
 
@@ -133,14 +180,31 @@ def main():
     dev = jax.devices()[0]
     on_gpu = dev.platform == "gpu"
     kimpl = "pallas" if on_gpu else "pallas_interpret"
+    if args.small:
+        hq, hkv, dh = 8, 2, 64
+        prefixes, ts = [64, 200], [1, 9]
+        tile_p, split_ps, splits = 200, [200], [1, 2, 3]
+        args.inner, args.reps = 2, 2
+    else:
+        hq, hkv, dh = 32, 8, 128
+        prefixes, ts = [1024, 4096, 8192, 16384, 32768], [1, 65, 257]
+        tile_p, split_ps, splits = 16384, [1024, 4096], [1, 2, 4, 8, 16, 32, 64]
+    prefixes = args.prefixes or prefixes
+    ts = args.ts or ts
+    tile_p = tile_p if args.tile_prefix is None else args.tile_prefix
+    split_ps = split_ps if args.split_prefixes is None else args.split_prefixes
+    splits = args.splits or splits
+    if args.no_sweep:
+        tile_p, split_ps = 0, []
+    timer = time_chain if args.timing == "chain" else time_looped
     info = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         jax=jax.__version__, device=dev.device_kind, platform=dev.platform,
         compute_capability=getattr(dev, "compute_capability", None), auto_impl=auto_impl(),
-        kernel_impl=kimpl, small=args.small, inner=args.inner, reps=args.reps,
-        hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, argv=sys.argv)
+        kernel_impl=kimpl, small=args.small, timing=args.timing, inner=args.inner,
+        reps=args.reps, hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, argv=sys.argv)
     print(json.dumps(info), flush=True)
-    result = dict(info=info, correctness=[], sweep=[], table=[], errors=[])
+    result = dict(info=info, correctness=[], sweep=[], split_sweep=[], table=[], errors=[])
     os.makedirs(args.out, exist_ok=True)
     out_path = os.path.join(args.out, "bench_kernels.json")
 
@@ -148,38 +212,52 @@ def main():
         with open(out_path, "w") as f:
             json.dump(result, f, indent=1)
 
-    if args.small:
-        hq, hkv, dh = 8, 2, 64
-        prefixes, ts = [64, 200], [1, 9]
-        args.inner, args.reps = 2, 2
-    else:
-        hq, hkv, dh = 32, 8, 128
-        prefixes, ts = [1024, 4096, 8192, 16384, 32768], [1, 65, 257]
     g = hq // hkv
     scale = dh ** -0.5
     key = jax.random.PRNGKey(0)
 
-    # ---- 1. correctness on this device: kernel vs XLA reference (f32 reference as truth)
+    def plan_of(t, p, cfg):
+        pl_ = launch_plan(1, t, hkv, g, dh, p, cfg)
+        return dict(kernels=pl_.kernels, splits=pl_.num_splits)
+
+    # ---- 1. correctness on this device: kernel vs XLA reference (f32 reference as truth).
+    # Both paths: one kernel (num_splits=1, also on a long prefix) and the merged one.
+    one = dict(num_splits=1)
     corr_cases = [
         dict(bt=2, t=1, s=4103, dtype=jnp.bfloat16, cache_len=(4103, 1000)),
+        dict(bt=2, t=1, s=4103, dtype=jnp.bfloat16, cache_len=(4103, 1000), cfg=one),
         dict(bt=2, t=65, s=5000, dtype=jnp.bfloat16, cache_len=(4999, 0), poison=True),
+        dict(bt=2, t=65, s=5000, dtype=jnp.bfloat16, cache_len=(4999, 0), poison=True, cfg=one),
         dict(bt=1, t=257, s=2048, dtype=jnp.bfloat16, cache_len=(1500,), poison=True),
-        dict(bt=2, t=16, s=777, dtype=jnp.float32, cache_len=(777, 300), poison=True),
+        dict(bt=2, t=16, s=777, dtype=jnp.float32, cache_len=(777, 300), poison=True,
+             kv_start=(500, 0)),
         dict(bt=1, t=65, s=300, dtype=jnp.float32, cache_len=(1,), tree=False),
+        dict(bt=1, t=65, s=0, dtype=jnp.bfloat16, cache_len=(0,)),
     ]
     if args.small:
         corr_cases = [dict(bt=2, t=9, s=100, dtype=jnp.float32, cache_len=(100, 7), poison=True),
+                      dict(bt=2, t=9, s=100, dtype=jnp.float32, cache_len=(100, 7),
+                           kv_start=(60, 0), cfg=dict(num_splits=3)),
                       dict(bt=1, t=4, s=70, dtype=jnp.bfloat16, cache_len=(33,))]
     for i, c in enumerate(corr_cases):
         c = dict(c)
         dtype = c.pop("dtype")
+        cfg_kw = c.pop("cfg", None)
+        starts = c.pop("kv_start", None)
         a = make_case(jax.random.fold_in(key, i), hq=hq, hkv=hkv, dh=dh, dtype=dtype, **c)
+        ks = None if starts is None else jnp.asarray(starts, jnp.int32)
         a32 = tuple(x.astype(jnp.float32) if x.dtype == dtype else x for x in a)
-        truth = jax.jit(lambda *x: attention_reference(*x, scale=scale))(*a32)
-        row = dict(case={**c, "dtype": jnp.dtype(dtype).name})
+        truth = jax.jit(lambda *x: attention_reference(*x, scale=scale, kv_start=ks))(*a32)
+        cfg = None
+        if cfg_kw:
+            cfg = dataclasses.replace(default_config(c["t"], g, dh), **cfg_kw)
+        row = dict(case={**c, "dtype": jnp.dtype(dtype).name, "kv_start": starts,
+                         "config": cfg_kw},
+                   plan=plan_of(c["t"], c["s"], cfg or default_config(c["t"], g, dh)))
         for impl in ("xla", kimpl):
             try:
-                o = jax.jit(lambda *x, impl=impl: attention(*x, scale=scale, impl=impl))(*a)
+                o = jax.jit(lambda *x, impl=impl: attention(*x, scale=scale, impl=impl,
+                                                            kv_start=ks, config=cfg))(*a)
                 row[impl] = dict(rel_err=rel_err(o, truth),
                                  nan=bool(jnp.isnan(o.astype(jnp.float32)).any()))
             except Exception as e:  # report, keep going
@@ -195,8 +273,13 @@ def main():
     if not kernel_ok:
         print("KERNEL CORRECTNESS FAILED: timings below are for information only", flush=True)
 
+    def measure(t, p, cfg):
+        a = make_case(jax.random.fold_in(key, 100 + t * 7 + p), bt=1, t=t, s=p, hq=hq, hkv=hkv,
+                      dh=dh, dtype=jnp.bfloat16)
+        fn = lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl, config=cfg)  # noqa: E731
+        return timer(fn, a, inner=args.inner, reps=max(3, args.reps // 2))
+
     # ---- 2. tile sweep at one prefix per T
-    sweep_p = 200 if args.small else 16384
     if args.small:
         sweep_cfgs = {1: [KernelConfig(block_m=16, block_k=32)],
                       9: [KernelConfig(block_m=16, block_k=32), KernelConfig(block_m=32)]}
@@ -205,29 +288,27 @@ def main():
         sweep_cfgs = {
             1: [kc(16, 64, 4, 4), kc(16, 64, 4, 4, split_edges=False), kc(16, 128, 4, 4),
                 kc(16, 64, 4, 3), kc(16, 64, 4, 4, target_programs=264)],
-            65: [kc(64, 64, 4, 3), kc(64, 64, 4, 3, split_edges=False), kc(64, 64, 4, 4),
-                 kc(128, 64, 8, 3), kc(64, 128, 4, 3)],
-            257: [kc(128, 128, 8, 3), kc(128, 128, 8, 3, split_edges=False),
-                  kc(128, 64, 8, 3), kc(128, 128, 8, 4), kc(64, 64, 4, 3)],
+            65: [kc(64, 64, 4, 3), kc(64, 64, 4, 4), kc(128, 64, 8, 3), kc(64, 128, 4, 3),
+                 kc(64, 64, 4, 3, block_new=64)],
+            257: [kc(128, 128, 8, 3), kc(128, 64, 8, 3), kc(128, 64, 8, 4), kc(64, 64, 4, 3),
+                  kc(128, 128, 8, 3, block_new=64)],
         }
     best = {t: default_config(t, g, dh) for t in ts}
-    if not args.no_sweep and kernel_ok:
+    if tile_p and kernel_ok:
         for t in ts:
-            a = make_case(jax.random.fold_in(key, 100 + t), bt=1, t=t, s=sweep_p, hq=hq,
-                          hkv=hkv, dh=dh, dtype=jnp.bfloat16)
             best_t = None
-            for cfg in sweep_cfgs[t]:
+            for cfg in sweep_cfgs.get(t, []):
                 if left() < 60:
                     break
+                row = dict(t=t, prefix=tile_p, config=dataclasses.asdict(cfg),
+                           **plan_of(t, tile_p, cfg))
                 try:
-                    fn = lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl, config=cfg)
-                    sec = time_looped(fn, a, inner=args.inner, reps=max(3, args.reps // 2))
-                    row = dict(t=t, prefix=sweep_p, config=dataclasses.asdict(cfg), us=sec * 1e6)
+                    sec = measure(t, tile_p, cfg)
+                    row["us"] = sec * 1e6
                     if best_t is None or sec < best_t[0]:
                         best_t = (sec, cfg)
                 except Exception as e:
-                    row = dict(t=t, prefix=sweep_p, config=dataclasses.asdict(cfg),
-                               error=f"{type(e).__name__}: {str(e)[:600]}")
+                    row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
                 result["sweep"].append(row)
                 print("sweep", json.dumps(row), flush=True)
                 dump()
@@ -235,95 +316,119 @@ def main():
                 best[t] = best_t[1]
     result["best_config"] = {str(t): dataclasses.asdict(c) for t, c in best.items()}
 
-    # ---- 3. timing table
+    # ---- 3. split sweep: one kernel (num_splits=1) against the merged path, per prefix
+    split_best = {}
+    if split_ps and kernel_ok:
+        print(f"{'T':>4} {'prefix':>7} {'splits':>6} {'kernels':>7} {'us':>8}", flush=True)
+        for t in ts:
+            for p in split_ps:
+                for n in splits:
+                    if left() < 45:
+                        break
+                    if n > 1 and p // n < 64:
+                        continue
+                    cfg = dataclasses.replace(best[t], num_splits=n)
+                    row = dict(t=t, prefix=p, num_splits=n, **plan_of(t, p, cfg))
+                    try:
+                        row["us"] = measure(t, p, cfg) * 1e6
+                        if (t, p) not in split_best or row["us"] < split_best[(t, p)][1]:
+                            split_best[(t, p)] = (n, row["us"])
+                    except Exception as e:
+                        row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
+                    result["split_sweep"].append(row)
+                    dump()
+                    us = f"{row['us']:8.1f}" if "us" in row else f"{'error':>8}"
+                    print(f"{t:>4} {p:>7} {n:>6} {row['kernels']:>7} {us}", flush=True)
+                default_n = launch_plan(1, t, hkv, g, dh, p, best[t]).num_splits
+                if (t, p) in split_best:
+                    print(f"     T={t} prefix={p}: best num_splits={split_best[(t, p)][0]}, "
+                          f"default heuristic picks {default_n}", flush=True)
+    result["split_best"] = {f"{t}/{p}": n for (t, p), (n, _) in split_best.items()}
+
+    # ---- 4. timing table
     def dpa_fn(impl):
         def fn(q, k_new, v_new, k_full, v_full, cache_len, mask_full):
             return jax.nn.dot_product_attention(q, k_full, v_full, mask=mask_full, scale=scale,
                                                 implementation=impl)
         return fn
 
-    header = (f"{'T':>4} {'prefix':>7} {'bytes_us':>9} {'flops_us':>9} {'loop_us':>8} "
-              f"{'pallas_us':>10} {'kern_us':>8} {'%bytes':>7} {'%roof':>6} "
-              f"{'xla_us':>8} {'cudnn_us':>9}")
+    header = (f"{'T':>4} {'prefix':>7} {'kern':>4} {'splits':>6} {'bytes_us':>9} "
+              f"{'flops_us':>9} {'pallas_us':>10} {'%bytes':>7} {'%roof':>6} "
+              f"{'xla_us':>8} {'cudnn_us':>9}" + (f" {'loop_us':>8}" if args.timing == "loop"
+                                                    else ""))
     print(header, flush=True)
     # Extra rows: T a multiple of 16 (B = 63, 255) folds into whole row tiles (no padding).
-    extra = [] if args.small else [(64, 4096), (64, 32768), (256, 4096), (256, 32768)]
+    extra = [] if args.small or not args.extra else [
+        (tt, p) for tt, p in [(64, 4096), (64, 32768), (256, 4096), (256, 32768)]
+        if tt + 1 in ts and p in prefixes]
     cfg_for = {**best, 64: best.get(65), 256: best.get(257)}
     loop_us = {}
     for t, p in [(t, p) for t in ts for p in prefixes] + extra:
         if left() < 15:
             result["errors"].append(f"budget: skipped T={t} prefix={p} and later")
             break
-        cfg = cfg_for[t]
+        cfg = cfg_for[t] or default_config(t, g, dh)
         a = make_case(jax.random.fold_in(key, 1000 * t + p), bt=1, t=t, s=p, hq=hq,
                       hkv=hkv, dh=dh, dtype=jnp.bfloat16)
-        if t not in loop_us:  # the timing loop's own cost: q + 0, the NaN check, the loop
-            loop_us[t] = time_looped(lambda q, *rest: q, a, inner=args.inner,
-                                     reps=args.reps) * 1e6
         f_bytes, f_flops, kv_bytes, flops = floors(t, p, hq, hkv, dh, 2)
         row = dict(t=t, b=t - 1, prefix=p, kv_bytes=kv_bytes, flops=flops,
                    bytes_floor_us=f_bytes * 1e6, flops_floor_us=f_flops * 1e6,
-                   loop_us=loop_us[t], config=dataclasses.asdict(cfg))
-        impls = {
-            "pallas": lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl, config=cfg),
-            "xla": lambda *x: attention(*x, scale=scale, impl="xla"),
-        }
+                   config=dataclasses.asdict(cfg), **plan_of(t, p, cfg))
+        if args.timing == "loop":
+            if t not in loop_us:  # the loop's own cost: q + 0, the NaN check, the loop
+                loop_us[t] = time_looped(lambda q, *rest: q, a, inner=args.inner,
+                                         reps=args.reps) * 1e6
+            row["loop_us"] = loop_us[t]
+        impls = {"pallas": lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl,
+                                                         config=cfg)}
+        if not args.no_xla:
+            impls["xla"] = lambda *x: attention(*x, scale=scale, impl="xla")
         for name, fn in impls.items():
             try:
-                row[name + "_us"] = time_looped(fn, a, inner=args.inner, reps=args.reps) * 1e6
+                row[name + "_us"] = timer(fn, a, inner=args.inner, reps=args.reps) * 1e6
             except Exception as e:
                 row[name + "_error"] = f"{type(e).__name__}: {str(e)[:600]}"
-        # Kernel alone (no tree block, no merge): how much the plain-JAX parts cost.
-        try:
-            m_rows = t * g
-            mp = -(-m_rows // cfg.block_m) * cfg.block_m
-            qf = jnp.zeros((1, hkv, mp, dh), jnp.bfloat16)
-
-            def kern(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, qf=qf, cfg=cfg):
-                o, lse = ta._prefix_partials(qf + q[0, 0, 0, 0], k_cache, v_cache,
-                                             jnp.zeros_like(cache_len), cache_len,
-                                             scale=scale, cfg=cfg, interpret=not on_gpu)
-                return o[:, :, 0]
-            row["kern_us"] = time_looped(kern, a, inner=args.inner, reps=args.reps) * 1e6
-        except Exception as e:
-            row["kern_error"] = f"{type(e).__name__}: {str(e)[:600]}"
-        if on_gpu:
+        if on_gpu and not args.no_cudnn:
             q, k_new, v_new, k_cache, v_cache, cache_len, new_mask = a
             k_full = jnp.concatenate([k_cache.transpose(0, 2, 1, 3), k_new], axis=1)
             v_full = jnp.concatenate([v_cache.transpose(0, 2, 1, 3), v_new], axis=1)
             mask_full = jnp.concatenate([jnp.ones((1, t, p), bool), new_mask], axis=2)[:, None]
             a_full = (q, k_new, v_new, k_full, v_full, cache_len, mask_full)
             try:
-                row["cudnn_us"] = time_looped(dpa_fn("cudnn"), a_full, inner=args.inner,
-                                              reps=args.reps) * 1e6
+                row["cudnn_us"] = timer(dpa_fn("cudnn"), a_full, inner=args.inner,
+                                        reps=args.reps) * 1e6
             except Exception as e:
                 row["cudnn_error"] = f"{type(e).__name__}: {str(e)[:400]}"
         roof = max(row["bytes_floor_us"], row["flops_floor_us"])
         if "pallas_us" in row:
-            row["pallas_net_us"] = row["pallas_us"] - row["loop_us"]
             row["pct_of_bytes_floor"] = 100 * row["bytes_floor_us"] / row["pallas_us"]
             row["pct_of_roofline"] = 100 * roof / row["pallas_us"]
-            row["pct_of_bytes_floor_net"] = 100 * row["bytes_floor_us"] / row["pallas_net_us"]
-            row["pct_of_roofline_net"] = 100 * roof / row["pallas_net_us"]
-        if "kern_us" in row:
-            row["kern_net_us"] = row["kern_us"] - row["loop_us"]
+            if "loop_us" in row:
+                row["pallas_net_us"] = row["pallas_us"] - row["loop_us"]
+                row["pct_of_bytes_floor_net"] = 100 * row["bytes_floor_us"] / row["pallas_net_us"]
+                row["pct_of_roofline_net"] = 100 * roof / row["pallas_net_us"]
         result["table"].append(row)
         dump()
 
         def f(k, w=9, d=1):
             v = row.get(k)
             return f"{v:>{w}.{d}f}" if isinstance(v, float) else f"{'-':>{w}}"
-        print(f"{t:>4} {p:>7} {f('bytes_floor_us')} {f('flops_floor_us')} {f('loop_us', 8)} "
-              f"{f('pallas_us', 10)} {f('kern_us', 8)} "
+        print(f"{t:>4} {p:>7} {row['kernels']:>4} {row['splits']:>6} {f('bytes_floor_us')} "
+              f"{f('flops_floor_us')} {f('pallas_us', 10)} "
               f"{f('pct_of_bytes_floor', 7)} {f('pct_of_roofline', 6)} "
-              f"{f('xla_us', 8)} {f('cudnn_us')}", flush=True)
+              f"{f('xla_us', 8)} {f('cudnn_us')}"
+              + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)
         for k, v in row.items():
             if k.endswith("_error"):
                 print(f"     {k}: {v[:300]}", flush=True)
-    print("times are per call inside a jitted loop (upper bounds); loop_us is the loop alone "
-          "(it partly overlaps GPU work, so time - loop_us, stored as *_net_us, is a lower "
-          "bound); %bytes and %roof use the upper bound. kern_us: the Pallas prefix kernel "
-          "alone, without the tree block and merge.", flush=True)
+    if args.timing == "chain":
+        print("times are per call in a jitted chain of --inner calls (each output is the next "
+              "q; nothing else runs between calls); kern = pallas_calls per call (2: with the "
+              "merge kernel), splits = prefix chunks.", flush=True)
+    else:
+        print("times are per call inside a jitted loop (upper bounds); loop_us is the loop alone "
+              "(it partly overlaps GPU work, so time - loop_us, stored as *_net_us, is a lower "
+              "bound); %bytes and %roof use the upper bound.", flush=True)
     result["elapsed_s"] = now_s() - t_start
     dump()
     print(f"done in {result['elapsed_s']:.0f}s; wrote {out_path}", flush=True)

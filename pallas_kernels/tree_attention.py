@@ -1,12 +1,28 @@
-"""Verify / decode / drafter-block attention: a split-K Pallas kernel over the prefix.
+"""Verify / decode / drafter-block attention: one or two Pallas kernels per call.
 
-Verify attention is memory-bound at small T (few queries, long prefix), so the prefix is split
-across programs (flash-decoding). One program owns (query-row block, prefix chunk, batch row,
-kv head): it walks its chunk in ``block_k`` steps with an online softmax and writes a normalised
-partial output plus its log-sum-exp. All ``G * T`` query rows that share a kv head are folded
-into the row dimension, so a handful of tree tokens still fills a matrix tile. The dense
-T x T block of the new tokens (ancestor mask) and the merge of all chunks are done in plain JAX:
-they are small next to the prefix.
+Verify attention is memory-bound at small T (few queries, long prefix), and a decode step is
+launch-bound: every small kernel around the attention costs ~1.5-3 us on an H200, more than the
+whole prefix read at 1k-4k keys. So the call is at most two kernels and no XLA op on layer data:
+
+* ``ddtree_attention`` (grid: row block, part, batch row, kv head). The ``G * T`` query rows that
+  share a kv head are folded into the row dimension (row ``r`` = tree token ``r // G``, head
+  ``r % G``), so a handful of tree tokens still fills a matrix tile. A program gathers its rows
+  of q straight from ``[Bt, T, Hq, Dh]`` and runs one online softmax over its keys: a chunk of
+  the committed prefix (``block_k`` keys a step) and/or the T new keys (``block_new`` a step,
+  unrolled) under the ancestor mask, read per folded row as one 32-bit word per 32 keys.
+* With one part (``num_splits == 1``: short caches, or enough programs from rows and heads)
+  that program sees the whole prefix and the new keys and stores the normalised output in
+  q.dtype straight into ``[Bt, T, Hq, Dh]``: one kernel per call.
+* Otherwise (flash-decoding) the prefix is split into ``n`` chunks and the new keys are one more
+  part of their own; each part writes a normalised float32 partial and its log-sum-exp, and
+  ``ddtree_attention_merge`` (one program per batch row, kv head and column tile of the
+  ``[rows, Dh]`` plane) combines all parts in one shot and stores the output: two kernels.
+
+Chunks are cut at run time from the traced ``[kv_start, cache_len)``, so a cache much larger than
+its prefix still spreads the real keys over all parts; the number of parts is static (from the
+cache capacity S and the grid, see :func:`launch_plan`). The only XLA work is packing
+``new_mask`` into those words (T > 1): it reads new_mask alone, so the layers of a forward share
+one copy (CSE); q and the output only change shape, which is free.
 
 Decode (T = 1) is memory-bound; a tree of B = 64 or more nodes is not: with Hq = 32 heads
 and Dh = 128 the prefix attention does 4*Hq*T*Dh FLOP per prefix key against 4*Hkv*Dh bytes,
@@ -14,12 +30,16 @@ so at T = 65 the FLOP floor already exceeds the byte floor on an H200.
 
 Backend: Pallas with the Triton lowering, selected explicitly through
 ``pallas.triton.CompilerParams`` (Mosaic GPU is the default lowering since jax 0.10; the
-Triton lowering is deprecated in 0.11 but compiles and runs there). The same ``pallas_call``
-runs with ``interpret=True`` on CPU, which is how the tests run it. Measured figures:
-bench/bench_kernels.py, recorded in bench/RESULTS.md.
+Triton lowering is deprecated in 0.11 but compiles and runs there). The same ``pallas_call``s
+run with ``interpret=True`` on CPU, which is how the tests run them; the tests also lower the
+GPU path for CUDA and verify its Triton modules, which needs no GPU (a ``jnp.where`` between two
+Python scalars, for one, lowers to constants of the predicate's type i1 and fails there).
+Measured figures: bench/bench_kernels.py, recorded in bench/RESULTS.md.
 
-Row tiles: the G*T folded rows are padded to a multiple of ``block_m`` (64 or 128). T a
-multiple of 16 (B = 63, 255) wastes nothing; T = 65 pads 260 rows to 320.
+Row tiles: the G*T folded rows are rounded up to a multiple of ``block_m`` (16..128). Padded
+rows repeat the last tree token (finite, never stored). T a multiple of 16 (B = 63, 255) wastes
+nothing; T = 65 pads 260 rows to 320. Row and key indices are gathered with index arrays and
+clamped into range, so no load leaves its array; the stores that could are masked.
 """
 
 from __future__ import annotations
@@ -42,26 +62,48 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
-    "KernelConfig", "default_config",
+    "KernelConfig", "default_config", "launch_plan", "LaunchPlan",
 ]
 
 _LOG2E = math.log2(math.e)
 _LN2 = math.log(2.0)
 # Finite "minus infinity" for masked scores: keeps max/exp free of inf - inf.
 _NEG = -1e30
+# Most prefix chunks: bounds the merge kernel's tile (parts x columns).
+_MAX_SPLITS = 255
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
-    """Tile sizes and launch knobs of the prefix kernel (all static)."""
+    """Tile sizes and launch knobs of the attention kernels (all static)."""
     block_m: int = 64        # folded query rows (G*T padded) per program
     block_k: int = 64        # prefix keys per inner step
     num_warps: int = 4
     num_stages: int = 3
-    num_splits: int | None = None   # prefix chunks; None: chosen from the shapes
+    # Prefix chunks. 1: one kernel writes the output (no merge kernel); None: from the shapes,
+    # see _num_splits (target_programs, min_chunk).
+    num_splits: int | None = None
     target_programs: int = 528      # ~4 programs per H100/H200 SM
-    min_chunk: int = 256            # keys; keeps partial-output traffic small
+    min_chunk: int = 256            # keys; a cache shorter than 2 chunks is not split
     split_edges: bool = True        # unmasked loop over interior key blocks
+    merge_tile: int = 4096          # elements (parts x columns) per merge program
+    block_new: int | None = None    # new keys per step; None: T rounded up to 16..128
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """What one call launches (all static): see :func:`launch_plan`."""
+    rows: int            # folded query rows per (batch row, kv head): G*T
+    row_blocks: int      # ceil(rows / block_m)
+    num_splits: int      # prefix chunks (1: single-kernel path)
+    parts: int           # partials per row (num_splits + 1 when merged, else 1)
+    block_new: int       # new keys per step
+    merge_width: int     # merge kernel: columns of the [rows, Dh] plane per program (0: none)
+    kernels: int         # pallas_calls per attention call (1 or 2)
+
+    @property
+    def merged(self) -> bool:
+        return self.kernels == 2
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -88,147 +130,314 @@ def default_config(t: int, g: int, dh: int) -> KernelConfig:
 
 
 def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:
-    if cfg.num_splits is not None:
-        return max(1, min(cfg.num_splits, pl.cdiv(s, cfg.block_k)))
-    want = pl.cdiv(cfg.target_programs, programs_per_split)
-    most = max(1, pl.cdiv(s, max(cfg.min_chunk, cfg.block_k)))
-    return max(1, min(want, most))
+    """Prefix chunks for a cache of capacity s (static).
 
-
-def _prefix_kernel(lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
-                   scale: float, block_k: int, chunk: int, seq: int, precision,
-                   split_edges: bool):
-    """One (row block, chunk, batch row, kv head): online softmax over keys [lo, hi) of a chunk.
-
-    q_ref [BM, Dh]; k_ref, v_ref [S, Dh] (the whole row of this batch/head, never copied);
-    o_ref [BM, Dh] float32, normalised; lse_ref [BM] float32 (natural log, -inf if empty).
+    Enough programs to fill the GPU (target_programs), but every chunk of a full cache keeps at
+    least min_chunk keys: below two chunks' worth there is one part and no merge kernel, whose
+    launch costs more than the few keys a split would save.
     """
-    split = pl.program_id(1)
-    chunk_start = split * chunk
-    lo = jnp.maximum(chunk_start, lo_ref[()])
-    hi = jnp.minimum(jnp.minimum(chunk_start + chunk, hi_ref[()]), seq)
-    # Key blocks touching [lo, hi): j_lo..j_hi. Blocks entirely inside: f_lo..f_hi; only the
-    # (at most two) ragged edge blocks pay for masked loads and score masking. lo, hi >= 0, so
-    # truncating division is floor division (and lowers to one Triton op).
-    nonempty = hi > lo
-    j_lo = lax.div(lo, block_k)
-    j_hi = jnp.where(nonempty, lax.div(hi + (block_k - 1), block_k), j_lo)
-    f_lo = jnp.where(nonempty, lax.div(lo + (block_k - 1), block_k), j_lo)
-    f_hi = jnp.maximum(jnp.where(nonempty, lax.div(hi, block_k), j_lo), f_lo)
+    if s == 0:
+        return 1
+    if cfg.num_splits is not None:
+        return max(1, min(cfg.num_splits, pl.cdiv(s, cfg.block_k), _MAX_SPLITS))
+    want = pl.cdiv(cfg.target_programs, programs_per_split)
+    most = s // max(cfg.min_chunk, cfg.block_k)
+    return max(1, min(want, most, _MAX_SPLITS))
 
-    q = q_ref[...]
-    bm, dh = q.shape
+
+def launch_plan(bt: int, t: int, hkv: int, g: int, dh: int, s: int,
+                cfg: KernelConfig) -> LaunchPlan:
+    """The static launch shape of :func:`attention_pallas` for these sizes and tiles."""
+    rows = t * g
+    n_m = pl.cdiv(rows, cfg.block_m)
+    n_split = _num_splits(cfg, s, n_m * bt * hkv)
+    # One step for T <= 128: fewer unrolled steps kept registers lower (Triton 3.9, sm_90).
+    block_new = cfg.block_new or min(128, _pow2_at_least(t, 16))
+    if n_split == 1:
+        return LaunchPlan(rows, n_m, 1, 1, block_new, 0, 1)
+    parts = n_split + 1
+    width = max(16, min(cfg.merge_tile // _pow2_at_least(parts, 1),
+                        _pow2_at_least(rows * dh, 16)))
+    return LaunchPlan(rows, n_m, n_split, parts, block_new, width, 2)
+
+
+def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
+    if pltriton is None or interpret:
+        return None
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+
+
+# ----------------------------------------------------------------------------- main kernel
+
+def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k: int,
+                      block_new: int, n_split: int, seq: int, precision, split_edges: bool,
+                      has_prefix: bool, has_window: bool, has_mask: bool, merged: bool):
+    """One (row block, part, batch row, kv head).
+
+    Refs, in order (some only when their flag is set): kv_start [] (has_window), cache_len []
+    (has_prefix), q [T, G, Dh], k_cache and v_cache [S, Dh] (has_prefix; the whole row of this
+    batch row and head, never copied), k_new and v_new [T, Dh], mask bits int32 [T, W]
+    (has_mask; bit j % 32 of word j // 32 of row i: token i sees new key j);
+    outputs: o [T, G, Dh] in q.dtype, or (merged) o [BM, Dh] float32 normalised and lse [BM]
+    float32 (natural log, -inf for a part without keys).
+    """
+    refs = list(refs)
+    lo_ref = refs.pop(0) if has_window else None
+    hi_ref = refs.pop(0) if has_prefix else None
+    q_ref = refs.pop(0)
+    k_ref, v_ref = (refs.pop(0), refs.pop(0)) if has_prefix else (None, None)
+    kn_ref, vn_ref = refs.pop(0), refs.pop(0)
+    bits_ref = refs.pop(0) if has_mask else None
+    o_ref, lse_ref = (refs[0], refs[1]) if merged else (refs[0], None)
+
+    dh = q_ref.shape[-1]
+    part = pl.program_id(1)
+    rows = pl.program_id(0) * block_m + jnp.arange(block_m, dtype=jnp.int32)
+    if g == 1:
+        tq, gq = rows, jnp.zeros_like(rows)
+    else:
+        tq, gq = lax.div(rows, g), lax.rem(rows, g)
+    tc = jnp.minimum(tq, t - 1)         # padded rows repeat the last token: finite, not stored
+    cols = jnp.arange(dh, dtype=jnp.int32)[None, :]
+    q = q_ref[tc[:, None], gq[:, None], cols]                               # [BM, Dh]
     qk_scale = scale * _LOG2E   # exp2 domain: one multiply per score
-    offs = jnp.arange(block_k, dtype=jnp.int32)
 
-    def step(j, carry, masked: bool):
+    def online(carry, s, v, allowed):
+        """Fold scores s [BM, K] (exp2 domain) and values v [K, Dh] into (acc, max, sum)."""
         acc, m_i, l_i = carry
-        start = pl.multiple_of(j * block_k, block_k)
-        rows = pl.ds(start, block_k)
-        if masked:
-            idx = start + offs
-            valid = (idx >= lo) & (idx < hi)
-            # Rows past S are never touched; stale/NaN rows come in as zeros.
-            k = pltriton.load(k_ref.at[rows, :], mask=valid[:, None], other=0.0)
-        else:
-            k = k_ref[rows, :]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), precision=precision,
-                            preferred_element_type=jnp.float32) * qk_scale
-        if masked:
-            s = jnp.where(valid[None, :], s, _NEG)
         m_new = jnp.maximum(m_i, s.max(axis=1))
         alpha = jnp.exp2(m_i - m_new)
-        # Each visited block holds >= 1 valid key, so exp2(_NEG - m_new) underflows to 0.
         p = jnp.exp2(s - m_new[:, None])
+        if allowed is not None:
+            # A block may hold no key a row can see (tree mask): then m_new can be _NEG too.
+            p = jnp.where(allowed, p, 0.0)
         l_new = alpha * l_i + p.sum(axis=1)
-        if masked:
-            v = pltriton.load(v_ref.at[rows, :], mask=valid[:, None], other=0.0)
-        else:
-            v = v_ref[rows, :]
-        pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), precision=precision,
-                             preferred_element_type=jnp.float32)
+        pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
+                             precision=precision, preferred_element_type=jnp.float32)
         return alpha[:, None] * acc + pv, m_new, l_new
 
-    masked_step = functools.partial(step, masked=True)
-    carry = (jnp.zeros((bm, dh), jnp.float32), jnp.full((bm,), _NEG, jnp.float32),
-             jnp.zeros((bm,), jnp.float32))
-    if split_edges:
-        # The edge blocks (0 or 1 each) go through lax.cond, not loops: Triton software-
-        # pipelines every loop, and a 0-or-1-trip loop would only add prologue code and buffers.
-        carry = lax.cond(j_lo < jnp.minimum(f_lo, j_hi), lambda c: masked_step(j_lo, c),
-                         lambda c: c, carry)
-        carry = lax.fori_loop(f_lo, f_hi, functools.partial(step, masked=False), carry)
-        carry = lax.cond(f_hi < j_hi, lambda c: masked_step(f_hi, c), lambda c: c, carry)
-    else:
-        carry = lax.fori_loop(j_lo, j_hi, masked_step, carry)
-    acc, m_i, l_i = carry
+    def scores(k):
+        return lax.dot_general(q, k, (((1,), (1,)), ((), ())), precision=precision,
+                               preferred_element_type=jnp.float32) * qk_scale
 
+    carry = (jnp.zeros((block_m, dh), jnp.float32), jnp.full((block_m,), _NEG, jnp.float32),
+             jnp.zeros((block_m,), jnp.float32))
+
+    if has_prefix:
+        # This part's keys [lo, hi): the visible prefix [lo0, hi0), cut into n_split chunks of
+        # whole key blocks at run time. The new-key part (index n_split) gets none.
+        lo0 = jnp.maximum(lo_ref[()], 0) if has_window else jnp.int32(0)
+        hi0 = jnp.minimum(hi_ref[()], seq)
+        if n_split == 1:
+            lo, hi = lo0, hi0
+        else:
+            base = lax.div(lo0, block_k) * block_k
+            span = jnp.maximum(hi0 - base, 0)
+            chunk = lax.div(lax.div(span + (n_split - 1), n_split) + (block_k - 1),
+                            block_k) * block_k
+            start = base + part * chunk
+            lo = jnp.maximum(start, lo0)
+            hi = jnp.minimum(start + chunk, hi0)
+        # Key blocks touching [lo, hi): j_lo..j_hi. Blocks entirely inside: f_lo..f_hi; only
+        # the (at most two) ragged edge blocks pay for masked loads and score masking. lo,
+        # hi >= 0, so truncating division is floor division (and lowers to one Triton op).
+        nonempty = hi > lo
+        j_lo = lax.div(lo, block_k)
+        j_hi = jnp.where(nonempty, lax.div(hi + (block_k - 1), block_k), j_lo)
+        f_lo = jnp.where(nonempty, lax.div(lo + (block_k - 1), block_k), j_lo)
+        f_hi = jnp.maximum(jnp.where(nonempty, lax.div(hi, block_k), j_lo), f_lo)
+        offs = jnp.arange(block_k, dtype=jnp.int32)
+
+        def prefix_step(j, carry, masked: bool):
+            start = pl.multiple_of(j * block_k, block_k)
+            krows = pl.ds(start, block_k)
+            if masked:
+                idx = start + offs
+                valid = (idx >= lo) & (idx < hi)
+                # Rows past S are never touched; stale/NaN rows come in as zeros.
+                k = pltriton.load(k_ref.at[krows, :], mask=valid[:, None], other=0.0)
+                v = pltriton.load(v_ref.at[krows, :], mask=valid[:, None], other=0.0)
+                s = jnp.where(valid[None, :], scores(k), _NEG)
+            else:
+                k, v = k_ref[krows, :], v_ref[krows, :]
+                s = scores(k)
+            # Each visited block holds >= 1 valid key, so exp2(_NEG - m_new) underflows to 0.
+            return online(carry, s, v, None)
+
+        masked_step = functools.partial(prefix_step, masked=True)
+        if split_edges:
+            # The edge blocks (0 or 1 each) go through lax.cond, not loops: Triton software-
+            # pipelines every loop, and a 0-or-1-trip loop would only add prologue code.
+            carry = lax.cond(j_lo < jnp.minimum(f_lo, j_hi), lambda c: masked_step(j_lo, c),
+                             lambda c: c, carry)
+            carry = lax.fori_loop(f_lo, f_hi, functools.partial(prefix_step, masked=False),
+                                  carry)
+            carry = lax.cond(f_hi < j_hi, lambda c: masked_step(f_hi, c), lambda c: c, carry)
+        else:
+            carry = lax.fori_loop(j_lo, j_hi, masked_step, carry)
+
+    # The T new keys, block_new at a time: row r sees new key j iff new_mask[r // G, j].
+    koffs = jnp.arange(block_new, dtype=jnp.int32)
+
+    def new_step(jb: int, carry):
+        j = jb * block_new + koffs
+        jc = jnp.minimum(j, t - 1)
+        allowed = (j < t)[None, :]
+        if has_mask:
+            # One 32-bit word per row and 32 keys: a [BM] gather instead of a [BM, K] one,
+            # whose pointer tensor alone would cost 64 registers a thread at 128 x 64.
+            words = None
+            for w in range(jb * block_new // 32, (jb * block_new + block_new - 1) // 32 + 1):
+                word = bits_ref[tc, min(w, bits_ref.shape[-1] - 1)][:, None]       # [BM, 1]
+                words = word if words is None else jnp.where(
+                    lax.div(j, 32)[None, :] == w, word, words)
+            bit = lax.shift_right_logical(words, lax.rem(j, 32)[None, :]) & 1
+            allowed = allowed & (bit != 0)
+        kn = kn_ref[jc[:, None], cols]
+        vn = vn_ref[jc[:, None], cols]
+        s = jnp.where(allowed, scores(kn), _NEG)
+        return online(carry, s, vn, allowed)
+
+    def new_keys(carry):
+        # Unrolled, not a loop: Triton would software-pipeline a loop and stage its gathered
+        # loads in shared memory on top of the prefix loop's buffers (T = 257 on 128x128 tiles
+        # then needs more than an H200 SM has).
+        for jb in range(pl.cdiv(t, block_new)):
+            carry = new_step(jb, carry)
+        return carry
+
+    if merged:
+        carry = lax.cond(part == n_split, new_keys, lambda c: c, carry)
+    else:
+        carry = new_keys(carry)
+
+    acc, m_i, l_i = carry
     has = l_i > 0.0
     l_safe = jnp.where(has, l_i, 1.0)
-    o_ref[...] = acc / l_safe[:, None]
-    lse_ref[...] = jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf)
+    o = acc / l_safe[:, None]
+    if merged:
+        pltriton.store(o_ref, o, mask=(rows < t * g)[:, None])  # padded rows: not read
+        lse_ref[...] = jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf)
+    else:
+        pltriton.store(o_ref.at[tq[:, None], gq[:, None], cols], o.astype(o_ref.dtype),
+                       mask=(tq < t)[:, None])
 
 
-def _prefix_partials(qf, k_cache, v_cache, kv_start, cache_len, *, scale, cfg: KernelConfig,
-                     interpret: bool):
-    """qf [Bt, Hkv, Mp, Dh] -> o [Bt, Hkv, n_split, Mp, Dh], lse [Bt, Hkv, n_split, Mp] (f32)."""
-    bt, hkv, mp, dh = qf.shape
+def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mask_bits, *,
+                    scale: float, cfg: KernelConfig, plan: LaunchPlan, interpret: bool):
+    """The main kernel. Returns o [Bt, T, Hkv, G, Dh] (one part) or the partials
+    (o [Bt, Hkv, parts, Mp, Dh], lse [Bt, Hkv, parts, Mp], float32)."""
+    bt, t, hkv, g, dh = q5.shape
     s = k_cache.shape[2]
-    bm, bk = cfg.block_m, cfg.block_k
-    n_m = mp // bm
-    n_split = _num_splits(cfg, s, n_m * bt * hkv)
-    chunk = pl.cdiv(pl.cdiv(s, n_split), bk) * bk
-    n_split = pl.cdiv(s, chunk)
+    bm = cfg.block_m
+    n_m, parts, merged = plan.row_blocks, plan.parts, plan.merged
+    mp = n_m * bm
+    has_prefix, has_window, has_mask = s > 0, kv_start is not None, mask_bits is not None
 
-    kernel = functools.partial(_prefix_kernel, scale=scale, block_k=bk, chunk=chunk, seq=s,
-                               precision=_precision(qf.dtype),
-                               # An unmasked block must fit in the cache row.
-                               split_edges=cfg.split_edges and bk <= s)
-    # Grid order (row block, split, b, h): the row blocks of one chunk are launched next to
+    kernel = functools.partial(
+        _attention_kernel, scale=scale, t=t, g=g, block_m=bm, block_k=cfg.block_k,
+        block_new=plan.block_new, n_split=plan.num_splits, seq=s, precision=_precision(q5.dtype),
+        # An unmasked block must fit in the cache row.
+        split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
+        has_window=has_window, has_mask=has_mask, merged=merged)
+    # Grid order (row block, part, b, h): the row blocks of one chunk are launched next to
     # each other, so the chunk's K/V is read from HBM once and then hits L2.
-    grid = (n_m, n_split, bt, hkv)
+    grid = (n_m, parts, bt, hkv)
     scalar = pl.BlockSpec((None,), lambda m, c, b, h: (b,))
-    compiler_params = None
-    if pltriton is not None and not interpret:
-        compiler_params = pltriton.CompilerParams(num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages)
-    o, lse = pl.pallas_call(
-        kernel,
-        grid=grid,
-        in_specs=[
-            scalar,
-            scalar,
-            pl.BlockSpec((None, None, bm, dh), lambda m, c, b, h: (b, h, m, 0)),
-            pl.BlockSpec((None, None, s, dh), lambda m, c, b, h: (b, h, 0, 0)),
-            pl.BlockSpec((None, None, s, dh), lambda m, c, b, h: (b, h, 0, 0)),
-        ],
-        out_specs=[
+    per_head = pl.BlockSpec((None, t, None, g, dh), lambda m, c, b, h: (b, 0, h, 0, 0))
+    cache_row = pl.BlockSpec((None, None, s, dh), lambda m, c, b, h: (b, h, 0, 0))
+    new_kv = pl.BlockSpec((None, t, None, dh), lambda m, c, b, h: (b, 0, h, 0))
+    args, specs = [], []
+    if has_window:
+        args.append(kv_start)
+        specs.append(scalar)
+    if has_prefix:
+        args.append(cache_len)
+        specs.append(scalar)
+    args.append(q5)
+    specs.append(per_head)
+    if has_prefix:
+        args += [k_cache, v_cache]
+        specs += [cache_row, cache_row]
+    args += [k_new, v_new]
+    specs += [new_kv, new_kv]
+    if has_mask:
+        args.append(mask_bits)
+        specs.append(pl.BlockSpec((None, t, mask_bits.shape[-1]), lambda m, c, b, h: (b, 0, 0)))
+    if merged:
+        out_specs = [
             pl.BlockSpec((None, None, None, bm, dh), lambda m, c, b, h: (b, h, c, m, 0)),
             pl.BlockSpec((None, None, None, bm), lambda m, c, b, h: (b, h, c, m)),
-        ],
-        out_shape=[
-            jax.ShapeDtypeStruct((bt, hkv, n_split, mp, dh), jnp.float32),
-            jax.ShapeDtypeStruct((bt, hkv, n_split, mp), jnp.float32),
-        ],
-        compiler_params=compiler_params,
+        ]
+        out_shape = [jax.ShapeDtypeStruct((bt, hkv, parts, mp, dh), jnp.float32),
+                     jax.ShapeDtypeStruct((bt, hkv, parts, mp), jnp.float32)]
+    else:
+        out_specs = per_head
+        out_shape = jax.ShapeDtypeStruct(q5.shape, q5.dtype)
+    return pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        compiler_params=_compiler_params(cfg.num_warps, cfg.num_stages, interpret),
         interpret=interpret,
-        name="ddtree_prefix_attention",
-    )(kv_start, cache_len, qf, k_cache, v_cache)
-    return o, lse
+        name="ddtree_attention",
+    )(*args)
 
 
-def _new_block(qg, k_new, v_new, new_mask, *, scale):
-    """Dense T x T part. qg [Bt, Hkv, T, G, Dh] -> (o [Bt,Hkv,T,G,Dh] f32, lse [Bt,Hkv,T,G] f32)."""
-    prec = _precision(qg.dtype)
-    s = jnp.einsum("bhtgd,bjhd->bhtgj", qg, k_new, precision=prec,
-                   preferred_element_type=jnp.float32) * scale
-    s = jnp.where(new_mask[:, None, :, None, :], s, -jnp.inf)
-    m = s.max(-1)                                   # finite: a row always sees itself
-    p = jnp.exp(s - m[..., None])
-    l = p.sum(-1)
-    o = jnp.einsum("bhtgj,bjhd->bhtgd", p.astype(v_new.dtype), v_new, precision=prec,
-                   preferred_element_type=jnp.float32) / l[..., None]
-    return o, m + jnp.log(l)
+# ----------------------------------------------------------------------------- merge kernel
+
+def _merge_kernel(lse_ref, o_ref, out_ref, *, parts: int, t: int, g: int, width: int):
+    """One (column tile, batch row, kv head): combine all parts of `width` columns of the
+    folded [rows, Dh] plane. lse_ref [parts, Mp]; o_ref [parts, Mp*Dh] (normalised partials,
+    rows < G*T written); out_ref [T, G, Dh] in the output dtype."""
+    dh = out_ref.shape[-1]
+    n_cols = t * g * dh
+    p_idx = jnp.arange(_pow2_at_least(parts, 1), dtype=jnp.int32)
+    p_valid = (p_idx < parts)[:, None]
+    pc = jnp.minimum(p_idx, parts - 1)[:, None]
+    col = pl.program_id(0) * width + jnp.arange(width, dtype=jnp.int32)
+    colc = jnp.minimum(col, n_cols - 1)[None, :]     # every read was written by a part
+    # Indices clamped into range, and the padding parts (p >= parts) not loaded at all.
+    lse = pltriton.load(lse_ref.at[pc, lax.div(colc, dh)], mask=p_valid, other=-jnp.inf)
+    o = pltriton.load(o_ref.at[pc, colc], mask=p_valid, other=0.0)          # [P, W]
+    # The new-key part is finite for every row, so the max is finite and parts without keys
+    # (lse = -inf) and the padding parts weigh exactly 0.
+    w = jnp.exp(lse - lse.max(axis=0)[None, :])
+    out = (w * o).sum(axis=0) / w.sum(axis=0)                                # [W]
+    row, d = lax.div(col, dh), lax.rem(col, dh)
+    pltriton.store(out_ref.at[lax.div(row, g), lax.rem(row, g), d], out.astype(out_ref.dtype),
+                   mask=col < n_cols)
+
+
+def _merge_call(o_part, lse, *, t: int, g: int, dtype, plan: LaunchPlan, interpret: bool):
+    bt, hkv, parts, mp, dh = o_part.shape
+    width = plan.merge_width
+    grid = (pl.cdiv(t * g * dh, width), bt, hkv)
+    return pl.pallas_call(
+        functools.partial(_merge_kernel, parts=parts, t=t, g=g, width=width),
+        grid=grid,
+        in_specs=[pl.BlockSpec((None, None, parts, mp), lambda k, b, h: (b, h, 0, 0)),
+                  pl.BlockSpec((None, None, parts, mp * dh), lambda k, b, h: (b, h, 0, 0))],
+        out_specs=pl.BlockSpec((None, t, None, g, dh), lambda k, b, h: (b, 0, h, 0, 0)),
+        out_shape=jax.ShapeDtypeStruct((bt, t, hkv, g, dh), dtype),
+        compiler_params=_compiler_params(4, 2, interpret),
+        interpret=interpret,
+        name="ddtree_attention_merge",
+    )(lse, o_part.reshape(bt, hkv, parts, mp * dh))
+
+
+def _pack_mask(new_mask):
+    """bool [Bt, T, T] -> int32 [Bt, T, ceil(T/32)]: bit j % 32 of word j // 32 = new_mask[..., j].
+
+    One small XLA fusion that depends on new_mask alone, so a forward's layers share it (CSE).
+    """
+    bt, t, _ = new_mask.shape
+    w = pl.cdiv(t, 32)
+    m = jnp.pad(new_mask, ((0, 0), (0, 0), (0, 32 * w - t))).reshape(bt, t, w, 32)
+    words = (m.astype(jnp.uint32) << jnp.arange(32, dtype=jnp.uint32)).sum(-1, dtype=jnp.uint32)
+    return lax.bitcast_convert_type(words, jnp.int32)
 
 
 def _unsupported(q, k_cache) -> str | None:
@@ -244,7 +453,7 @@ def _unsupported(q, k_cache) -> str | None:
 
 def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
                      kv_start=None, interpret: bool = False, config: KernelConfig | None = None):
-    """Split-K Pallas path; same contract as :func:`attention`."""
+    """Pallas path (one kernel, or two with the merge); same contract as :func:`attention`."""
     bt, t, hq, hkv, dh, s, g = check_attention_shapes(
         q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
     why = _unsupported(q, k_cache)
@@ -255,31 +464,18 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton);"
                            " use impl='xla'")
     cfg = config or default_config(t, g, dh)
+    plan = launch_plan(bt, t, hkv, g, dh, s, cfg)
     cache_len = cache_len.astype(jnp.int32)
-    kv_start = (jnp.zeros((bt,), jnp.int32) if kv_start is None else kv_start.astype(jnp.int32))
-
-    qg = q.reshape(bt, t, hkv, g, dh).transpose(0, 2, 1, 3, 4)      # [Bt, Hkv, T, G, Dh]
-    o_new, lse_new = _new_block(qg, k_new, v_new, new_mask, scale=scale)
-    if s == 0:
-        o = o_new
-    else:
-        m_rows = t * g
-        mp = pl.cdiv(m_rows, cfg.block_m) * cfg.block_m
-        qf = qg.reshape(bt, hkv, m_rows, dh)
-        if mp != m_rows:
-            qf = jnp.pad(qf, ((0, 0), (0, 0), (0, mp - m_rows), (0, 0)))
-        o_pre, lse_pre = _prefix_partials(qf, k_cache, v_cache, kv_start, cache_len,
-                                          scale=scale, cfg=cfg, interpret=interpret)
-        o_pre = o_pre[:, :, :, :m_rows].reshape(bt, hkv, -1, t, g, dh)
-        lse_pre = lse_pre[:, :, :, :m_rows].reshape(bt, hkv, -1, t, g)
-        # Merge the chunks and the new-token block by their log-sum-exps; the new block's lse is
-        # finite, so the common max is finite and empty chunks (lse = -inf) weigh exactly 0.
-        lse_max = jnp.maximum(lse_pre.max(2), lse_new)
-        w_pre = jnp.exp(lse_pre - lse_max[:, :, None])
-        w_new = jnp.exp(lse_new - lse_max)
-        num = (w_pre[..., None] * o_pre).sum(2) + w_new[..., None] * o_new
-        o = num / (w_pre.sum(2) + w_new)[..., None]
-    return o.transpose(0, 2, 1, 3, 4).reshape(bt, t, hq, dh).astype(q.dtype)
+    if kv_start is not None:
+        kv_start = kv_start.astype(jnp.int32)
+    # T = 1: the only new key is the token itself, which the contract says it sees.
+    mask_bits = _pack_mask(new_mask) if t > 1 else None
+    q5 = q.reshape(bt, t, hkv, g, dh)                     # free: head h*G + j -> (h, j)
+    out = _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mask_bits,
+                          scale=scale, cfg=cfg, plan=plan, interpret=interpret)
+    if plan.merged:
+        out = _merge_call(*out, t=t, g=g, dtype=q.dtype, plan=plan, interpret=interpret)
+    return out.reshape(bt, t, hq, dh)
 
 
 # ----------------------------------------------------------------------------- dispatch

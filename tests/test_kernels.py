@@ -1,7 +1,8 @@
 """pallas_kernels.attention: Pallas kernel (interpret mode) vs plain-JAX reference vs float64 numpy.
 
 CPU only. Sizes are chosen so the whole file runs in well under three minutes on two cores:
-most prefixes are short, one case per tree size family uses S = 4096.
+most prefixes are short, one case per tree size family uses S = 4096. The GPU path is also
+lowered for CUDA (Triton dialect) and its modules verified, which needs no GPU.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
+import jax.extend.core as jax_core  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, auto_impl_for_kind, available_impls)
+from pallas_kernels.tree_attention import (_num_splits, _pack_mask, attention_pallas,  # noqa: E402
+                                           default_config, launch_plan)
 
 TOL = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2}
 
@@ -196,6 +200,150 @@ def test_traced_cache_len_one_compile():
         want = numpy_reference(**{**args, "cache_len": lens, "kv_start": starts}, scale=0.125)
         assert rel_err(out, want) < 1e-5
     assert len(calls) == 1
+
+
+# (T, S, cache_len, kv_start, Hkv, G, config): the one-kernel path (num_splits=1) on a long
+# prefix, the merged path on short ones, runtime chunks over a cache larger than its prefix
+# (some parts get no key), sliding windows, and new-key steps smaller than T (packed mask words).
+PATH_CASES = [
+    (1, 700, (700, 9), None, 2, 4, KernelConfig(16, 64, num_splits=1)),
+    (1, 700, (700, 9), (650, 20), 2, 4, KernelConfig(16, 64, num_splits=5)),  # row 1: empty
+    (9, 300, (300, 120), (17, 119), 2, 3, KernelConfig(32, 32, num_splits=1)),
+    (9, 300, (64, 300), (0, 250), 2, 3, KernelConfig(32, 32, num_splits=6)),
+    (9, 1000, (70, 999), (30, 500), 1, 2, KernelConfig(16, 64, num_splits=8)),
+    (40, 128, (128, 3), None, 1, 2, KernelConfig(64, 32, num_splits=3, block_new=16)),
+    (70, 96, (96, 50), (10, 49), 1, 1, KernelConfig(64, 32, num_splits=2, block_new=32)),
+    (70, 96, (96, 50), None, 1, 2, KernelConfig(32, 64, num_splits=1, block_new=64,
+                                                 split_edges=False)),
+]
+
+
+@pytest.mark.parametrize("case", PATH_CASES, ids=lambda c: (
+    f"T{c[0]}-S{c[1]}-G{c[5]}-splits{c[6].num_splits}{'-win' if c[3] else ''}"
+    f"{'-bn' + str(c[6].block_new) if c[6].block_new else ''}"))
+def test_single_kernel_and_merged_paths(case):
+    t, s, lens, starts, hkv, g, cfg = case
+    args, jargs = make_inputs(100 + PATH_CASES.index(case), t=t, s=s, hkv=hkv, g=g, dh=64,
+                              dtype=jnp.float32, cache_len=lens, kv_start=starts)
+    plan = launch_plan(2, t, hkv, g, 64, s, cfg)
+    assert plan.kernels == (1 if cfg.num_splits == 1 else 2)
+    want = numpy_reference(**args, scale=0.125)
+    _, ker = run_both(jargs, 0.125, config=cfg)
+    assert rel_err(ker, want) < 1e-5
+
+
+@pytest.mark.parametrize("t,g", [(1, 4), (16, 2), (65, 1)])
+def test_empty_prefix_cache(t, g):
+    """S = 0: the kernel gets no cache at all and attends to the new tokens only."""
+    args, jargs = make_inputs(21 + t, t=t, s=0, hkv=2, g=g, dh=64, dtype=jnp.float32,
+                              cache_len=(0, 0))
+    want = numpy_reference(**args, scale=0.125)
+    ref, ker = run_both(jargs, 0.125)
+    assert rel_err(ref, want) < 1e-5 and rel_err(ker, want) < 1e-5
+
+
+def _pallas_jaxpr(jargs, config=None):
+    pos = [jargs[k] for k in ("q", "k_new", "v_new", "k_cache", "v_cache", "cache_len",
+                              "new_mask")]
+    return jax.make_jaxpr(functools.partial(attention_pallas, scale=0.125, interpret=True,
+                                            config=config))(*pos, kv_start=jargs["kv_start"])
+
+
+@pytest.mark.parametrize("t,s,num_splits", [(1, 300, 1), (1, 4096, None), (9, 100, 1),
+                                            (65, 4096, None)])
+def test_kernels_per_call(t, s, num_splits):
+    """One pallas_call (two with the merge); the only other ops are free reshapes and the
+    mask packing, which reads new_mask alone (so a forward's layers share it)."""
+    _, jargs = make_inputs(1, t=t, s=s, hkv=2, g=4, dh=64, dtype=jnp.bfloat16,
+                           cache_len=(s, 1), kv_start=(0, 0))
+    cfg = None if num_splits is None else KernelConfig(16, 64, num_splits=num_splits)
+    jaxpr = _pallas_jaxpr(jargs, cfg).jaxpr
+    mask_var = jaxpr.invars[6]
+    from_mask = {mask_var}
+    calls = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "pallas_call":
+            calls += 1
+        elif all(v in from_mask for v in eqn.invars if not isinstance(v, jax_core.Literal)):
+            from_mask.update(eqn.outvars)
+        else:
+            assert name == "reshape", f"an XLA op on layer data: {eqn}"
+    plan = launch_plan(2, t, 2, 4, 64, s, cfg or default_config(t, 4, 64))
+    assert calls == plan.kernels == (1 if plan.num_splits == 1 else 2)
+    assert (len(from_mask) > 1) == (t > 1)      # T = 1 needs no mask at all
+
+
+@pytest.mark.parametrize("t", [2, 31, 32, 33, 70])
+def test_pack_mask(t):
+    rng = np.random.default_rng(t)
+    mask = rng.random((2, t, t)) < 0.5
+    bits = np.asarray(_pack_mask(jnp.asarray(mask))).view(np.uint32)
+    assert bits.shape == (2, t, -(-t // 32))
+    unpacked = (bits[..., :, None] >> np.arange(32, dtype=np.uint32)) & 1
+    assert (unpacked.reshape(2, t, -1)[..., :t] == mask).all()
+    assert not unpacked.reshape(2, t, -1)[..., t:].any()
+
+
+def test_split_heuristic():
+    cfg = KernelConfig()
+    assert _num_splits(cfg, 0, 8) == 1
+    assert _num_splits(cfg, 2 * cfg.min_chunk - 1, 8) == 1     # short cache: one kernel
+    assert _num_splits(cfg, 4096, 8) == 4096 // cfg.min_chunk   # decode, 8 kv heads
+    assert _num_splits(cfg, 1 << 20, 8) == -(-cfg.target_programs // 8)  # fill the GPU
+    assert _num_splits(cfg, 4096, 10_000) == 1                 # the rows fill the GPU
+    assert _num_splits(KernelConfig(num_splits=7), 4096, 8) == 7
+    assert _num_splits(KernelConfig(block_k=64, num_splits=7), 100, 8) == 2   # <= key blocks
+
+
+def _verified_triton_modules(monkeypatch):
+    """Collects verify() of every Triton module that pallas_call lowers for CUDA (jax internals:
+    skips where they moved). The lowering needs no GPU; MLIR verification catches type errors
+    that the Triton compiler would only report on the device."""
+    try:
+        from jax._src.pallas.triton import lowering as triton_lowering
+        from jax._src.pallas.triton import pallas_call_registration as registration
+    except ImportError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"no Pallas Triton lowering here: {e}")
+    try:  # jax >= 0.11 asks the device for its compute capability
+        from jax._src.pallas.triton import gpu_info
+        monkeypatch.setattr(gpu_info, "get_gpu_info",
+                            lambda: gpu_info._get_gpu_info_impl(gpu_info.GpuVersion.H200))
+    except (ImportError, AttributeError):
+        pass
+    modules = []
+    lower = triton_lowering.lower_jaxpr_to_triton_module
+
+    def lower_and_keep(*a, **k):
+        result = lower(*a, **k)
+        modules.append(result.module)
+        return result
+
+    monkeypatch.setattr(registration.lowering, "lower_jaxpr_to_triton_module", lower_and_keep)
+    return modules
+
+
+@pytest.mark.parametrize("t,s,g,window", [(1, 200, 4, False), (1, 4096, 4, True),
+                                          (65, 4096, 4, False), (257, 1024, 4, False),
+                                          (9, 0, 3, False), (16, 700, 1, True)])
+def test_triton_lowering_verifies(monkeypatch, t, s, g, window):
+    """The GPU path lowers (Triton dialect, CUDA) and every module verifies, on a CPU machine."""
+    modules = _verified_triton_modules(monkeypatch)
+    hkv, dh, dtype = 2, 128, jnp.bfloat16
+    sds = jax.ShapeDtypeStruct
+    args = (sds((1, t, hkv * g, dh), dtype), sds((1, t, hkv, dh), dtype),
+            sds((1, t, hkv, dh), dtype), sds((1, hkv, s, dh), dtype),
+            sds((1, hkv, s, dh), dtype), sds((1,), jnp.int32), sds((1, t, t), jnp.bool_))
+    fn = functools.partial(attention, scale=dh ** -0.5, impl="pallas")
+    try:
+        jax.jit(fn).trace(*args, kv_start=sds((1,), jnp.int32) if window else None).lower(
+            lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    plan = launch_plan(1, t, hkv, g, dh, s, default_config(t, g, dh))
+    assert len(modules) == plan.kernels
+    for module in modules:
+        assert module.operation.verify()
 
 
 def test_impl_selection():
