@@ -8,6 +8,12 @@
 Writes DIR/bench.json (config, environment, per-config and per-prompt figures), DIR/summary.md
 (the table for bench/RESULTS.md) and PNG plots (bench/plots.py). Greedy runs are checked token
 by token against AR; a mismatch is reported loudly and recorded (`lossless: false`).
+
+Device calls with a time limit: --compile-workers N compiles every row's executables first, N
+rows at a time in threads (nothing is timed meanwhile); --time-limit S ends the run cleanly
+within S seconds (rows that would not fit are skipped and listed, bench.json says "partial"),
+so that a `timeout` around the call never has to kill it. Each row's line and its
+`row_timing` say where its wall time went (compile, warm-up, timed passes, profiled pass).
 """
 from __future__ import annotations
 
@@ -91,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--round-latency", metavar="MODEL",
                     help="also run bench.bench_round's round latency on MODEL's shape (random weights, prompt of "
                          "--prompt-tokens, first policy, all budgets; qwen3-8b: GPU only)")
+    ap.add_argument("--compile-workers", type=int, default=1,
+                    help="> 1: compile every row's executables before anything is timed, this many rows at a time "
+                         "in threads (1: each row compiles in turn, just before it runs)")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                    help="end within this many seconds of the start: skip the rows (and the torch baseline) that "
+                         "would not fit, judged by the longest row so far, and write a partial bench.json")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (one line per config instead)")
     ap.add_argument("--out", required=True, help="output directory (bench.json, summary.md, *.png)")
@@ -129,11 +141,14 @@ def validate(args) -> dict:
     for flag, v, lo in (("--num-prompts", args.num_prompts, 1), ("--prompt-tokens", args.prompt_tokens, 1),
                         ("--max-new-tokens", args.max_new_tokens, 1), ("--repeats", args.repeats, 1),
                         ("--profile-prompts", args.profile_prompts, 0), ("--top-k", args.top_k, 0),
+                        ("--compile-workers", args.compile_workers, 1),
                         ("--torch-repeats", args.torch_repeats if args.torch_repeats is not None else 1, 1)):
         if v < lo:
             raise UserError(f"{flag} must be >= {lo} (got {v})")
     if not 0 < args.top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise UserError(f"--time-limit must be a positive number of seconds (got {args.time_limit})")
     if args.round_latency is not None:
         from bench.bench_round import SHAPES
 
@@ -176,10 +191,19 @@ def write_json(path: Path, obj) -> None:
     tmp.replace(path)
 
 
+class _TimeUp(Exception):
+    """The --time-limit deadline passed (raised from a progress tick)."""
+
+
+# seconds of a --time-limit kept for the final writes and plots
+FINISH_RESERVE_S = 15.0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    t_start = time.perf_counter()
     args = build_parser().parse_args(argv)
     v = validate(args)
-    t_start = time.perf_counter()
+    deadline = None if args.time_limit is None else t_start + args.time_limit - FINISH_RESERVE_S
 
     from bench import prompts as P
     from bench import suite
@@ -220,10 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                               repeats=args.repeats, seed=args.seed, top_k=args.top_k, top_p=args.top_p,
                               stop_ids=stop, profile_prompts=min(args.profile_prompts, len(prompts)),
                               profile_temperatures=v["profile_temperatures"],
-                              attn_impl=args.attn_impl)
+                              attn_impl=args.attn_impl, compile_workers=args.compile_workers)
     env = suite.environment()
     log(f"[bench] {len(configs)} configs x {len(opts.temperatures)} temperatures on {len(prompts)} prompts, "
-        f"{args.repeats} repeats, {env['device_kind']} ({env['platform']}), commit {env['commit']}")
+        f"{args.repeats} repeats, {env['device_kind']} ({env['platform']}), commit {env['commit']}; "
+        f"set-up {time.perf_counter() - t_start:.1f}s")
 
     def make_bench(rows: list[dict], partial: bool) -> dict:
         bench = {
@@ -238,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "torch_baseline": args.torch_baseline, "torch_repeats": args.torch_repeats or args.repeats,
                 "profile_prompts": opts.profile_prompts, "profile_temperatures": v["profile_temperatures"],
                 "stop_ids": stop, "attn_impl": args.attn_impl,
+                "compile_workers": args.compile_workers, "time_limit": args.time_limit,
                 "batch_size": 1, "argv": list(sys.argv[1:] if argv is None else argv),
             },
             "environment": env,
@@ -253,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "all rounds of all prompts; acceptance_histogram[k] = rounds that committed k + 1 tokens",
                 "stage_ms: ms per round from a separate profiled pass (each stage jitted and synced on its own); "
                 "overhead_fraction = (profiled round - verify) / profiled round",
+                "row_timing: the suite's own wall time per row (s): warm-up (with compiles unless compiled ahead), "
+                "timed passes (timed_generate_s of it inside generate's clock), profiled pass, compiles seen",
             ],
         }
         if not bench["all_lossless"] and dtype != "float32":
@@ -261,14 +289,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "through other matmul shapes than AR's 1); rerun with --dtype float32 to tell them from a bug")
         if partial:
             bench["partial"] = f"{len(rows)} of {len(configs) * len(opts.temperatures)} rows: the run stopped early"
+        if skipped:
+            bench["partial"] = (f"{len(rows)} of {len(configs) * len(opts.temperatures)} rows: --time-limit "
+                                f"{args.time_limit:g}s left no time for the rest")
+            bench["not_run"] = list(skipped)
+        if ahead is not None:
+            bench["compile_ahead"] = ahead
         return bench
 
-    rows, reference = suite.run_suite(ckpt, prompts, configs, opts, progress=not args.no_progress, log=log,
-                                      on_row=lambda rs: write_json(out / "bench.json", make_bench(rs, True)))
+    skipped, ahead = [], None
+    res = suite.run_suite(ckpt, prompts, configs, opts, progress=not args.no_progress, log=log,
+                          on_row=lambda rs: write_json(out / "bench.json", make_bench(rs, True)), deadline=deadline)
+    rows, reference, skipped, ahead = res["rows"], res["reference"], res["skipped"], res["compile_ahead"]
     bench = make_bench(rows, False)
     write_json(out / "bench.json", bench)  # written before the optional parts: a crash there keeps it
 
-    if args.torch_baseline:
+    def out_of_time() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
+    tb = None
+    if args.torch_baseline and out_of_time():
+        bench.setdefault("not_run", []).append("torch baseline")
+        log("[bench] time limit: the torch baseline not run")
+    elif args.torch_baseline:
         from tqdm import tqdm
 
         from bench import torch_baseline
@@ -276,18 +319,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         ar0 = next((r for r in rows if r["method"] == "ar" and r["temperature"] == 0), None)
         ref = reference.get(0.0)  # our greedy AR tokens
         reps = args.torch_repeats or args.repeats
-        with tqdm(total=1 + reps * len(prompts), desc="torch", unit="gen", file=sys.stderr,
-                  disable=args.no_progress, dynamic_ncols=True) as bar:
-            tb = torch_baseline.run(hf_target, prompts, args.max_new_tokens, stop, reps, ref, tick=bar.update)
+
+        def tick(n=1):
+            bar.update(n)
+            if out_of_time():
+                raise _TimeUp
+
+        t_torch = time.perf_counter()
+        try:
+            with tqdm(total=1 + reps * len(prompts), desc="torch", unit="gen", file=sys.stderr,
+                      disable=args.no_progress, dynamic_ncols=True) as bar:
+                tb = torch_baseline.run(hf_target, prompts, args.max_new_tokens, stop, reps, ref, tick=tick)
+        except _TimeUp:
+            bench.setdefault("not_run", []).append("torch baseline")
+            log(f"[bench] time limit: the torch baseline stopped after {time.perf_counter() - t_torch:.0f}s")
+    if tb is not None:
+        tb["wall_s"] = time.perf_counter() - t_torch
         if ar0 is not None:
             tb["jax_ar_tokens_per_s"] = ar0["tokens_per_s"]["median"]
             tb["jax_ar_speedup_over_torch"] = ar0["tokens_per_s"]["median"] / tb["tokens_per_s"]["median"]
         bench["torch_baseline"] = tb
         log(f"[bench] torch {tb['cache_implementation']} cache: {tb['tokens_per_s']['median']:.1f} tok/s, "
-            f"tokens equal to our AR on {tb['equal_to_jax_ar']} prompts")
+            f"tokens equal to our AR on {tb['equal_to_jax_ar']} prompts ({tb['wall_s']:.0f}s)")
         write_json(out / "bench.json", bench)
 
-    if args.round_latency:
+    if args.round_latency and out_of_time():
+        bench.setdefault("not_run", []).append("round latency")
+        log("[bench] time limit: the round latency not run")
+    elif args.round_latency:
         import jax
 
         if jax.default_backend() == "cpu" and args.round_latency != "tiny":
@@ -304,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_plots:
         from bench.plots import draw_all
 
-        draw_all(bench, out)
+        if not draw_all(bench, out):
+            log("[bench] no rows: no plots")
     print(table, end="")
     if not bench["all_lossless"]:
         hint = "" if bench["config"]["dtype"] == "float32" else "; rerun with --dtype float32 to rule out near-ties"

@@ -126,8 +126,11 @@ def acceptance_hist(rows, path):
 
 
 def draw_all(bench: dict, out_dir: str | Path) -> list[Path]:
+    """The four PNGs in out_dir (none when the run has no rows, e.g. a --time-limit too short)."""
     out = Path(out_dir)
     rows = bench["runs"]
+    if not rows:
+        return []
     return [
         _by_budget(rows, lambda r: r["mean_acceptance"], "mean tokens per round",
                    "acceptance vs budget", out / "acceptance_vs_budget.png", ref_one="AR (1 token)"),

@@ -9,6 +9,13 @@
 
 Speedups are against AR measured in the same run at the same temperature. Greedy runs are
 checked token by token against AR's output (lossless decoding must reproduce it exactly).
+
+Compilation is most of a short run's wall time. Executables are shared wherever the programs
+are the same (the prefill of configs that differ in the tree alone, the profiled stages of
+configs that read the same spec fields; `Executables`, `engine.stage_functions`), and with
+`compile_workers` > 1 every row's executables are compiled up front, that many rows at a time
+in threads, before anything is timed (`compile_ahead`). Each row records where its wall time
+went (`row_timing`), and `deadline` stops the matrix cleanly before a row that would not fit.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -54,6 +63,7 @@ class SuiteOptions:
     profile_prompts: int = 4
     profile_temperatures: Sequence[float] | None = None  # None: all
     attn_impl: str = "auto"
+    compile_workers: int = 1  # > 1: compile every row's executables first, in that many threads
 
 
 def matrix(methods: Sequence[str], policies: Sequence[str], budgets: Sequence[int]) -> list[RunConfig]:
@@ -107,6 +117,50 @@ def environment() -> dict:
     return env
 
 
+# ---------------------------------------------------------------------------------------------- compile accounting
+
+
+class CompileMeter:
+    """XLA compilations seen by JAX in this process (jax.monitoring), for per-row accounting.
+
+    `compiles` counts backend compile requests (persistent-cache loads included, also counted in
+    `cache_hits`); `seconds` sums their durations (threads compiling at once add up)."""
+
+    _instance = None
+
+    def __init__(self):
+        self.compiles, self.cache_hits, self.seconds = 0, 0, 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "CompileMeter":
+        if cls._instance is None:
+            from jax import monitoring
+
+            meter = cls._instance = cls()
+            monitoring.register_event_duration_secs_listener(meter._on_duration)
+            monitoring.register_event_listener(meter._on_event)
+        return cls._instance
+
+    def _on_duration(self, event: str, duration: float, **_) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            with self._lock:
+                self.compiles += 1
+                self.seconds += duration
+
+    def _on_event(self, event: str, **_) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            with self._lock:
+                self.cache_hits += 1
+
+    def snapshot(self) -> tuple[int, int, float]:
+        return self.compiles, self.cache_hits, self.seconds
+
+    def since(self, snap: tuple[int, int, float]) -> dict:
+        return {"compiles": self.compiles - snap[0], "cache_hits": self.cache_hits - snap[1],
+                "compile_s": self.seconds - snap[2]}
+
+
 # ---------------------------------------------------------------------------------------------- one config
 
 
@@ -128,13 +182,20 @@ def _profiles(opts: SuiteOptions, temperature: float) -> int:
     return opts.profile_prompts
 
 
+def _generate_kw(opts: SuiteOptions, temperature: float) -> dict:
+    return dict(max_new_tokens=opts.max_new_tokens, temperature=temperature, top_k=opts.top_k, top_p=opts.top_p,
+                stop_ids=list(opts.stop_ids))
+
+
 def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda n=1: None) -> dict:
     """Time one Generator at one temperature over all prompts; returns the row (tokens kept aside
     under "_tokens" for the losslessness check, removed before writing)."""
-    kw = dict(max_new_tokens=opts.max_new_tokens, temperature=temperature, top_k=opts.top_k, top_p=opts.top_p,
-              stop_ids=list(opts.stop_ids))
-    gen.generate_ids([list(prompts[0].ids)], seed=opts.seed, **kw)  # warm-up
+    kw = _generate_kw(opts, temperature)
+    meter = CompileMeter.get()
+    snap, t0, cpu0 = meter.snapshot(), time.perf_counter(), time.process_time()
+    gen.generate_ids([list(prompts[0].ids)], seed=opts.seed, **kw)  # warm-up (compiles, unless done ahead)
     tick()
+    t1 = time.perf_counter()
     passes = []  # passes[r][i] = Result
     for _ in range(opts.repeats):
         row = []
@@ -142,6 +203,7 @@ def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda
             row.append(gen.generate_ids([list(p.ids)], seed=opts.seed + p.index, **kw)[0])
             tick()
         passes.append(row)
+    t2 = time.perf_counter()
 
     ref = passes[0]  # outputs are identical across repeats (same seed); timing is what repeats
     tokens = sum(r.num_output_tokens for r in ref)
@@ -173,6 +235,13 @@ def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda
             tick()
         stage_ms = {k: v / max(profiled_rounds, 1) for k, v in totals.items()}
     round_ms = sum(stage_ms.values()) if stage_ms else None
+    t3 = time.perf_counter()
+    # where the row's wall time went (compile_s: inside any phase, the warm-up's and the profiled
+    # pass's first calls; timed_s: the repeats, which never compile unless a prompt length does;
+    # cpu_s: this process's CPU time, all threads)
+    timing = {"row_s": t3 - t0, "warmup_s": t1 - t0, "timed_s": t2 - t1, "profile_s": t3 - t2,
+              "timed_generate_s": sum(r.time_s for ps in passes for r in ps), "cpu_s": time.process_time() - cpu0,
+              **meter.since(snap)}
 
     return {
         "method": gen.method, "policy": gen.policy_name, "budget": gen.budget, "nodes": _nodes(gen),
@@ -189,6 +258,7 @@ def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda
         # what a round costs beyond the target's verify pass (draft, tree, walk, commit)
         "overhead_fraction": (round_ms - stage_ms["verify"]) / round_ms if round_ms else None,
         "per_prompt": per_prompt,
+        "row_timing": timing,
         "_tokens": [r.token_ids for r in ref],
     }
 
@@ -218,28 +288,96 @@ def compare_with_baseline(row: dict, base: dict) -> None:
 # ---------------------------------------------------------------------------------------------- the suite
 
 
+def compile_ahead(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, executables, *, log=print,
+                  deadline: float | None = None) -> dict:
+    """Compile every row's executables before anything is timed, `opts.compile_workers` rows at a
+    time in threads (XLA compiles with the GIL released): each row's Generator generates once per
+    prompt-length bucket and, where the row is profiled, runs one profiled generation per bucket
+    of the profiled prompts (the stage functions compile on first use). The rows then find everything compiled. Returns the phase's
+    figures; a row whose job would end after `deadline` (a time.perf_counter() value; judged by
+    the longest job so far) is not started here and compiles in its turn. Rows that share a stage
+    function may both compile it when they run side by side (JAX does not merge those)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ddtree_jax.generate import Generator, _bucket
+
+    reps = {}  # one prompt per length bucket: shapes (and so executables) depend on the bucket only
+    for p in prompts:
+        reps.setdefault(_bucket(len(p.ids)), p)
+    meter = CompileMeter.get()
+    snap, t0 = meter.snapshot(), time.perf_counter()
+    longest = [0.0]  # the longest job so far: a job that would end after the deadline is not started
+
+    def job(cfg: RunConfig, t: float) -> bool:
+        if deadline is not None and time.perf_counter() + longest[0] > deadline:
+            return False
+        t1 = time.perf_counter()
+        gen = Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1, attn_impl=opts.attn_impl,
+                        executables=executables)
+        kw = _generate_kw(opts, t)
+        for p in reps.values():
+            gen.generate_ids([list(p.ids)], seed=opts.seed, **kw)
+        profiled = {_bucket(len(p.ids)): p for p in reversed(prompts[:_profiles(opts, t)])}
+        for p in profiled.values():
+            gen.generate_ids([list(p.ids)], seed=opts.seed, profile=True, **kw)
+        del gen
+        longest[0] = max(longest[0], time.perf_counter() - t1)
+        log(f"[bench] compiled {cfg.label} T={t:g} ({time.perf_counter() - t1:.1f}s; "
+            f"{time.perf_counter() - t0:.0f}s into the compile phase)")
+        return True
+
+    # temperature-major: rows running side by side share fewer stage functions (not compiled twice)
+    jobs = [(cfg, t) for t in opts.temperatures for cfg in configs]
+    with ThreadPoolExecutor(max_workers=opts.compile_workers, thread_name_prefix="compile") as pool:
+        done = list(pool.map(lambda j: job(*j), jobs))
+    gc.collect()
+    return {"workers": opts.compile_workers, "rows": sum(done), "of_rows": len(jobs),
+            "wall_s": time.perf_counter() - t0, **meter.since(snap)}
+
+
 def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *, progress: bool = True,
-              log=print, on_row=None) -> tuple[list[dict], dict[float, list[list[int]]]]:
-    """All configs x temperatures: the rows in run order (AR first at each temperature), and AR's
-    output tokens per temperature (the reference for other comparisons). on_row(rows) is called
-    after every row with the rows so far (without their token lists), to save partial results."""
+              log=print, on_row=None, deadline: float | None = None) -> dict:
+    """All configs x temperatures. Returns {"rows": the rows in run order (AR first at each
+    temperature), "reference": AR's output tokens per temperature (the reference for other
+    comparisons), "skipped": labels of rows not run because the next row would have ended after
+    `deadline` (a time.perf_counter() value; judged by the longest row so far), "compile_ahead":
+    that phase's figures (compile_workers > 1) or None}. on_row(rows) is called after every row
+    with the rows so far (without their token lists), to save partial results."""
     from tqdm import tqdm
 
-    from ddtree_jax.generate import Generator
+    from ddtree_jax.generate import Executables, Generator
 
+    executables = Executables()  # one prefill per cache size and sampling, whatever the tree
+    ahead = None
+    if opts.compile_workers > 1:
+        ahead = compile_ahead(ckpt, prompts, configs, opts, executables, log=log, deadline=deadline)
+        log(f"[bench] compile phase: {ahead['rows']}/{ahead['of_rows']} rows ready in {ahead['wall_s']:.1f}s "
+            f"({ahead['compiles']} compiles, {ahead['cache_hits']} from the persistent cache, "
+            f"{ahead['compile_s']:.1f}s of compile time on {opts.compile_workers} threads)")
     per_config = sum(1 + opts.repeats * len(prompts) + min(_profiles(opts, t), len(prompts))
                      for t in opts.temperatures)
     bar = tqdm(total=len(configs) * per_config, desc="bench", unit="gen",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
     say = (lambda s: bar.write(s, file=sys.stderr)) if progress else log
-    rows, baseline = [], {}
+    rows, baseline, skipped = [], {}, []
+    longest = 0.0  # the longest row so far (Generator set-up included), to judge the next against the deadline
     try:
         for cfg in configs:
+            if skipped or (deadline is not None and time.perf_counter() + longest > deadline):
+                skipped += [f"{cfg.label} T={t:g}" for t in opts.temperatures]
+                continue
+            t_setup = time.perf_counter()
             gen = Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1,
-                            attn_impl=opts.attn_impl)
+                            attn_impl=opts.attn_impl, executables=executables)
+            setup_s = time.perf_counter() - t_setup
             for t in opts.temperatures:
+                if skipped or (deadline is not None and time.perf_counter() + longest > deadline):
+                    skipped.append(f"{cfg.label} T={t:g}")
+                    continue
                 bar.set_postfix_str(f"{cfg.label} T={t:g}")
                 row = run_config(gen, prompts, t, opts, tick=bar.update)
+                row["row_timing"]["setup_s"], setup_s = setup_s, 0.0
+                longest = max(longest, row["row_timing"]["row_s"] + row["row_timing"]["setup_s"])
                 if cfg.method == "ar":
                     baseline[t] = row
                     row["lossless"] = True if t == 0 else None  # the reference itself
@@ -255,10 +393,12 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
             gc.collect()  # one config's weights on the device at a time
     finally:
         bar.close()
+    if skipped:
+        say(f"[bench] time limit: {len(skipped)} rows not run ({', '.join(skipped)})")
     reference = {t: row["_tokens"] for t, row in baseline.items()}
     for row in rows:
         row.pop("_tokens", None)
-    return rows, reference
+    return {"rows": rows, "reference": reference, "skipped": skipped, "compile_ahead": ahead}
 
 
 def summary_line(row: dict) -> str:
@@ -267,9 +407,15 @@ def summary_line(row: dict) -> str:
     if row["stage_ms"]:
         st = " | ms/round " + " ".join(f"{k} {row['stage_ms'][k]:.1f}" for k in STAGES if row["stage_ms"][k])
     ok = {True: "lossless", False: "MISMATCH", None: "sampled"}[row["lossless"]]
+    tm = row.get("row_timing")
+    wall = ""
+    if tm:
+        wall = (f" | row {tm['row_s'] + tm.get('setup_s', 0):.1f}s: compile {tm['compile_s']:.1f}s "
+                f"({tm['compiles']}), warm-up {tm['warmup_s']:.1f}s, timed {tm['timed_s']:.1f}s, "
+                f"profile {tm['profile_s']:.1f}s")
     return (f"[bench] {row['label']:<24} T={row['temperature']:<4g} acc {row['mean_acceptance']:5.2f}  "
             f"{tps['median']:8.1f} tok/s [{tps['min']:.1f}-{tps['max']:.1f}]  x{row['speedup_vs_ar']:.2f} vs AR  "
-            f"{ok}{st}")
+            f"{ok}{st}{wall}")
 
 
 def markdown_table(rows: Sequence[dict]) -> str:

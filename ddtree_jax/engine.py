@@ -272,35 +272,65 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
 prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("cache", "dcache"))
 
 
+def prefill_spec(spec: DecodeSpec) -> DecodeSpec:
+    """The part of `spec` the prefill reads: specs that differ in the tree alone (policy, a budget
+    above 0, unroll) share one prefill executable."""
+    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll)
+
+
 def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
     """The round's stages as separately jitted functions, for per-stage timing (--profile, bench).
 
-    They are the functions `round_step` chains, so a profiled run commits the same tokens. Only
-    the target-token choice depends on the sampling settings; the other stages are shared by
-    every spec that differs in sampling alone (one compile for greedy and sampled runs).
+    They are the functions `round_step` chains, so a profiled run commits the same tokens. Each
+    stage is jitted once per spec without the fields that only other stages read (`_stage_key`),
+    process-wide: specs that differ in those fields share it, and with it its executables per
+    input shape. So greedy and sampled runs share every stage but `choose`, and configs whose
+    caches have one size share the draft (fewer compiles in the bench suite).
     """
-    stages = dict(_sampling_free_stages(tcfg, dcfg, dataclasses.replace(spec, sampling=SamplingConfig())))
-
-    def _choose(logits, key, knobs):
-        return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
-
-    stages["choose"] = jax.jit(_choose)
-    return stages
+    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec))
+            for name in ("draft", "tree", "verify", "choose", "walk", "commit")}
 
 
-@functools.lru_cache(maxsize=64)
-def _sampling_free_stages(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
-    def _walk(tree_, target_tokens):
-        return walk(tree_, target_tokens, dcfg.depth if spec.speculative else 0)
+def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
+    """(tcfg, dcfg, spec, extra) for stage `name`, with the spec fields that only other stages
+    read (the tree's budget and policy, the loop's unroll, the sampling) at their defaults."""
+    default = DecodeSpec()
+    tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
+                                    sampling=default.sampling)
+    if name in ("draft", "verify"):
+        return tcfg, dcfg, tree_free, None
+    if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
+        return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
+    if name == "tree":
+        return None, None, dataclasses.replace(spec, unroll=default.unroll, sampling=default.sampling), None
+    if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
+        return None, None, DecodeSpec(sampling=spec.sampling), None
+    if name == "walk":  # extra: the tree depth, all the walk reads
+        return None, None, default, dcfg.depth if spec.speculative else 0
+    raise ValueError(name)
 
-    def _commit(dparams, state, new_kv, tapped, result, knobs):
-        return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec,
-                            slots=num_nodes(spec, dcfg) + 1)
 
-    return {
-        "draft": jax.jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec)),
-        "tree": jax.jit(functools.partial(tree_stage, spec=spec)),
-        "verify": jax.jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec)),
-        "walk": jax.jit(_walk),
-        "commit": jax.jit(_commit, donate_argnums=(1,)),
-    }
+@functools.lru_cache(maxsize=256)
+def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra):
+    if name == "draft":
+        return jax.jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+    if name == "tree":
+        return jax.jit(functools.partial(tree_stage, spec=spec))
+    if name == "verify":
+        return jax.jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+    if name == "choose":
+        def _choose(logits, key, knobs):
+            return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
+
+        return jax.jit(_choose)
+    if name == "walk":
+        def _walk(tree_, target_tokens):
+            return walk(tree_, target_tokens, extra)
+
+        return jax.jit(_walk)
+    if name == "commit":
+        def _commit(dparams, state, new_kv, tapped, result, knobs):
+            return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=extra)
+
+        return jax.jit(_commit, donate_argnums=(1,))
+    raise ValueError(name)

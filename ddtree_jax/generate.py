@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,6 +37,21 @@ DEFAULT_UNROLL = 1
 
 def _bucket(n: int, minimum: int = 16) -> int:
     return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+class Executables(dict):
+    """Compiled executables by key (every static argument and input shape in it), shareable between
+    Generators of one checkpoint (`Generator(executables=...)`): configs whose prefill is the same
+    compile it once. Threads that ask for one key at a time compile it once."""
+
+    def __init__(self):
+        super().__init__()
+        self._guard = threading.Lock()
+        self._locks: dict = {}
+
+    def lock(self, key) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
 
 
 @dataclasses.dataclass
@@ -63,13 +79,16 @@ class Generator:
 
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
-                 compiler_options: dict | None = None, log: Callable[[str], None] | None = None):
+                 compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
+                 executables: Executables | None = None):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
         DEFAULT_UNROLL. compiler_options: XLA debug options for the prefill and round
         executables (e.g. {"xla_gpu_enable_command_buffer": ""}). log: called with a status line before and
-        after each compilation (they take seconds to minutes on large models)."""
+        after each compilation (they take seconds to minutes on large models). executables: an
+        `Executables` shared with other Generators of the same checkpoint (the bench suite), so
+        that what they have in common compiles once."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -111,9 +130,9 @@ class Generator:
         self.dparams = None
         if method != "ar":
             self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
-        self._compiled: dict = {}
+        self._compiled: dict = Executables() if executables is None else executables
+        self._state_shapes: dict = {}  # prefill key -> the state's shapes (the rounds' input)
         self.log = log
-        self._stage_fns: dict = {}
         self._stage_warm: dict = {}
 
     # ------------------------------------------------------------------ sizes and checks
@@ -175,18 +194,25 @@ class Generator:
 
     # ------------------------------------------------------------------ running
 
+    def _key(self, name, args, static):
+        return (name, jax.tree_util.tree_structure(args),  # ShapeDtypeStructs and arrays alike
+                tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
+                tuple(sorted(static.items())), tuple(sorted((self.compiler_options or {}).items())))
+
     def _compile(self, name, fn, args, static):
-        key = (name, jax.tree_util.tree_structure(args),  # ShapeDtypeStructs and arrays alike
-               tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
-               tuple(sorted(static.items())))
-        if key not in self._compiled:
-            t0 = time.perf_counter()
-            spec = static.get("spec")
-            if self.log is not None and spec is not None:
-                self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
-            self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=self.compiler_options)
-            if self.log is not None and spec is not None:
-                self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
+        key = self._key(name, args, static)
+        if key in self._compiled:
+            return self._compiled[key]
+        lock = self._compiled.lock(key) if isinstance(self._compiled, Executables) else threading.Lock()
+        with lock:
+            if key not in self._compiled:
+                t0 = time.perf_counter()
+                spec = static.get("spec")
+                if self.log is not None and spec is not None:
+                    self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
+                self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=self.compiler_options)
+                if self.log is not None and spec is not None:
+                    self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
         return self._compiled[key]
 
     def generate_ids(
@@ -224,12 +250,17 @@ class Generator:
         caches = engine.new_caches(self.tcfg, self.dcfg, spec, bt, self.tparams["embed"].dtype)
         pre_args = (self.tparams, self.dparams, *caches, jnp.asarray(prompt), lens, max_new, knobs,
                     jax.random.PRNGKey(seed))
-        prefill = self._compile("prefill", engine.prefill, pre_args, static)
+        # the prefill does not depend on the tree: configs that differ there share its executable
+        pre_static = dict(static, spec=engine.prefill_spec(spec))
+        prefill = self._compile("prefill", engine.prefill, pre_args, pre_static)
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
         if not profile:  # compile the rounds too before the clock starts, from the state's shapes
-            state_shape = jax.eval_shape(lambda *a: engine.prefill(*a, **static), *pre_args)
+            pre_key = self._key("prefill", pre_args, pre_static)
+            if pre_key not in self._state_shapes:
+                self._state_shapes[pre_key] = jax.eval_shape(lambda *a: engine.prefill(*a, **pre_static), *pre_args)
             run = self._compile("rounds", engine.run_rounds,
-                                (self.tparams, self.dparams, state_shape, knobs, jnp.int32(limit)), static)
+                                (self.tparams, self.dparams, self._state_shapes[pre_key], knobs, jnp.int32(limit)),
+                                static)
 
         t0 = time.perf_counter()
         state = prefill(*pre_args)
@@ -273,9 +304,7 @@ class Generator:
 
     def _profiled_rounds(self, state, knobs, spec, on_tokens, emitted):
         """Host loop over separately jitted stages with a sync after each, to time them."""
-        if spec not in self._stage_fns:
-            self._stage_fns[spec] = engine.stage_functions(self.tcfg, self.dcfg, spec)
-        fns = self._stage_fns[spec]
+        fns = engine.stage_functions(self.tcfg, self.dcfg, spec)
         totals = {k: 0.0 for k in ("draft", "tree", "verify", "walk", "commit")}
         rounds = 0
 

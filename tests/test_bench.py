@@ -23,9 +23,14 @@ def test_suite_end_to_end_on_the_shipped_pair(tmp_path):
     out = tmp_path / "run"
     rc = main(["--num-prompts", "2", "--prompt-tokens", "32", "--max-new-tokens", "8", "--methods", "ar,ddtree",
                "--policies", "ddtree", "--budgets", "4", "--temperatures", "0", "--repeats", "1",
-               "--profile-prompts", "0", "--torch-baseline", "--no-progress", "--out", str(out)])
+               "--profile-prompts", "0", "--torch-baseline", "--no-progress", "--compile-workers", "2",
+               "--time-limit", "3600", "--out", str(out)])
     assert rc == 0
     bench = json.loads((out / "bench.json").read_text())
+    # every row compiled in the compile phase (two threads) and none in its own run
+    assert bench["compile_ahead"]["rows"] == 2 and bench["compile_ahead"]["compiles"] > 0
+    assert [r["row_timing"]["compiles"] for r in bench["runs"]] == [0, 0]
+    assert all(r["row_timing"]["timed_generate_s"] <= r["row_timing"]["timed_s"] for r in bench["runs"])
     for key in ("schema", "config", "environment", "prompts", "runs", "all_lossless", "torch_baseline"):
         assert key in bench, key
     for key in ("jax", "platform", "device_kind", "commit", "date"):
@@ -47,7 +52,7 @@ def test_suite_end_to_end_on_the_shipped_pair(tmp_path):
     tb = bench["torch_baseline"]
     assert tb["tokens_per_s"]["median"] > 0 and tb["equal_to_jax_ar"].endswith("/2")
     assert tb["cache_implementation"] in ("static", "default (dynamic)")
-    assert "partial" not in bench
+    assert "partial" not in bench and "not_run" not in bench
     assert "| ddtree | ddtree | 4 |" in (out / "summary.md").read_text()
     for name in PLOTS:
         data = (out / name).read_bytes()
@@ -92,8 +97,14 @@ def test_run_config_bookkeeping(tmp_path):
     assert row["stage_ms"]["verify"] == pytest.approx(2.0)
     assert row["overhead_fraction"] == pytest.approx(2.0 / 4.0)
     assert len(row["per_prompt"]) == 2 and row["per_prompt"][1]["time_s"]["n"] == 2
+    tm = row["row_timing"]
+    assert tm["compiles"] == 0 and tm["row_s"] >= tm["warmup_s"] + tm["timed_s"] + tm["profile_s"] - 1e-6
+    assert tm["timed_generate_s"] == pytest.approx(sum(0.5 + 0.1 * k for k in range(2, 6)))
     compare_with_baseline(row, row)
     assert row["lossless"] is True and row["speedup_vs_ar"] == 1.0
+    from bench.suite import summary_line
+
+    assert "| row " in summary_line(row) and "compile 0.0s (0)" in summary_line(row)
     # the plots draw stacked stages and histograms from such rows
     for name in draw_all({"runs": [row], "environment": {"device_kind": "fake"}}, tmp_path):
         data = name.read_bytes()
@@ -134,6 +145,8 @@ def test_policy_list_parsing():
     (["--temperatures", "-1"], "--temperatures"),
     (["--repeats", "0"], "--repeats"),
     (["--round-latency", "gpt5"], "gpt5"),
+    (["--time-limit", "0"], "--time-limit"),
+    (["--compile-workers", "0"], "--compile-workers"),
     (["--prompts", "/nonexistent/p.jsonl"], "not found"),
 ])
 def test_bad_options_are_user_errors(tmp_path, args, needle):
@@ -231,3 +244,134 @@ def test_merge_runs_of_several_calls(tmp_path):
     Path(c, "bench.json").write_text(json.dumps(cfg))
     with pytest.raises(UserError, match="dtype"):
         merge.main([a, c, "--out", str(out)])
+
+
+def test_time_limit_skips_the_rows_that_would_not_fit(monkeypatch):
+    """run_suite stops before a row that would end after the deadline (judged by the longest row
+    so far) and lists what it skipped; the rows it ran are complete."""
+    import time
+
+    import ddtree_jax.generate as G
+    from bench import suite
+    from bench.prompts import Prompt
+
+    class Slow(_FakeGenerator):
+        def __init__(self, ckpt, *, method, policy, budget, **kw):
+            super().__init__()
+            self.method, self.policy_name, self.budget = method, policy, budget
+
+        def generate_ids(self, *a, **kw):
+            time.sleep(0.2)
+            return super().generate_ids(*a, **kw)
+
+    monkeypatch.setattr(G, "Generator", Slow)
+    configs = suite.matrix(["ar", "dflash", "ddtree"], ["ddtree"], [4])
+    opts = suite.SuiteOptions(max_new_tokens=9, temperatures=(0.0,), repeats=1, profile_prompts=1)
+    # a row is 3 calls (warm-up, one timed, one profiled): ~0.6 s; the second would end after 1.0 s
+    res = suite.run_suite(None, [Prompt(0, "a", (1, 2))], configs, opts, progress=False, log=lambda s: None,
+                          deadline=time.perf_counter() + 1.0)
+    assert [r["method"] for r in res["rows"]] == ["ar"]
+    assert res["skipped"] == ["dflash T=0", "ddtree[ddtree] B=4 T=0"] and res["compile_ahead"] is None
+    assert res["rows"][0]["row_timing"]["row_s"] >= 0.6
+
+
+def test_time_limit_too_short_for_any_row_still_writes_a_valid_run(tmp_path):
+    from bench.__main__ import FINISH_RESERVE_S, main
+
+    out = tmp_path / "run"
+    rc = main(["--num-prompts", "1", "--prompt-tokens", "16", "--max-new-tokens", "4", "--methods", "ar",
+               "--temperatures", "0", "--repeats", "1", "--torch-baseline", "--no-progress",
+               "--time-limit", str(FINISH_RESERVE_S + 0.001), "--out", str(out)])
+    assert rc == 0
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["runs"] == [] and bench["partial"].startswith("0 of 1 rows: --time-limit")
+    assert bench["not_run"] == ["ar T=0", "torch baseline"] and "torch_baseline" not in bench
+    assert (out / "summary.md").is_file() and not list(out.glob("*.png"))
+
+
+def _stage_inputs(gen, spec, knobs):
+    """Abstract inputs of every stage of one round after the prefill (shapes only, nothing runs)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from ddtree_jax import engine
+    from ddtree_jax.walk import walk
+
+    tc, dc = gen.tcfg, gen.dcfg
+    caches = engine.new_caches(tc, dc, spec, 1, gen.tparams["embed"].dtype)
+    pre = (gen.tparams, gen.dparams, *caches, jax.ShapeDtypeStruct((1, 32), jnp.int32),
+           jax.ShapeDtypeStruct((1,), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32), knobs, jax.random.PRNGKey(0))
+    state = jax.eval_shape(functools.partial(engine._prefill, tcfg=tc, dcfg=dc, spec=spec), *pre)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    if spec.speculative:
+        logp = jax.eval_shape(functools.partial(engine.draft_stage, tcfg=tc, dcfg=dc, spec=spec),
+                              gen.tparams, gen.dparams, state)
+        tree = jax.eval_shape(functools.partial(engine.tree_stage, spec=spec), logp, state)
+    else:
+        logp, tree = None, jax.eval_shape(engine.root_tree, state)
+    logits, tapped, new_kv = jax.eval_shape(functools.partial(engine.verify_stage, tcfg=tc, dcfg=dc, spec=spec),
+                                            gen.tparams, state, tree)
+    tokens = jax.ShapeDtypeStruct(logits.shape[:-1], jnp.int32)
+    result = jax.eval_shape(lambda t, x: walk(t, x, dc.depth if spec.speculative else 0), tree, tokens)
+    args = {"verify": (gen.tparams, state, tree), "choose": (logits, key, knobs), "walk": (tree, tokens),
+            "commit": (gen.dparams, state, new_kv, tapped, result, knobs)}
+    if spec.speculative:
+        args.update(draft=(gen.tparams, gen.dparams, state), tree=(logp, state))
+    return pre, args
+
+
+@pytest.mark.parametrize("method,policy,budget,temperature,top_k,attn_impl", [
+    ("ar", "chain", 0, 0.0, 0, "auto"), ("dflash", "chain", 0, 1.0, 0, "auto"), ("ddtree", "ddtree", 16, 0.0, 0, "xla"),
+    ("ddtree", "beam:width=4", 64, 0.7, 5, "pallas_interpret"),
+])
+def test_shared_stage_and_prefill_programs_equal_the_specs_own(method, policy, budget, temperature, top_k,
+                                                                attn_impl):
+    """Executables shared between specs (the prefill per `engine.prefill_spec`, each profiled stage
+    per `engine._stage_key`) are the very programs each spec would compile for itself: the jaxprs
+    are equal, so a stage reading a spec field its key leaves out fails here."""
+    import dataclasses
+    import functools
+
+    import jax
+
+    from ddtree_jax import engine
+    from ddtree_jax.checkpoint import load_checkpoint
+    from ddtree_jax.generate import DEFAULT_CKPT, Generator
+    from ddtree_jax.sampling import SamplingConfig
+
+    gen = Generator(load_checkpoint(DEFAULT_CKPT, dtype="float32"), method=method, policy=policy, budget=budget or 1,
+                    attn_impl=attn_impl)
+    spec = dataclasses.replace(gen.spec_for(32, 24, SamplingConfig.make(temperature, top_k)), unroll=2)
+    knobs = engine.make_knobs(temperature, 0.9, [0])
+    pre, args = _stage_inputs(gen, spec, knobs)
+
+    def jaxpr(fn, *a):
+        return str(jax.make_jaxpr(fn)(*a))
+
+    static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg)
+    assert (jaxpr(functools.partial(engine._prefill, spec=spec, **static), *pre)
+            == jaxpr(functools.partial(engine._prefill, spec=engine.prefill_spec(spec), **static), *pre))
+    for name, a in args.items():
+        tcfg, dcfg, shared, extra = engine._stage_key(name, gen.tcfg, gen.dcfg, spec)
+        own = engine._stage_fn(name, gen.tcfg, gen.dcfg, spec, extra)
+        assert jaxpr(own, *a) == jaxpr(engine.stage_functions(gen.tcfg, gen.dcfg, spec)[name], *a), name
+        assert engine.stage_functions(gen.tcfg, gen.dcfg, spec)[name] is engine._stage_fn(name, tcfg, dcfg, shared,
+                                                                                         extra)
+
+
+def test_generators_share_executables():
+    """Generators given one `Executables` compile a prefill once for configs that differ in the
+    tree alone; their greedy outputs stay equal (lossless)."""
+    from ddtree_jax.checkpoint import load_checkpoint
+    from ddtree_jax.generate import DEFAULT_CKPT, Executables, Generator
+
+    ckpt = load_checkpoint(DEFAULT_CKPT, dtype="float32")
+    shared = Executables()
+    prompt = [[5, 9, 200, 31, 7, 64, 12, 3] * 3]
+    a = Generator(ckpt, method="dflash", executables=shared).generate_ids(prompt, max_new_tokens=8)[0]
+    assert sorted(k[0] for k in shared) == ["prefill", "rounds"]
+    b = Generator(ckpt, method="ddtree", budget=16, executables=shared).generate_ids(prompt, max_new_tokens=8)[0]
+    assert sorted(k[0] for k in shared) == ["prefill", "rounds", "rounds"]  # same cache size: one prefill
+    assert a.token_ids == b.token_ids and len(a.token_ids) == 8
