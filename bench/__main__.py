@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--torch-baseline", action="store_true",
                     help="also time transformers' greedy generate (float32, static cache) on the same prompts")
     ap.add_argument("--torch-repeats", type=int, default=None, help="timed passes of the baseline (default: --repeats)")
+    ap.add_argument("--torch-device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="where the baseline runs (auto: the GPU when torch sees one)")
     ap.add_argument("--hf-target", help="HF target directory for --torch-baseline (default: from the checkpoint)")
     ap.add_argument("--round-latency", metavar="MODEL",
                     help="also run bench.bench_round's round latency on MODEL's shape (random weights, prompt of "
@@ -213,9 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs = suite.matrix(v["methods"], v["policies"], v["budgets"])
     hf_target = None
     if args.torch_baseline:
-        from bench.torch_baseline import resolve_hf_target
+        from bench.torch_baseline import pick_device, resolve_hf_target
 
         hf_target = resolve_hf_target(Path(args.ckpt).absolute(), v["meta"], args.hf_target)
+        pick_device(args.torch_device)  # a GPU asked for and absent: say so before the long work
     dtype = args.dtype
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there (generate does the same)
         import jax
@@ -261,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "policies": v["policies"], "budgets": v["budgets"], "temperatures": v["temperatures"],
                 "top_k": args.top_k, "top_p": args.top_p, "repeats": args.repeats, "seed": args.seed,
                 "torch_baseline": args.torch_baseline, "torch_repeats": args.torch_repeats or args.repeats,
+                "torch_device": args.torch_device,
                 "profile_prompts": opts.profile_prompts, "profile_temperatures": v["profile_temperatures"],
                 "stop_ids": stop, "attn_impl": args.attn_impl,
                 "compile_workers": args.compile_workers, "time_limit": args.time_limit,
@@ -329,7 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with tqdm(total=1 + reps * len(prompts), desc="torch", unit="gen", file=sys.stderr,
                       disable=args.no_progress, dynamic_ncols=True) as bar:
-                tb = torch_baseline.run(hf_target, prompts, args.max_new_tokens, stop, reps, ref, tick=tick)
+                tb = torch_baseline.run(hf_target, prompts, args.max_new_tokens, stop, reps, ref, tick=tick,
+                                        device=args.torch_device)
         except _TimeUp:
             bench.setdefault("not_run", []).append("torch baseline")
             log(f"[bench] time limit: the torch baseline stopped after {time.perf_counter() - t_torch:.0f}s")

@@ -438,8 +438,9 @@ def summary_markdown(bench: dict) -> str:
     table = markdown_table(bench["runs"])
     if "torch_baseline" in bench:
         tb = bench["torch_baseline"]
+        where = tb.get("device_name") if tb.get("device", "cpu") != "cpu" else f"CPU, {tb['threads']} threads"
         table += (f"\nPyTorch `transformers` {tb['transformers']} greedy generate (float32, {tb['cache_implementation']} "
-                  f"cache, {tb['threads']} threads): {tb['tokens_per_s']['median']:.1f} tok/s "
+                  f"cache, {where}): {tb['tokens_per_s']['median']:.1f} tok/s "
                   f"[{tb['tokens_per_s']['min']:.1f}-{tb['tokens_per_s']['max']:.1f}]")
         if tb.get("jax_ar_speedup_over_torch"):
             table += (f"; JAX AR greedy {tb['jax_ar_tokens_per_s']:.1f} tok/s "

@@ -1,7 +1,8 @@
 """PyTorch reference: `transformers` greedy `generate` on the same prompts and weights.
 
-The target is loaded from its Hugging Face directory in float32 (a CPU comparison: the converted
-checkpoint may be bf16, so tokens can differ after a near-tie; that is reported, not asserted).
+The target is loaded from its Hugging Face directory in float32 (the converted checkpoint may be
+bf16, so tokens can differ after a near-tie; that is reported, not asserted), on the GPU when torch
+sees one (what users of a GPU machine run today), else on the CPU (`device`: auto | cpu | cuda).
 A static KV cache (`cache_implementation="static"`) is used when the installed transformers
 accepts it; otherwise the default dynamic cache, and the JSON says so.
 """
@@ -32,7 +33,20 @@ def resolve_hf_target(ckpt_path: Path, meta: dict, explicit: str | None) -> Path
                     "pass --hf-target DIR")
 
 
-def load_model(hf_dir: Path):
+def pick_device(device: str) -> str:
+    """auto: "cuda" when this torch build sees a GPU, else "cpu"."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--torch-device must be auto, cpu or cuda (got {device!r})")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--torch-device cuda: this torch build sees no GPU; use --torch-device cpu")
+    return device
+
+
+def load_model(hf_dir: Path, device: str = "cpu"):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -43,16 +57,17 @@ def load_model(hf_dir: Path):
             model = AutoModelForCausalLM.from_pretrained(str(hf_dir), torch_dtype=torch.float32)
     except (OSError, ValueError) as e:
         raise UserError(f"transformers cannot load {hf_dir}: {str(e).splitlines()[0]}") from None
-    return model.eval()
+    return model.to(device).eval()
 
 
 def run(hf_dir: Path, prompts, max_new_tokens: int, stop_ids: Sequence[int], repeats: int,
-        reference: Sequence[Sequence[int]] | None = None, tick=lambda n=1: None) -> dict:
+        reference: Sequence[Sequence[int]] | None = None, tick=lambda n=1: None, device: str = "auto") -> dict:
     """Greedy generation per prompt (batch 1); `reference`: our greedy AR tokens per prompt."""
     import torch
     import transformers
 
-    model = load_model(hf_dir)
+    device = pick_device(device)
+    model = load_model(hf_dir, device)
     gen_cfg = copy.deepcopy(model.generation_config)
     gen_cfg.do_sample, gen_cfg.temperature, gen_cfg.top_p, gen_cfg.top_k = False, None, None, None
     gen_cfg.max_new_tokens, gen_cfg.min_new_tokens = max_new_tokens, None
@@ -60,11 +75,13 @@ def run(hf_dir: Path, prompts, max_new_tokens: int, stop_ids: Sequence[int], rep
     gen_cfg.pad_token_id = stop_ids[0] if stop_ids else 0
 
     def generate(ids, cache):
-        x = torch.tensor([list(ids)], dtype=torch.long)
+        x = torch.tensor([list(ids)], dtype=torch.long, device=device)
         gen_cfg.cache_implementation = cache
         with torch.inference_mode():
             t0 = time.perf_counter()
             out = model.generate(x, attention_mask=torch.ones_like(x), generation_config=gen_cfg)
+            if device == "cuda":
+                torch.cuda.synchronize()
             dt = time.perf_counter() - t0
         return out[0, x.shape[1]:].tolist(), dt
 
@@ -100,7 +117,8 @@ def run(hf_dir: Path, prompts, max_new_tokens: int, stop_ids: Sequence[int], rep
     tps = [n_tok / sum(ts) for ts in times]
     return {
         "hf_target": str(hf_dir), "dtype": "float32", "transformers": transformers.__version__,
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "device": device,
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "cache_implementation": cache or "default (dynamic)", "cache_note": note,
         "repeats": repeats, "output_tokens": n_tok,
         "tokens_per_s": {"median": statistics.median(tps), "min": min(tps), "max": max(tps), "n": len(tps)},

@@ -52,6 +52,7 @@ def test_suite_end_to_end_on_the_shipped_pair(tmp_path):
     tb = bench["torch_baseline"]
     assert tb["tokens_per_s"]["median"] > 0 and tb["equal_to_jax_ar"].endswith("/2")
     assert tb["cache_implementation"] in ("static", "default (dynamic)")
+    assert tb["device"] == "cpu" and tb["device_name"] == "cpu"  # auto, and this torch sees no GPU
     assert "partial" not in bench and "not_run" not in bench
     assert "| ddtree | ddtree | 4 |" in (out / "summary.md").read_text()
     for name in PLOTS:
@@ -147,6 +148,7 @@ def test_policy_list_parsing():
     (["--round-latency", "gpt5"], "gpt5"),
     (["--time-limit", "0"], "--time-limit"),
     (["--compile-workers", "0"], "--compile-workers"),
+    (["--torch-baseline", "--torch-device", "cuda"], "--torch-device cpu"),  # this CPU-only torch
     (["--prompts", "/nonexistent/p.jsonl"], "not found"),
 ])
 def test_bad_options_are_user_errors(tmp_path, args, needle):
