@@ -39,6 +39,12 @@ def _bucket(n: int, minimum: int = 16) -> int:
     return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
 
 
+# Streaming doubles the rounds per device call up to this many (the traced limit: no recompile).
+# Measured on the H200 (bench/RESULTS.md, session 3): a run_rounds call costs ~4.2 ms (AR) / 5.7
+# ms (DDTree-64) beyond its rounds, so 4 rounds a call made streamed AR ~23 % slower.
+STREAM_MAX_ROUNDS_PER_CALL = 32
+
+
 class Executables(dict):
     """Compiled executables by key (every static argument and input shape in it), shareable between
     Generators of one checkpoint (`Generator(executables=...)`): configs whose prefill is the same
@@ -231,8 +237,11 @@ class Generator:
     ) -> list[Result]:
         """Generate for a batch of tokenised prompts. on_tokens(row, new_ids) streams tokens.
 
-        rounds_per_call > 0 runs that many rounds per device call (streaming); 0 runs to the end
-        in one call. profile=True runs the round's stages as separate calls and times each.
+        rounds_per_call > 0 streams: the first device call runs that many rounds, each later one
+        twice as many as the one before, up to STREAM_MAX_ROUNDS_PER_CALL (first text soon; later,
+        fewer calls, as each call has a fixed cost: ~4-6 ms on the H200 for the 8B shape, a round's
+        worth); 0 runs to the end in one call. profile=True runs the round's stages as separate
+        calls and times each.
         """
         self.check_request([len(p) for p in prompts], max_new_tokens, temperature, top_p)
         sampling = SamplingConfig.make(temperature, top_k)
@@ -279,6 +288,7 @@ class Generator:
                     self._emit(state, emitted, on_tokens)
                 if bool(jnp.all(state.done)):
                     break
+                limit = max(limit, min(2 * limit, STREAM_MAX_ROUNDS_PER_CALL))
         jax.block_until_ready(state.out)
         elapsed = time.perf_counter() - t0
         out, out_len = np.asarray(state.out), np.asarray(state.out_len)
@@ -400,7 +410,9 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming text")
     ap.add_argument("--profile", action="store_true", help="time each stage of the round (slower: a sync per stage)")
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
-    ap.add_argument("--rounds-per-call", type=int, default=4, help="rounds per device call while streaming")
+    ap.add_argument("--rounds-per-call", type=int, default=4,
+                    help="rounds of the first device call while streaming; later calls double it, up to "
+                         f"{STREAM_MAX_ROUNDS_PER_CALL}")
     ap.add_argument("--unroll", type=int, default=0,
                     help=f"rounds per device-loop iteration (0: the default, {DEFAULT_UNROLL})")
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),

@@ -103,6 +103,23 @@ def test_streaming_and_profile_give_same_tokens(pair, ar_tokens):
     assert set(prof.stage_ms) == {"draft", "tree", "verify", "walk", "commit"}
 
 
+def test_streaming_calls_grow(pair, ar_tokens):
+    """Streamed AR from 1 round a call: calls of 1, 2, 4, ... rounds (capped), so few calls; and
+    the streamed tokens are the plain ones."""
+    from ddtree_jax.generate import STREAM_MAX_ROUNDS_PER_CALL
+
+    calls = []
+    res = Generator(pair, method="ar").generate_ids(
+        PROMPTS[:1], max_new_tokens=MAX_NEW, on_tokens=lambda i, ids: calls.append(list(ids)), rounds_per_call=1)
+    sizes = [len(c) for c in calls]
+    assert sum(calls, []) == res[0].token_ids == ar_tokens[0]
+    # the prefill emits the first token; then AR commits one token a round, and the last call may
+    # end early at max_new_tokens or a stop token
+    full = [min(2**i, STREAM_MAX_ROUNDS_PER_CALL) for i in range(len(sizes) - 1)]
+    assert sizes[0] == 1 and sizes[1:-1] == full[:-1] and 1 <= sizes[-1] <= full[-1], sizes
+    assert len(sizes) < MAX_NEW // 4
+
+
 @pytest.mark.parametrize("method", ["ar", "ddtree"])
 def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
     """unroll=3 with 4 rounds per call (not a multiple): disabled steps commit nothing, the
