@@ -2,7 +2,7 @@
 # Prepared in session 3 (not yet run): issue 4's end-to-end before/after at prefix 8192 (AR and
 # DDTree-64, Pallas vs XLA; 512 was measured in session 3), then the PyTorch baseline on the GPU
 # (issue 6; session 3's ran on the CPU). Carry [".data"].
-# Usage (device tool): bash bench/gpu_next_c.sh -> $OUT/next_c.tar.xz   (~8 min)
+# Usage (device tool): DDTREE_COMMIT=<local short hash> bash bench/gpu_next_c.sh -> $OUT/next_c.tar.xz   (~8 min)
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}

@@ -377,3 +377,12 @@ def test_generators_share_executables():
     b = Generator(ckpt, method="ddtree", budget=16, executables=shared).generate_ids(prompt, max_new_tokens=8)[0]
     assert sorted(k[0] for k in shared) == ["prefill", "rounds", "rounds"]  # same cache size: one prefill
     assert a.token_ids == b.token_ids and len(a.token_ids) == 8
+
+
+def test_commit_override(monkeypatch, tmp_path):
+    from bench.suite import git_commit
+
+    monkeypatch.setenv("DDTREE_COMMIT", "abc1234")
+    assert git_commit(tmp_path) == {"commit": "abc1234", "dirty": None}
+    monkeypatch.delenv("DDTREE_COMMIT")
+    assert git_commit(tmp_path)["commit"] is None  # not a git checkout
