@@ -61,3 +61,12 @@ def test_building_the_bench_model_leaves_the_prng_default_alone():
     ck = build("tiny", jax.numpy.float32)
     assert jax.config.jax_default_prng_impl == before
     assert float(abs(ck.target_params["embed"]).sum()) > 0
+
+
+def test_check_gpu_smoke(capsys):
+    """bench.check_gpu's comparison runs end to end (Pallas in interpret mode vs XLA) and passes."""
+    from bench.check_gpu import main
+
+    assert main(["--impl", "pallas_interpret", "--layers", "1", "--small"]) == 0
+    out = capsys.readouterr().out
+    assert "T=   5 prefix=   21" in out and "(ok, tol" in out
