@@ -3,10 +3,6 @@
 # DDTree-64, Pallas vs XLA; 512 was measured in session 3), then the PyTorch baseline on the GPU
 # (issue 6; session 3's ran on the CPU). Carry [".data"].
 # Usage (device tool): DDTREE_COMMIT=<local short hash> bash bench/gpu_next_c.sh -> $OUT/next_c.tar.xz   (~8 min)
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-R="$OUT/r"; mkdir -p "$R"
 source bench/gpu_step.sh
 step round8k 330 python3 -m bench.bench_round --model qwen3-8b --prompt-len 8192 --attn-impl pallas,xla \
   --methods ar,ddtree --budgets 64 --rounds 32 --repeats 3 --stage-repeats 0 --out "$R/round8k"
@@ -14,5 +10,4 @@ JAX_DEFAULT_MATMUL_PRECISION=highest step torch 150 python3 -m bench --data .dat
   --num-prompts 32 --prompt-tokens 256 --max-new-tokens 256 --methods ar --temperatures 0 --repeats 2 \
   --dtype float32 --torch-baseline --torch-device cuda --torch-repeats 1 --profile-prompts 0 --no-plots \
   --time-limit 140 --no-progress --out "$R/torch"
-tar -C "$OUT" -cJf "$OUT/next_c.tar.xz" r && rm -rf "$R"
-echo "=== done ($(date +%T))"
+finish next_c

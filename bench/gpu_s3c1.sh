@@ -2,10 +2,6 @@
 # Session 3, device call 1: (a) do XLA command buffers cause the round loop's per-iteration
 # device idle (bench/RESULTS.md)? profile_round with them off vs on; (b) issue 4's end-to-end
 # round, Pallas vs XLA attention, at prefix 8192. Usage: bash bench/gpu_s3c1.sh -> $OUT/s3c1.tar.xz
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-R="$OUT/r"; mkdir -p "$R"
 source bench/gpu_step.sh
 step cmdbuf_off 190 python3 -m bench.profile_round --model qwen3-8b --methods ar/1,ddtree:64/1,ar/2 --rounds 24 \
   --xla-option xla_gpu_enable_command_buffer= --out "$R/off"
@@ -15,5 +11,4 @@ for impl in pallas xla; do
     --prompt-len 8192 --attn-impl "$impl" --out "$R/e2e8k_$impl"
 done
 rm -f "$R"/*/hlo_*.txt.xz
-tar -C "$OUT" -cJf "$OUT/s3c1.tar.xz" r && rm -rf "$R"
-echo "=== done ($(date +%T))"
+finish s3c1

@@ -367,9 +367,13 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
     say = (lambda s: bar.write(s, file=sys.stderr)) if progress else log
     rows, baseline, skipped = [], {}, []
     longest = 0.0  # the longest row so far (Generator set-up included), to judge the next against the deadline
+
+    def no_time() -> bool:  # once a row is skipped, every later one is too
+        return bool(skipped) or (deadline is not None and time.perf_counter() + longest > deadline)
+
     try:
         for cfg in configs:
-            if skipped or (deadline is not None and time.perf_counter() + longest > deadline):
+            if no_time():
                 skipped += [f"{cfg.label} T={t:g}" for t in opts.temperatures]
                 continue
             t_setup = time.perf_counter()
@@ -377,7 +381,7 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
                             attn_impl=opts.attn_impl, executables=executables)
             setup_s = time.perf_counter() - t_setup
             for t in opts.temperatures:
-                if skipped or (deadline is not None and time.perf_counter() + longest > deadline):
+                if no_time():
                     skipped.append(f"{cfg.label} T={t:g}")
                     continue
                 bar.set_postfix_str(f"{cfg.label} T={t:g}")

@@ -48,6 +48,11 @@ class DecodeSpec:
     unroll: int = 1
 
     @property
+    def norm_impl(self) -> str:
+        """The norm kernels' impl that goes with attn_impl (as target.forward derives it)."""
+        return norm_impl_for(self.attn_impl)
+
+    @property
     def speculative(self) -> bool:
         return self.budget > 0
 
@@ -145,7 +150,7 @@ def commit_stage(
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
             dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
-                                         norm_impl=norm_impl_for(spec.attn_impl))
+                                         norm_impl=spec.norm_impl)
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -250,7 +255,7 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
     if dcache is not None:
-        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos, norm_impl=norm_impl_for(spec.attn_impl))
+        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos, norm_impl=spec.norm_impl)
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
     is_stop = (first[:, None] == knobs.stop_ids[None, :]).any(-1)

@@ -136,7 +136,7 @@ class Generator:
         self.dparams = None
         if method != "ar":
             self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
-        self._compiled: dict = Executables() if executables is None else executables
+        self._compiled = Executables() if executables is None else executables
         self._state_shapes: dict = {}  # prefill key -> the state's shapes (the rounds' input)
         self.log = log
         self._stage_warm: dict = {}
@@ -209,8 +209,7 @@ class Generator:
         key = self._key(name, args, static)
         if key in self._compiled:
             return self._compiled[key]
-        lock = self._compiled.lock(key) if isinstance(self._compiled, Executables) else threading.Lock()
-        with lock:
+        with self._compiled.lock(key):
             if key not in self._compiled:
                 t0 = time.perf_counter()
                 spec = static.get("spec")
