@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -95,16 +96,28 @@ def rel_err(a, b):
 
 # ----------------------------------------------------------------------------- timing
 
-def time_chain(fn, args, *, inner, reps):
-    """Median seconds per call of fn(*args): `inner` calls in one jit, output -> next q."""
+def time_chain(fn, args, *, inner, reps, cold_bytes=0):
+    """Median seconds per call of fn(*args): `inner` calls in one jit, output -> next q.
+
+    cold_bytes > 0: the calls rotate over copies of the K/V cache (args 3 and 4) that together
+    hold at least that many bytes (at most `inner` copies), as the layers of a forward each read
+    their own cache; otherwise every call re-reads one cache, which stays in L2 (50 MB on an
+    H100/H200) up to ~8k keys of an 8B layer and then beats the HBM floor.
+    """
+    kv = args[3].nbytes + args[4].nbytes
+    copies = max(1, min(inner, -(-cold_bytes // max(kv, 1)))) if cold_bytes else 1
+    ks = [args[3]] + [jnp.copy(args[3]) for _ in range(copies - 1)]
+    vs = [args[4]] + [jnp.copy(args[4]) for _ in range(copies - 1)]
 
     @jax.jit
-    def chained(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask):
-        for _ in range(inner):
-            q = fn(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask).astype(q.dtype)
+    def chained(q, k_new, v_new, ks, vs, cache_len, new_mask):
+        for i in range(inner):
+            q = fn(q, k_new, v_new, ks[i % copies], vs[i % copies], cache_len,
+                   new_mask).astype(q.dtype)
         return q
 
-    return median_call_s(chained, args, inner=inner, reps=reps)
+    return median_call_s(chained, (args[0], args[1], args[2], ks, vs, *args[5:]), inner=inner,
+                         reps=reps)
 
 
 def time_looped(fn, args, *, inner, reps):
@@ -157,6 +170,13 @@ def main():
     ap.add_argument("--timing", choices=("chain", "loop"), default="chain")
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--cold-mb", type=float, default=None,
+                    help="chain timing: rotate over K/V copies of at least this many MB so that "
+                         "each call reads its cache from HBM, not L2 (default 160 on a GPU, 0 = "
+                         "one cache re-read by every call)")
+    ap.add_argument("--t-splits", action="append", default=[],
+                    help="per-T split sweep values, T=LIST (e.g. 1=32,64,128); overrides --splits")
+    ap.add_argument("--no-table", action="store_true", help="skip the timing table")
     ap.add_argument("--ts", type=int_list, default=None, help="T values, e.g. 1,65,257")
     ap.add_argument("--prefixes", type=int_list, default=None,
                     help="table prefixes, e.g. 1024,4096,16384")
@@ -196,13 +216,21 @@ def main():
     splits = args.splits or splits
     if args.no_sweep:
         tile_p, split_ps = 0, []
-    timer = time_chain if args.timing == "chain" else time_looped
+    if args.cold_mb is None:
+        args.cold_mb = 160.0 if on_gpu else 0.0
+    cold = int(args.cold_mb * 1e6)
+    timer = (functools.partial(time_chain, cold_bytes=cold) if args.timing == "chain"
+             else time_looped)
+    t_splits = {}
+    for spec in args.t_splits:
+        t_, _, values = spec.partition("=")
+        t_splits[int(t_)] = int_list(values)
     info = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         jax=jax.__version__, device=dev.device_kind, platform=dev.platform,
         compute_capability=getattr(dev, "compute_capability", None), auto_impl=auto_impl(),
         kernel_impl=kimpl, small=args.small, timing=args.timing, inner=args.inner,
-        reps=args.reps, hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, argv=sys.argv)
+        reps=args.reps, cold_mb=args.cold_mb, hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, argv=sys.argv)
     print(json.dumps(info), flush=True)
     result = dict(info=info, correctness=[], sweep=[], split_sweep=[], table=[], errors=[])
     os.makedirs(args.out, exist_ok=True)
@@ -322,7 +350,7 @@ def main():
         print(f"{'T':>4} {'prefix':>7} {'splits':>6} {'kernels':>7} {'us':>8}", flush=True)
         for t in ts:
             for p in split_ps:
-                for n in splits:
+                for n in t_splits.get(t, splits):
                     if left() < 45:
                         break
                     if n > 1 and p // n < 64:
@@ -363,7 +391,7 @@ def main():
         if tt + 1 in ts and p in prefixes]
     cfg_for = {**best, 64: best.get(65), 256: best.get(257)}
     loop_us = {}
-    for t, p in [(t, p) for t in ts for p in prefixes] + extra:
+    for t, p in [] if args.no_table else [(t, p) for t in ts for p in prefixes] + extra:
         if left() < 15:
             result["errors"].append(f"budget: skipped T={t} prefix={p} and later")
             break

@@ -6,7 +6,9 @@
 Each figure is the median over repeats of a jitted fori_loop of --inner builds (inputs perturbed
 per iteration so nothing is hoisted), divided by --inner: device time without dispatch.
 `topk` is `lax.top_k(logp, K)` over the vocabulary alone; `topk2` the two-stage variant
-(`ddtree.vocab_top_k` with chunks); `build` the whole policy build.
+(`ddtree.vocab_top_k`, 128 chunks keeping K each); `topk2_keep` the same keeping at most
+--keep per chunk (exact fallback to one top_k when a chunk held more); `build` the whole
+policy build (the backend's settings in ddtree.VOCAB_TOPK).
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default="ddtree")
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--keep", type=int, default=64, help="per-chunk candidates of topk2_keep")
     ap.add_argument("--count-max", default="1024,0",
                     help="ddtree.RANK_BY_COUNT_MAX values to compare (pairwise ranking vs sort)")
     ap.add_argument("--out", default=None)
@@ -62,6 +65,8 @@ def main(argv=None) -> int:
         r = dict(budget=b, k=k)
         r["topk_ms"] = timed(lambda x: jax.lax.top_k(x, k), logp, args.inner, args.repeats)
         r["topk2_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128), logp, args.inner, args.repeats)
+        r["topk2_keep_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep), logp,
+                                   args.inner, args.repeats)
         backend = jax.default_backend()
         saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
         for c in [int(x) for x in args.count_max.split(",") if x]:
@@ -70,7 +75,8 @@ def main(argv=None) -> int:
         ddtree.RANK_BY_COUNT_MAX[backend] = saved
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
-        print(f"[bench_tree] {args.policy} B={b:5d}: top_k {r['topk_ms']:.3f} ms, two-stage top_k {r['topk2_ms']:.3f} ms, "
+        print(f"[bench_tree] {args.policy} B={b:5d}: top_k {r['topk_ms']:.3f} ms, two-stage top_k {r['topk2_ms']:.3f} ms "
+              f"(keeping {args.keep} a chunk {r['topk2_keep_ms']:.3f}), "
               f"whole build (by count limit) {builds} ms", flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -118,15 +118,21 @@ def default_config(t: int, g: int, dh: int) -> KernelConfig:
     with a 4-deep pipeline (41.7 us vs 44-57 us for the other tiles); M = 260 (T = 65) liked
     64x64 tiles on one warpgroup (111-119 us vs 133-173); M = 1028 (T = 257) liked 128x128
     tiles on two warpgroups (265 us vs 287-453).
+
+    Prefix chunks (min_chunk), from the split sweeps (session 4): decode with caches read from
+    HBM (not L2) was fastest with ~512-key chunks (16k: 31.7 us at 32 chunks vs 34-58 at
+    16-255; 32k: 53.9 at 64 vs 55-71; 4k: flat, 22.7-23.0 at 16-64); tree verify prefers few
+    chunks (4k: T=65 43.6 us at 4 vs 47 at 16 and 100 at 64; T=257 90.5 at 4 vs 144 / 203),
+    since every chunk adds a [rows, Dh] float32 partial to write and merge: 1024-key chunks.
     """
     m = t * g
     if m <= 16:
-        return KernelConfig(block_m=16, block_k=64, num_warps=4, num_stages=4)
+        return KernelConfig(block_m=16, block_k=64, num_warps=4, num_stages=4, min_chunk=512)
     if m < 512:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
-                            num_stages=3)
+                            num_stages=3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
-                        num_stages=3)
+                        num_stages=3, min_chunk=1024)
 
 
 def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 
+import jax.numpy as jnp
+
+from bench import bench_kernels as bk
 from bench import profile_round as pr
 
 
@@ -70,3 +73,30 @@ def test_check_gpu_smoke(capsys):
     assert main(["--impl", "pallas_interpret", "--layers", "1", "--small"]) == 0
     out = capsys.readouterr().out
     assert "T=   5 prefix=   21" in out and "(ok, tol" in out
+
+
+def _args(s):
+    q = jnp.ones((1, 2, 4, 8), jnp.float32)
+    kv = jnp.ones((1, 2, s, 8), jnp.float32)
+    return (q, q[:, :, :2], q[:, :, :2], kv, kv, jnp.array([s], jnp.int32), jnp.ones((1, 2, 2), bool))
+
+
+def test_cold_chain_rotates_over_enough_cache_copies():
+    seen = []
+
+    def fn(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask):
+        seen.append((k_cache, v_cache))
+        return q + k_cache.sum() * 0
+
+    args = _args(64)  # K + V: 2 x 1024 floats = 8 KiB
+    assert bk.time_chain(fn, args, inner=6, reps=1, cold_bytes=20_000) > 0
+    caches = seen[:6]
+    assert len({id(k) for k, _ in caches}) == 3 and len({id(v) for _, v in caches}) == 3  # ceil(20000 / 8192)
+    assert caches[0][0] is caches[3][0]
+
+    seen.clear()
+    bk.time_chain(fn, args, inner=6, reps=1)  # warm: one cache for every call
+    assert len({id(k) for k, _ in seen[:6]}) == 1
+    seen.clear()
+    bk.time_chain(fn, args, inner=4, reps=1, cold_bytes=10**9)  # at most `inner` copies
+    assert len({id(k) for k, _ in seen[:4]}) == 4

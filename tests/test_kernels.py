@@ -296,6 +296,13 @@ def test_split_heuristic():
     assert _num_splits(KernelConfig(block_k=64, num_splits=7), 100, 8) == 2   # <= key blocks
 
 
+@pytest.mark.parametrize("t,s,splits", [(1, 4096, 8), (1, 16384, 32), (1, 32768, 64), (65, 4096, 4),
+                                        (65, 32768, 14), (257, 4096, 4), (257, 32768, 8)])
+def test_default_splits_for_an_8b_layer(t, s, splits):
+    """The chunk counts the H200 split sweeps chose (default_config's docstring), Hq=32, Hkv=8."""
+    assert launch_plan(1, t, 8, 4, 128, s, default_config(t, 4, 128)).num_splits == splits
+
+
 def _verified_triton_modules(monkeypatch):
     """Collects verify() of every Triton module that pallas_call lowers for CUDA (jax internals:
     skips where they moved). The lowering needs no GPU; MLIR verification catches type errors

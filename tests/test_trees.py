@@ -230,6 +230,16 @@ def test_ddtree_equals_heap_both_selection_branches(case, kind, count_limit, mon
     check_ddtree_against_heap(case, kind, seed=sum(case) * 7 + len(kind) + count_limit, fresh_trace=True)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, monkeypatch):
+    """The GPU's two-stage vocabulary top-k keeping few candidates per chunk (both its fast path
+    and its fallback: 'ties' and 'dyadic' concentrate equal values) builds the heap's tree."""
+    from ddtree_jax.trees import ddtree
+
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(), (16, 24))
+    check_ddtree_against_heap((1, 15, 400, 300), kind, seed=17, fresh_trace=True)
+
+
 def check_ddtree_against_heap(case, kind, seed, fresh_trace=False):
     batch, depth, vocab, budget = case
     logp = make_logp(kind, (batch, depth, vocab), seed)
@@ -419,3 +429,45 @@ def test_two_stage_vocab_top_k_equals_top_k(chunks, kind):
         got = vocab_top_k(logp, k, chunks=chunks)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+@pytest.mark.parametrize("kind", KINDS + ["clustered"])
+def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind):
+    """keep < k: exact whether or not a chunk held more than `keep` of the top k (then the
+    lax.cond falls back to one top_k). 'clustered' puts the best tokens in one chunk (always the
+    fallback); 'ties' has ties across chunks at the k-th value (the strict check must catch them)."""
+    from ddtree_jax.trees.ddtree import vocab_top_k
+
+    if kind == "clustered":
+        logp = np.array(make_logp("float", (2, 3, 1000), seed=5))
+        logp[:, :, 100:140] += 30.0  # 40 best tokens, all in chunk 100..199 of 10
+    else:
+        logp = make_logp(kind, (2, 3, 1000), seed=11)
+    logp = jnp.asarray(logp)
+    fn = jax.jit(vocab_top_k, static_argnums=(1, 2, 3))
+    for k, chunks, keep in ((20, 10, 4), (40, 10, 8), (33, 7, 5), (64, 16, 8)):
+        want = jax.lax.top_k(logp, k)
+        got = fn(logp, k, chunks, keep)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):
+    """On a vocabulary whose best tokens are spread over the chunks the kept candidates suffice:
+    the fallback top_k must not run (checked by poisoning it)."""
+    from ddtree_jax.trees import ddtree
+
+    logp = jnp.asarray(make_logp("float", (1, 2, 4096), seed=3))
+    want = jax.lax.top_k(logp, 32)
+    real_top_k = jax.lax.top_k
+
+    def poisoned(x, k):
+        vals, idx = real_top_k(x, k)
+        if x.shape[-1] == 4096:  # the full-vocabulary fallback
+            return vals * jnp.nan, idx
+        return vals, idx
+
+    monkeypatch.setattr(ddtree.jax.lax, "top_k", poisoned)
+    got = ddtree.vocab_top_k(logp, 32, chunks=64, keep=8)
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))

@@ -30,8 +30,10 @@ from ddtree_jax.trees.base import Array, DraftTree, TreePolicy, check_budget, ch
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
 # kernel, O(P^2) work); longer ones by one two-key sort. Both give the same order. Chosen by
-# bench/bench_tree.py (on the CPU the sort is faster at every size measured).
-RANK_BY_COUNT_MAX = {"gpu": 1024, "cpu": 0}
+# bench/bench_tree.py: on the H200 the whole build at B = 256 / 1024 took 0.76 / 1.77 ms with
+# limit 1024 and 0.43 / 0.99 ms with 8192 (2026-11-29); on the CPU the sort is faster at every
+# size measured.
+RANK_BY_COUNT_MAX = {"gpu": 8192, "cpu": 0}
 
 
 def _count_limit() -> int:
@@ -54,29 +56,45 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
     return jax.lax.sort((0.0 - scores, keys, idx), dimension=1, num_keys=2)[2][:, :n]
 
 
-# Two-stage vocabulary top-k by backend (absent: one lax.top_k), from bench/bench_tree.py: on the
-# H200, D=15 x V=151936, one top_k took 0.59 ms for K=64..1024 and 128 chunks 0.21 / 0.24 / 0.51 ms
-# at K=64 / 256 / 1024; on the CPU the single top_k is faster.
-VOCAB_TOPK_CHUNKS = {"gpu": 128}
+# Two-stage vocabulary top-k by backend, (chunks, keep) (absent: one lax.top_k), from
+# bench/bench_tree.py on the H200, D=15 x V=151936: one top_k took 0.59 ms for K=64..1024; 128
+# chunks keeping all K per chunk took 0.21 / 0.24 / 0.51 ms at K=64 / 256 / 1024 (at K=1024 the
+# second stage still sorts 131k candidates a row). Keeping at most 64 per chunk bounds the
+# second stage at 8192 candidates. On the CPU the single top_k is faster.
+VOCAB_TOPK = {"gpu": (128, 64)}
 
 
-def vocab_top_k(logp: Array, k: int, chunks: int | None = None) -> tuple[Array, Array]:
-    """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top k of each of
-    `chunks` contiguous slices, then the top k of those. Same values, indices and tie rule
-    (lower index first): candidates stay in index order by chunk, and each chunk's by rank."""
+def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
+                keep: int | None = None) -> tuple[Array, Array]:
+    """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top `keep` (default
+    k) of each of `chunks` contiguous slices, then the top k of those candidates. Same values,
+    indices and tie rule (lower index first): candidates stay in index order by chunk, and each
+    chunk's by rank.
+
+    With keep < k a chunk may hold more than `keep` of the top k. The result is exact anyway:
+    if some chunk's last kept value is not strictly below the k-th candidate value (so a dropped
+    token could tie or beat it), the whole row set falls back to one `lax.top_k` (`lax.cond`).
+    Otherwise every dropped value is below the k-th candidate, which is then the true k-th value.
+    """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
-    if not chunks or chunks < 2 or k > length:
+    keep = min(k if keep is None else max(1, keep), k, length)
+    if not chunks or chunks < 2 or keep * chunks < k:
         return jax.lax.top_k(logp, k)
     pad = chunks * length - v
     x = jnp.pad(logp, [(0, 0)] * (logp.ndim - 1) + [(0, pad)], constant_values=-jnp.inf) if pad else logp
     x = x.reshape(*logp.shape[:-1], chunks, length)
-    vals, idx = jax.lax.top_k(x, k)  # [..., C, k]
+    vals, idx = jax.lax.top_k(x, keep)  # [..., C, keep]
     idx = idx + (jnp.arange(chunks, dtype=jnp.int32) * length)[:, None]
-    vals = vals.reshape(*logp.shape[:-1], chunks * k)
-    idx = idx.reshape(*logp.shape[:-1], chunks * k)
+    last = vals[..., -1]  # [..., C]: the smallest kept value of each chunk
+    vals = vals.reshape(*logp.shape[:-1], chunks * keep)
+    idx = idx.reshape(*logp.shape[:-1], chunks * keep)
     top, pos = jax.lax.top_k(vals, k)
-    return top, jnp.take_along_axis(idx, pos, axis=-1)
+    out = top, jnp.take_along_axis(idx, pos, axis=-1)
+    if keep == k:
+        return out
+    exact = jnp.all(last < top[..., -1:])
+    return jax.lax.cond(exact, lambda: out, lambda: tuple(jax.lax.top_k(logp, k)))
 
 
 def _lex_rank(keys: Array) -> Array:
@@ -113,7 +131,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
     # [Bt, D, K]: rank r -> (log-prob, token)
-    vals, toks = vocab_top_k(logp, k, VOCAB_TOPK_CHUNKS.get(jax.default_backend()))
+    vals, toks = vocab_top_k(logp, k, *VOCAB_TOPK.get(jax.default_backend(), (None, None)))
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
