@@ -236,7 +236,7 @@ def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, monkeypatch):
     and its fallback: 'ties' and 'dyadic' concentrate equal values) builds the heap's tree."""
     from ddtree_jax.trees import ddtree
 
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(), (16, 24))
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(), dict(chunks=16, keep=24, keep_from_k=100))
     check_ddtree_against_heap((1, 15, 400, 300), kind, seed=17, fresh_trace=True)
 
 

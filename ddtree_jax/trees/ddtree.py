@@ -60,8 +60,18 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # bench/bench_tree.py on the H200, D=15 x V=151936: one top_k took 0.59 ms for K=64..1024; 128
 # chunks keeping all K per chunk took 0.21 / 0.24 / 0.51 ms at K=64 / 256 / 1024 (at K=1024 the
 # second stage still sorts 131k candidates a row). Keeping at most 64 per chunk bounds the
-# second stage at 8192 candidates. On the CPU the single top_k is faster.
-VOCAB_TOPK = {"gpu": (128, 64)}
+# second stage at 8192 candidates: 0.22 ms at K=256 and 1024 (session 4). That needs a lax.cond
+# (its exact fallback), which on a GPU may cost a host round-trip for the predicate, so it is
+# used from K >= 512 only (at K=256 it saved 0.03 ms). On the CPU the single top_k is faster.
+VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512)}
+
+
+def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None]:
+    """(chunks, keep) of `vocab_top_k` for this backend and K."""
+    cfg = VOCAB_TOPK.get(jax.default_backend())
+    if not cfg:
+        return None, None
+    return cfg["chunks"], (cfg["keep"] if k >= cfg.get("keep_from_k", 0) else None)
 
 
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
@@ -131,7 +141,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
     # [Bt, D, K]: rank r -> (log-prob, token)
-    vals, toks = vocab_top_k(logp, k, *VOCAB_TOPK.get(jax.default_backend(), (None, None)))
+    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k))
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
