@@ -46,6 +46,11 @@ class DecodeSpec:
     # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
     # body, so unrolling was slower there (bench/RESULTS.md) and 1 is the default.
     unroll: int = 1
+    # Longest prompt piece one target forward takes: a longer prompt is prefilled in chunks of
+    # this many tokens (a lax.scan; each chunk sees the cache of the ones before it). Bounds the
+    # attention's T: the Pallas kernel unrolls its new-key steps (T = 8192 compiled for minutes
+    # on the H200) and the XLA path's scores grow as T x (S + T).
+    prefill_chunk: int = 1024
 
     @property
     def norm_impl(self) -> str:
@@ -245,12 +250,9 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     # Positions and masks derived from an argument, not literals: XLA would otherwise
     # constant-fold the masked attention over the empty prefix (seconds of compile time).
     zero = jax.lax.optimization_barrier(jnp.zeros_like(prompt_len, jnp.int32))
-    pos = zero[:, None] + jnp.arange(p, dtype=jnp.int32)
-    causal = pos[:, :, None] >= pos[:, None, :]
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    h, tapped, new_kv = tmodel.forward(tparams, tcfg, prompt, pos, cache, zero, causal, taps=taps,
-                                       attn_impl=spec.attn_impl)
-    cache = append(cache, *new_kv, zero)
+    cache, h, tapped = _prefill_target(tparams, tcfg, cache, prompt, zero, taps, spec)
+    pos = zero[:, None] + jnp.arange(p, dtype=jnp.int32)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
@@ -272,6 +274,48 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
         accept=jnp.zeros((bt, spec.out_size), jnp.int32),
         key=key,
     )
+
+
+def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Array, zero: jax.Array,
+                    taps: tuple[int, ...], spec: DecodeSpec):
+    """The target over the prompt, in pieces of at most spec.prefill_chunk tokens: returns (cache
+    with the prompt's K/V, final-normed hidden [Bt, P, H], taps [Bt, P, nTaps*H] or None).
+
+    Piece i attends to the cache's first i*chunk positions and causally to itself, which is the
+    whole prompt's causal attention. Full pieces run in one lax.scan (one compiled forward); a
+    shorter last piece (P not a multiple of the chunk) in one more forward.
+    """
+    bt, p = prompt.shape
+
+    def piece(cache, tokens, start):
+        pos = start[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+        causal = pos[:, :, None] >= pos[:, None, :]
+        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, cache, start, causal, taps=taps,
+                                           attn_impl=spec.attn_impl)
+        return append(cache, *new_kv, start), h, tapped
+
+    chunk = max(1, spec.prefill_chunk)
+    if p <= chunk:
+        return piece(cache, prompt, zero)
+    n, rest = divmod(p, chunk)
+
+    def body(cache, i):
+        tokens = jax.lax.dynamic_slice_in_dim(prompt, i * chunk, chunk, axis=1)
+        cache, h, tapped = piece(cache, tokens, zero + i * chunk)
+        return cache, (h, tapped)
+
+    cache, (hs, taps_out) = jax.lax.scan(body, cache, jnp.arange(n, dtype=jnp.int32))
+
+    def join(x, tail):  # [n, Bt, chunk, ...] (+ [Bt, rest, ...]) -> [Bt, P, ...]
+        if x is None:
+            return None
+        x = jnp.swapaxes(x, 0, 1).reshape(bt, n * chunk, *x.shape[3:])
+        return x if tail is None else jnp.concatenate([x, tail], axis=1)
+
+    h_tail = tap_tail = None
+    if rest:
+        cache, h_tail, tap_tail = piece(cache, prompt[:, n * chunk:], zero + n * chunk)
+    return cache, join(hs, h_tail), join(taps_out, tap_tail)
 
 
 prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("cache", "dcache"))

@@ -86,7 +86,7 @@ class Generator:
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
-                 executables: Executables | None = None):
+                 executables: Executables | None = None, prefill_chunk: int = 0):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
@@ -94,7 +94,8 @@ class Generator:
         executables (e.g. {"xla_gpu_enable_command_buffer": ""}). log: called with a status line before and
         after each compilation (they take seconds to minutes on large models). executables: an
         `Executables` shared with other Generators of the same checkpoint (the bench suite), so
-        that what they have in common compiles once."""
+        that what they have in common compiles once. prefill_chunk: longest prompt piece one
+        target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -130,6 +131,10 @@ class Generator:
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
         self.unroll = unroll or DEFAULT_UNROLL
+        if prefill_chunk < 0:
+            raise UserError(f"prefill_chunk must be >= 0 (got {prefill_chunk}); 0 picks the default "
+                            f"({engine.DecodeSpec.prefill_chunk})")
+        self.prefill_chunk = prefill_chunk or engine.DecodeSpec.prefill_chunk
         self.compiler_options = dict(compiler_options) if compiler_options else None
         self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
         self.drafter = "oracle" if oracle is not None else "dflash"
@@ -145,7 +150,8 @@ class Generator:
 
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
-                                 attn_impl=self.attn_impl, drafter=self.drafter, unroll=self.unroll)
+                                 attn_impl=self.attn_impl, drafter=self.drafter, unroll=self.unroll,
+                                 prefill_chunk=self.prefill_chunk)
         n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0
         out_size = _bucket(max_new_tokens)

@@ -43,6 +43,14 @@ def test_ddtree_equals_ar_random_drafter(pair, ar_tokens, policy, budget):
         assert sum(r.acceptance_lengths) == MAX_NEW - 1 or sum(r.acceptance_lengths) >= MAX_NEW - 1
 
 
+@pytest.mark.parametrize("method,chunk", [("ar", 8), ("ar", 12), ("ddtree", 8), ("dflash", 5)])
+def test_chunked_prefill_same_tokens(pair, ar_tokens, method, chunk):
+    """A prompt longer than prefill_chunk is prefilled in pieces (a scan, plus a shorter last piece
+    when the padded prompt, here 32 tokens, is not a multiple): the same tokens as one piece."""
+    gen = Generator(pair, method=method, budget=7, prefill_chunk=chunk)
+    assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
+
+
 def test_oracle_drafter_accepted_to_full_depth(pair, ar_tokens):
     depth = pair.drafter_cfg.depth
     oracle = oracle_params(pair, PROMPTS, MAX_NEW)
