@@ -71,6 +71,10 @@ _LN2 = math.log(2.0)
 _NEG = -1e30
 # Most prefix chunks: bounds the merge kernel's tile (parts x columns).
 _MAX_SPLITS = 255
+# "auto" takes the XLA path above this many new tokens: the kernel unrolls its new-key steps
+# (T / 128 of them), and a prompt-sized T (8192 on the H200) compiled for minutes. The engine
+# prefills long prompts in pieces of 1024 (DecodeSpec.prefill_chunk), so it stays below this.
+AUTO_MAX_NEW_TOKENS = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -543,7 +547,7 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
         raise ValueError(f"unknown attention impl {impl!r}; choose one of {_IMPLS}")
     if impl == "auto":
         impl = auto_impl()
-        if impl == "pallas" and _unsupported(q, k_cache):
+        if impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
             impl = "xla"
     if impl == "xla":
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,

@@ -373,3 +373,23 @@ def test_reference_rejects_bad_shapes():
     with pytest.raises(ValueError, match="multiple of kv heads"):
         attention_reference(j["q"][:, :, :3], j["k_new"], j["v_new"], j["k_cache"],
                             j["v_cache"], j["cache_len"], j["new_mask"], scale=1.0)
+
+
+def test_auto_takes_xla_for_prompt_sized_t(monkeypatch):
+    """impl="auto" on a GPU runs the kernel for verify-sized T and the XLA path above
+    AUTO_MAX_NEW_TOKENS (the kernel unrolls its new-key steps: minutes of compile at T=8192)."""
+    from pallas_kernels import tree_attention as ta
+
+    calls = []
+    monkeypatch.setattr(ta, "auto_impl", lambda device=None: "pallas")
+    monkeypatch.setattr(ta, "attention_pallas", lambda *a, **k: calls.append(a[0].shape[1]) or a[0])
+    monkeypatch.setattr(ta, "AUTO_MAX_NEW_TOKENS", 8)
+    for t in (8, 9):
+        rng = np.random.default_rng(t)
+        q = jnp.asarray(rng.normal(size=(1, t, 4, 16)), jnp.float32)
+        kv = jnp.asarray(rng.normal(size=(1, t, 2, 16)), jnp.float32)
+        cache = jnp.zeros((1, 2, 4, 16), jnp.float32)
+        mask = jnp.asarray(np.tril(np.ones((1, t, t), bool)))
+        out = ta.attention(q, kv, kv, cache, cache, jnp.zeros((1,), jnp.int32), mask, scale=0.25)
+        assert out.shape == q.shape
+    assert calls == [8]
