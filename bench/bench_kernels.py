@@ -49,6 +49,8 @@ from pallas_kernels.tree_attention import launch_plan  # noqa: E402
 
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
+# float32 (IEEE dots, no tensor cores): the H200's FP32 rate from its data sheet, not measured.
+F32_FLOPS = 6.7e13
 
 
 def now_s():
@@ -156,7 +158,8 @@ def median_call_s(jitted, args, *, inner, reps):
 def floors(t, p, hq, hkv, dh, itemsize, bt=1):
     kv_bytes = 2 * bt * hkv * p * dh * itemsize
     flops = 4 * bt * hq * t * (p + t) * dh
-    return kv_bytes / HBM_BPS, flops / MMA_FLOPS, kv_bytes, flops
+    rate = F32_FLOPS if itemsize == 4 else MMA_FLOPS
+    return kv_bytes / HBM_BPS, flops / rate, kv_bytes, flops
 
 
 # ----------------------------------------------------------------------------- main
@@ -177,6 +180,10 @@ def main():
     ap.add_argument("--t-splits", action="append", default=[],
                     help="per-T split sweep values, T=LIST (e.g. 1=32,64,128); overrides --splits")
     ap.add_argument("--no-table", action="store_true", help="skip the timing table")
+    ap.add_argument("--heads", default=None,
+                    help="HQ,HKV,DH of the sweeps and table (default 32,8,128: a Qwen3-8B layer)")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
+                    help="dtype of the sweeps and table (float32 runs the kernel's IEEE dots)")
     ap.add_argument("--ts", type=int_list, default=None, help="T values, e.g. 1,65,257")
     ap.add_argument("--prefixes", type=int_list, default=None,
                     help="table prefixes, e.g. 1024,4096,16384")
@@ -209,6 +216,9 @@ def main():
         hq, hkv, dh = 32, 8, 128
         prefixes, ts = [1024, 4096, 8192, 16384, 32768], [1, 65, 257]
         tile_p, split_ps, splits = 16384, [1024, 4096], [1, 2, 4, 8, 16, 32, 64]
+    if args.heads:
+        hq, hkv, dh = int_list(args.heads)
+    table_dtype = jnp.dtype(args.dtype)
     prefixes = args.prefixes or prefixes
     ts = args.ts or ts
     tile_p = tile_p if args.tile_prefix is None else args.tile_prefix
@@ -230,7 +240,8 @@ def main():
         jax=jax.__version__, device=dev.device_kind, platform=dev.platform,
         compute_capability=getattr(dev, "compute_capability", None), auto_impl=auto_impl(),
         kernel_impl=kimpl, small=args.small, timing=args.timing, inner=args.inner,
-        reps=args.reps, cold_mb=args.cold_mb, hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, argv=sys.argv)
+        reps=args.reps, cold_mb=args.cold_mb, heads=[hq, hkv, dh], dtype=args.dtype,
+        hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, f32_flops=F32_FLOPS, argv=sys.argv)
     print(json.dumps(info), flush=True)
     result = dict(info=info, correctness=[], sweep=[], split_sweep=[], table=[], errors=[])
     os.makedirs(args.out, exist_ok=True)
@@ -303,7 +314,7 @@ def main():
 
     def measure(t, p, cfg):
         a = make_case(jax.random.fold_in(key, 100 + t * 7 + p), bt=1, t=t, s=p, hq=hq, hkv=hkv,
-                      dh=dh, dtype=jnp.bfloat16)
+                      dh=dh, dtype=table_dtype)
         fn = lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl, config=cfg)  # noqa: E731
         return timer(fn, a, inner=args.inner, reps=max(3, args.reps // 2))
 
@@ -397,8 +408,8 @@ def main():
             break
         cfg = cfg_for[t] or default_config(t, g, dh)
         a = make_case(jax.random.fold_in(key, 1000 * t + p), bt=1, t=t, s=p, hq=hq,
-                      hkv=hkv, dh=dh, dtype=jnp.bfloat16)
-        f_bytes, f_flops, kv_bytes, flops = floors(t, p, hq, hkv, dh, 2)
+                      hkv=hkv, dh=dh, dtype=table_dtype)
+        f_bytes, f_flops, kv_bytes, flops = floors(t, p, hq, hkv, dh, table_dtype.itemsize)
         row = dict(t=t, b=t - 1, prefix=p, kv_bytes=kv_bytes, flops=flops,
                    bytes_floor_us=f_bytes * 1e6, flops_floor_us=f_flops * 1e6,
                    config=dataclasses.asdict(cfg), **plan_of(t, p, cfg))
