@@ -226,6 +226,13 @@ def main(argv=None) -> int:
                     Path(args.out).mkdir(parents=True, exist_ok=True)
                     name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}.json"
                     (Path(args.out) / name).write_text(json.dumps(out, indent=1))
+    if args.out and out["rows"]:
+        try:
+            from bench.plots import round_latency
+        except ImportError as e:  # matplotlib is not on every device image
+            print(f"[bench_round] no plot ({e}); draw it elsewhere: python -m bench.plots {args.out}/{name}")
+        else:
+            print(f"[bench_round] plot: {round_latency(out, Path(args.out) / 'round_latency.png')}")
     return 0
 
 

@@ -7,6 +7,11 @@ acceptance_vs_budget.png   mean acceptance per round vs budget, a line per tree 
 speedup_vs_budget.png      tokens/s over AR's (same run, same temperature) vs budget
 stage_breakdown.png        ms per round by stage (profiled pass), stacked, per config
 acceptance_hist.png        fraction of rounds committing k tokens, per config
+round_latency.png          (with --round-latency, or from a bench_round JSON) the large random-weight
+                           model: ms per round by stage per config, the fused steady round
+                           beside it, and the break-even acceptance (round / AR step)
+
+    python -m bench.plots results/.../round_qwen3-8b_auto.json    # bench.bench_round's JSON too
 """
 from __future__ import annotations
 
@@ -125,13 +130,61 @@ def acceptance_hist(rows, path):
     return _save(fig, path)
 
 
+def round_latency(rl: dict, path):
+    """Two panels from bench_round rows (or the suite's round_latency part): stacked stages (each
+    timed alone) with the fused round beside them; the break-even acceptance per config."""
+    order = {"ar": 0, "dflash": 1}
+    rows = sorted((r for r in rl["rows"] if r.get("round_ms_median")),
+                  key=lambda r: (order.get(r["method"], 2), r.get("budget", 0)))
+    settings = sorted({(r.get("prompt_len", 0), r.get("attn_impl", "")) for r in rows})
+    rows.sort(key=lambda r: settings.index((r.get("prompt_len", 0), r.get("attn_impl", ""))))
+    labels = [("AR" if r["method"] == "ar" else "DFlash" if r["method"] == "dflash" else f"DDTree {r['budget']}")
+              + (f" P{r.get('prompt_len')} {r.get('attn_impl')}" if len(settings) > 1 else "") for r in rows]
+    fused = [r.get("round_ms_steady") or r["round_ms_median"] for r in rows]
+    ar_of = {(r.get("prompt_len", 0), r.get("attn_impl", "")): f for r, f in zip(rows, fused) if r["method"] == "ar"}
+    ar = [ar_of.get((r.get("prompt_len", 0), r.get("attn_impl", ""))) for r in rows]
+    title = (f"{rl.get('model', '?')}-shaped random weights, prompt {rows[0].get('prompt_len', rl.get('prompt_len', '?'))}"
+             f" ({rl.get('device', '?')}, {rl.get('attn_impl', 'auto')})") if rows else "no rows"
+    fig, axes = _panels(2, title)
+    ax = axes[0]
+    x = range(len(rows))
+    bottom = [0.0] * len(rows)
+    for s in STAGES:
+        vals = [r.get("stage_ms", {}).get(s, 0.0) for r in rows]
+        if any(vals):
+            ax.bar([i - 0.2 for i in x], vals, width=0.4, bottom=bottom, color=COLORS[s], label=f"{s} (alone)")
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.bar([i + 0.2 for i in x], fused, width=0.4, color="black", label="fused round (steady)")
+    for i, f in enumerate(fused):
+        ax.text(i + 0.2, f, f"{f:.2f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per round")
+    ax.set_title("stages, each jitted and synced alone, vs the fused round")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    if any(ar):
+        even = [f / a if a else 0.0 for f, a in zip(fused, ar)]
+        ax.bar(list(x), even, color="#55a868")
+        for i, e in enumerate(even):
+            ax.text(i, e, f"{e:.2f}" if e else "no AR", ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="black", ls=":", lw=1)
+    ax.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("tokens per round to match AR")
+    ax.set_title("break-even acceptance (round / AR step)")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
 def draw_all(bench: dict, out_dir: str | Path) -> list[Path]:
-    """The four PNGs in out_dir (none when the run has no rows, e.g. a --time-limit too short)."""
+    """The four PNGs in out_dir (none when the run has no rows, e.g. a --time-limit too short),
+    plus round_latency.png when the run has a round-latency part."""
     out = Path(out_dir)
     rows = bench["runs"]
+    extra = [round_latency(bench["round_latency"], out / "round_latency.png")] if bench.get("round_latency") else []
     if not rows:
-        return []
-    return [
+        return extra
+    return extra + [
         _by_budget(rows, lambda r: r["mean_acceptance"], "mean tokens per round",
                    "acceptance vs budget", out / "acceptance_vs_budget.png", ref_one="AR (1 token)"),
         _by_budget(rows, lambda r: r["speedup_vs_ar"], "speedup over AR (tokens/s)",
@@ -148,7 +201,19 @@ def main(argv=None) -> int:
         print("usage: python -m bench.plots DIR/bench.json", file=sys.stderr)
         return 2
     path = Path(argv[0])
-    for p in draw_all(json.loads(path.read_text()), path.parent):
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        print(f"bench.plots: cannot read {path} as JSON ({type(e).__name__}); give a bench.json or a "
+              "bench_round JSON", file=sys.stderr)
+        return 2
+    if not isinstance(data, dict) or ("runs" not in data and "rows" not in data):
+        print(f"bench.plots: {path} is neither a bench.json (runs) nor a bench_round JSON (rows)", file=sys.stderr)
+        return 2
+    if "runs" not in data and "rows" in data:  # a bench.bench_round JSON
+        print(round_latency(data, path.parent / "round_latency.png"))
+        return 0
+    for p in draw_all(data, path.parent):
         print(p)
     return 0
 

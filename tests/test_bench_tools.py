@@ -100,3 +100,36 @@ def test_cold_chain_rotates_over_enough_cache_copies():
     seen.clear()
     bk.time_chain(fn, args, inner=4, reps=1, cold_bytes=10**9)  # at most `inner` copies
     assert len({id(k) for k, _ in seen[:4]}) == 4
+
+
+def test_round_latency_plot_from_a_bench_round_json(tmp_path):
+    from bench import plots
+
+    stage = dict(draft=1.0, tree=0.5, verify=4.0, walk=0.2, commit=0.3)
+    rows = [dict(method="ddtree", budget=64, round_ms_median=7.4, round_ms_steady=7.3, stage_ms=stage, prompt_len=512),
+            dict(method="ar", budget=0, round_ms_median=4.5, round_ms_steady=4.4, stage_ms=dict(verify=4.3)),
+            dict(method="dflash", budget=15, round_ms_median=6.4, round_ms_steady=6.3, stage_ms=stage)]
+    src = tmp_path / "round_qwen3-8b_auto.json"
+    src.write_text(json.dumps(dict(model="qwen3-8b", device="GPU", attn_impl="auto", rows=rows)))
+    assert plots.main([str(src)]) == 0
+    png = tmp_path / "round_latency.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    assert plots.main([str(bad)]) == 2 and plots.main([str(png)]) == 2
+    # the suite's bench.json with a round-latency part and no rows draws it alone
+    out = tmp_path / "suite"
+    out.mkdir()
+    assert [p.name for p in plots.draw_all(dict(runs=[], round_latency=dict(model="m", rows=rows)), out)] == [
+        "round_latency.png"]
+
+
+def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
+    from bench import bench_round
+
+    assert bench_round.main(["--model", "tiny", "--prompt-len", "32", "--methods", "ar,ddtree", "--budgets", "4",
+                             "--rounds", "2", "--repeats", "1", "--stage-repeats", "0", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "round_tiny_auto.json").read_text())
+    assert [(r["method"], r["budget"]) for r in data["rows"]] == [("ar", 0), ("ddtree", 4)]
+    assert all(r["round_ms_median"] > 0 for r in data["rows"])
+    assert (tmp_path / "round_latency.png").read_bytes()[:4] == b"\x89PNG"
