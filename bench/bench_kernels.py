@@ -332,7 +332,7 @@ def main():
             257: [kc(128, 128, 8, 3), kc(128, 64, 8, 3), kc(128, 64, 8, 4), kc(64, 64, 4, 3),
                   kc(128, 128, 8, 3, block_new=64)],
         }
-    best = {t: default_config(t, g, dh) for t in ts}
+    best = {t: default_config(t, g, dh, table_dtype.itemsize) for t in ts}
     if tile_p and kernel_ok:
         for t in ts:
             best_t = None
@@ -406,7 +406,7 @@ def main():
         if left() < 15:
             result["errors"].append(f"budget: skipped T={t} prefix={p} and later")
             break
-        cfg = cfg_for[t] or default_config(t, g, dh)
+        cfg = cfg_for[t] or default_config(t, g, dh, table_dtype.itemsize)
         a = make_case(jax.random.fold_in(key, 1000 * t + p), bt=1, t=t, s=p, hq=hq,
                       hkv=hkv, dh=dh, dtype=table_dtype)
         f_bytes, f_flops, kv_bytes, flops = floors(t, p, hq, hkv, dh, table_dtype.itemsize)

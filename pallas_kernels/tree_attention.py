@@ -114,7 +114,7 @@ def _pow2_at_least(n: int, lo: int) -> int:
     return max(lo, 1 << max(0, (n - 1).bit_length()))
 
 
-def default_config(t: int, g: int, dh: int) -> KernelConfig:
+def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     """Static tile choice from the folded row count M = G*T.
 
     From the tile sweeps on an H200 (bench/bench_kernels.py, jax 0.11.2, Hq=32, Hkv=8, Dh=128,
@@ -128,11 +128,17 @@ def default_config(t: int, g: int, dh: int) -> KernelConfig:
     16-255; 32k: 53.9 at 64 vs 55-71; 4k: flat, 22.7-23.0 at 16-64); tree verify prefers few
     chunks (4k: T=65 43.6 us at 4 vs 47 at 16 and 100 at 64; T=257 90.5 at 4 vs 144 / 203),
     since every chunk adds a [rows, Dh] float32 partial to write and merge: 1024-key chunks.
+
+    float32 inputs (itemsize 4: IEEE dots on CUDA cores, twice the bytes per tile) keep the
+    64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
+    float32 score block plus twice-as-large operand tiles per thread. (Session 3's shipped pair,
+    float32, spent 8 ms a round in a 257-row verify through 4 small layers on those tiles; the
+    float32 tile sweep is bench/gpu_next_s5b.sh.)
     """
     m = t * g
     if m <= 16:
         return KernelConfig(block_m=16, block_k=64, num_warps=4, num_stages=4, min_chunk=512)
-    if m < 512:
+    if m < 512 or itemsize >= 4:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
                             num_stages=3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
@@ -473,7 +479,7 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton);"
                            " use impl='xla'")
-    cfg = config or default_config(t, g, dh)
+    cfg = config or default_config(t, g, dh, jnp.dtype(q.dtype).itemsize)
     plan = launch_plan(bt, t, hkv, g, dh, s, cfg)
     cache_len = cache_len.astype(jnp.int32)
     if kv_start is not None:

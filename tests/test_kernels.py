@@ -296,6 +296,14 @@ def test_split_heuristic():
     assert _num_splits(KernelConfig(block_k=64, num_splits=7), 100, 8) == 2   # <= key blocks
 
 
+def test_float32_keeps_small_tiles():
+    """float32 (IEEE dots) never gets the 128x128 two-warpgroup tiles of large bf16 trees."""
+    assert default_config(257, 4, 128).block_m == 128
+    for t in (17, 65, 257, 1025):
+        cfg = default_config(t, 2, 64, itemsize=4)
+        assert (cfg.block_m, cfg.block_k, cfg.num_warps) == (64, 64, 4)
+
+
 @pytest.mark.parametrize("t,s,splits", [(1, 4096, 8), (1, 16384, 32), (1, 32768, 64), (65, 4096, 4),
                                         (65, 32768, 14), (257, 4096, 4), (257, 32768, 8)])
 def test_default_splits_for_an_8b_layer(t, s, splits):
@@ -330,13 +338,15 @@ def _verified_triton_modules(monkeypatch):
     return modules
 
 
-@pytest.mark.parametrize("t,s,g,window", [(1, 200, 4, False), (1, 4096, 4, True),
-                                          (65, 4096, 4, False), (257, 1024, 4, False),
-                                          (9, 0, 3, False), (16, 700, 1, True)])
-def test_triton_lowering_verifies(monkeypatch, t, s, g, window):
+@pytest.mark.parametrize("t,s,g,window,dh,dtype", [
+    (1, 200, 4, False, 128, jnp.bfloat16), (1, 4096, 4, True, 128, jnp.bfloat16),
+    (65, 4096, 4, False, 128, jnp.bfloat16), (257, 1024, 4, False, 128, jnp.bfloat16),
+    (9, 0, 3, False, 128, jnp.bfloat16), (16, 700, 1, True, 128, jnp.bfloat16),
+    (257, 1024, 2, False, 64, jnp.float32)])  # the shipped pair's verify at budget 256, float32
+def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype):
     """The GPU path lowers (Triton dialect, CUDA) and every module verifies, on a CPU machine."""
     modules = _verified_triton_modules(monkeypatch)
-    hkv, dh, dtype = 2, 128, jnp.bfloat16
+    hkv = 2
     sds = jax.ShapeDtypeStruct
     args = (sds((1, t, hkv * g, dh), dtype), sds((1, t, hkv, dh), dtype),
             sds((1, t, hkv, dh), dtype), sds((1, hkv, s, dh), dtype),
@@ -347,7 +357,7 @@ def test_triton_lowering_verifies(monkeypatch, t, s, g, window):
             lowering_platforms=("cuda",))
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax
         pytest.skip(f"cannot lower for CUDA here: {e}")
-    plan = launch_plan(1, t, hkv, g, dh, s, default_config(t, g, dh))
+    plan = launch_plan(1, t, hkv, g, dh, s, default_config(t, g, dh, jnp.dtype(dtype).itemsize))
     assert len(modules) == plan.kernels
     for module in modules:
         assert module.operation.verify()
