@@ -7,7 +7,8 @@ Each figure is the median over repeats of a jitted fori_loop of --inner builds (
 per iteration so nothing is hoisted), divided by --inner: device time without dispatch.
 `topk` is `lax.top_k(logp, K)` over the vocabulary alone; `topk2` the two-stage variant
 (`ddtree.vocab_top_k`, 128 chunks keeping K each); `topk2_keep` the same keeping at most
---keep per chunk (exact fallback to one top_k when a chunk held more); `build` the whole
+--keep per chunk (exact fallback to one top_k when a chunk held more; `topk2_keep_fallback`
+times that fallback, on logits whose K best tokens share one chunk); `build` the whole
 policy build (the backend's settings in ddtree.VOCAB_TOPK).
 """
 from __future__ import annotations
@@ -67,6 +68,10 @@ def main(argv=None) -> int:
         r["topk2_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128), logp, args.inner, args.repeats)
         r["topk2_keep_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep), logp,
                                    args.inner, args.repeats)
+        if args.keep < k:  # the worst case: the K best tokens in one chunk force the exact fallback
+            clustered = logp.at[:, :, :k].add(100.0)
+            r["topk2_keep_fallback_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep),
+                                                clustered, args.inner, args.repeats)
         backend = jax.default_backend()
         saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
         for c in [int(x) for x in args.count_max.split(",") if x]:
@@ -76,7 +81,9 @@ def main(argv=None) -> int:
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         print(f"[bench_tree] {args.policy} B={b:5d}: top_k {r['topk_ms']:.3f} ms, two-stage top_k {r['topk2_ms']:.3f} ms "
-              f"(keeping {args.keep} a chunk {r['topk2_keep_ms']:.3f}), "
+              f"(keeping {args.keep} a chunk {r['topk2_keep_ms']:.3f}"
+              + (f", its fallback {r['topk2_keep_fallback_ms']:.3f}" if "topk2_keep_fallback_ms" in r else "")
+              + "), "
               f"whole build (by count limit) {builds} ms", flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
