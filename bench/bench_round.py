@@ -143,13 +143,16 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     state = prefill(*pre_args())
     times: dict[str, list[float]] = {k: [] for k in ("draft", "tree", "verify", "walk", "commit")}
 
-    def timed(name, fn, *args):
+    cur: dict[str, float] = {}
+
+    def timed(name, fn, *args):  # a stage's calls in one repeat add up (verify = verify + choose)
         t = time.perf_counter()
         out = jax.block_until_ready(fn(*args))
-        times[name].append(1e3 * (time.perf_counter() - t))
+        cur[name] = cur.get(name, 0.0) + 1e3 * (time.perf_counter() - t)
         return out
 
     for i in range(stage_repeats + 1):
+        cur.clear()
         if spec.speculative:
             logp = timed("draft", fns["draft"], gen.tparams, gen.dparams, state)
             tree = timed("tree", fns["tree"], logp, state)
@@ -163,9 +166,9 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         # stage included copying the caches)
         st = jax.block_until_ready(jax.tree_util.tree_map(lambda x: x.copy() if hasattr(x, "copy") else x, state))
         timed("commit", fns["commit"], gen.dparams, st, new_kv, tapped, result, knobs)
-        if i == 0:
-            for v in times.values():
-                v.clear()
+        if i > 0:  # the first repeat warms up
+            for name, ms in cur.items():
+                times[name].append(ms)
     stages = {k: statistics.median(v) for k, v in times.items() if v}
     return {
         "round_ms_median": statistics.median(fused),

@@ -133,3 +133,28 @@ def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
     assert [(r["method"], r["budget"]) for r in data["rows"]] == [("ar", 0), ("ddtree", 4)]
     assert all(r["round_ms_median"] > 0 for r in data["rows"])
     assert (tmp_path / "round_latency.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
+    """The verify stage is two calls (the forward, then choosing the target's tokens): per repeat
+    they add up. (Up to session 4 both went into one list whose median mixed them.)"""
+    import time
+
+    from bench import bench_round
+    from ddtree_jax import engine
+    from ddtree_jax.generate import Generator
+
+    real = engine.stage_functions
+
+    def slowed(*a, **k):
+        fns = dict(real(*a, **k))
+        for name, secs in (("verify", 0.03), ("choose", 0.01)):
+            fn = fns[name]
+            fns[name] = lambda *x, fn=fn, secs=secs: (time.sleep(secs), fn(*x))[1]
+        return fns
+
+    monkeypatch.setattr(engine, "stage_functions", slowed)
+    gen = Generator(bench_round.build("tiny", jnp.float32), method="ar")
+    r = bench_round.measure(gen, 16, rounds=1, repeats=1, stage_repeats=2)
+    assert r["stage_ms"]["verify"] >= 40.0
+    assert r["prefill_ms"] > 0 and r["prefill_first_ms"] > 0
