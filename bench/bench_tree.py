@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keep", type=int, default=64, help="per-chunk candidates of topk2_keep")
+    ap.add_argument("--variants", default="",
+                    help="more vocabulary top-k settings to time, CHUNKSxKEEP comma-separated (e.g. "
+                         "256x16,1024x8; KEEP 0 = keep K): rows gain topk_CxK_ms")
     ap.add_argument("--count-max", default="1024,0",
                     help="ddtree.RANK_BY_COUNT_MAX values to compare (pairwise ranking vs sort)")
     ap.add_argument("--out", default=None)
@@ -72,6 +75,11 @@ def main(argv=None) -> int:
             clustered = logp.at[:, :, :k].add(100.0)
             r["topk2_keep_fallback_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep),
                                                 clustered, args.inner, args.repeats)
+        for v in filter(None, args.variants.split(",")):
+            chunks, keep = (int(x) for x in v.lower().split("x"))
+            r[f"topk_{chunks}x{keep}_ms"] = timed(
+                lambda x, c=chunks, kp=keep: vocab_top_k(x, k, chunks=c, keep=kp or None), logp, args.inner,
+                args.repeats)
         backend = jax.default_backend()
         saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
         for c in [int(x) for x in args.count_max.split(",") if x]:
@@ -80,6 +88,7 @@ def main(argv=None) -> int:
         ddtree.RANK_BY_COUNT_MAX[backend] = saved
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
+        builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")
         print(f"[bench_tree] {args.policy} B={b:5d}: top_k {r['topk_ms']:.3f} ms, two-stage top_k {r['topk2_ms']:.3f} ms "
               f"(keeping {args.keep} a chunk {r['topk2_keep_ms']:.3f}"
               + (f", its fallback {r['topk2_keep_fallback_ms']:.3f}" if "topk2_keep_fallback_ms" in r else "")

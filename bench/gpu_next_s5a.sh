@@ -8,5 +8,6 @@ source bench/gpu_step.sh
 step round8k 420 python3 -m bench.bench_round --model qwen3-8b --prompt-len 8192 --attn-impl pallas,xla \
   --methods ar,ddtree --budgets 64 --rounds 32 --repeats 3 --stage-repeats 0 --out "$R/round8k"
 step check 70 python3 -m bench.check_gpu
-step tree 60 python3 -m bench.bench_tree --budgets 256,1024 --count-max 8192 --out "$R"   # + the keep fallback's cost
+step tree 90 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 8192 --variants 256x16,1024x8,512x16,64x0 \
+  --out "$R"   # + the keep fallback's cost; other vocabulary top-k splits
 finish s5a
