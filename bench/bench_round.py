@@ -73,20 +73,20 @@ def nbytes(tree) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
-def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int) -> types.SimpleNamespace:
-    """A random batch-1 prompt for gen: its spec, static args, knobs, a factory of fresh prefill
+def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1) -> types.SimpleNamespace:
+    """`batch` random prompts (one length) for gen: its spec, static args, knobs, a factory of fresh prefill
     arguments (new donated caches each call) and the compiled prefill."""
     spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig())
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
-    prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(1, prompt_len)), jnp.int32)
-    lens = jnp.asarray([prompt_len], jnp.int32)
+    prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(batch, prompt_len)), jnp.int32)
+    lens = jnp.full((batch,), prompt_len, jnp.int32)
     knobs = engine.make_knobs()
-    max_new = jnp.asarray([max_new_tokens], jnp.int32)
+    max_new = jnp.full((batch,), max_new_tokens, jnp.int32)
     dtype = gen.tparams["embed"].dtype
 
     def pre_args():
-        caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, 1, dtype)
+        caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, batch, dtype)
         return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
 
     prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=gen.compiler_options)
@@ -115,9 +115,9 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
     return fused, steady
 
 
-def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int) -> dict:
+def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1) -> dict:
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
-    req = setup_request(gen, prompt_len, rounds * 40 + 8)
+    req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
     args = pre_args()
     t0 = time.perf_counter()
@@ -198,8 +198,11 @@ def main(argv=None) -> int:
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--batch", type=int, default=1, help="prompts decoded together (rows of one round)")
     ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
+    if args.batch < 1:
+        ap.error(f"--batch must be >= 1 (got {args.batch})")
 
     dtype = jnp.dtype(args.dtype)
     t_start = time.perf_counter()
@@ -213,7 +216,7 @@ def main(argv=None) -> int:
     opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
-        "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl,
+        "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "batch": args.batch,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
         "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
@@ -224,18 +227,19 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                 unroll=args.unroll, compiler_options=opts)
-                r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats)
+                r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch)
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
-                         attn_impl=impl)
+                         attn_impl=impl, batch=args.batch)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
-                print(f"[bench_round] P={prompt_len} {impl} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                print(f"[bench_round] P={prompt_len} x{args.batch} {impl} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} (all "
                       f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)
                 if args.out:
                     Path(args.out).mkdir(parents=True, exist_ok=True)
-                    name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}.json"
+                    batch = f"_b{args.batch}" if args.batch > 1 else ""
+                    name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}{batch}.json"
                     (Path(args.out) / name).write_text(json.dumps(out, indent=1))
     if args.out and out["rows"]:
         try:

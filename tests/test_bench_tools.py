@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import jax.numpy as jnp
+import pytest
 
 from bench import bench_kernels as bk
 from bench import profile_round as pr
@@ -133,6 +134,19 @@ def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
     assert [(r["method"], r["budget"]) for r in data["rows"]] == [("ar", 0), ("ddtree", 4)]
     assert all(r["round_ms_median"] > 0 for r in data["rows"])
     assert (tmp_path / "round_latency.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_round_batch(tmp_path, capsys):
+    from bench import bench_round
+
+    assert bench_round.main(["--model", "tiny", "--prompt-len", "16", "--methods", "ddtree", "--budgets", "4",
+                             "--batch", "3", "--rounds", "2", "--repeats", "1", "--stage-repeats", "1",
+                             "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "round_tiny_auto_b3.json").read_text())
+    assert data["batch"] == 3 and data["rows"][0]["batch"] == 3 and data["rows"][0]["round_ms_median"] > 0
+    with pytest.raises(SystemExit):
+        bench_round.main(["--model", "tiny", "--batch", "0"])
+    assert "--batch must be >= 1" in capsys.readouterr().err
 
 
 def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
