@@ -56,7 +56,11 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=int, default=64, help="per-chunk candidates of topk2_keep")
     ap.add_argument("--variants", default="",
                     help="more vocabulary top-k settings to time, CHUNKSxKEEP comma-separated (e.g. "
-                         "256x16,1024x8; KEEP 0 = keep K): rows gain topk_CxK_ms")
+                         "256x16,1024x8; KEEP 0 = keep K; a trailing p runs the first stage with the "
+                         "Pallas kernel, 128x64p): rows gain topk_CxK[p]_ms")
+    ap.add_argument("--stage1", default=None, choices=("xla", "pallas", "pallas_interpret"),
+                    help="the build's first vocabulary top-k stage (ddtree.VOCAB_TOPK's stage1; "
+                         "default: the backend's setting)")
     ap.add_argument("--count-max", default="1024,0",
                     help="ddtree.RANK_BY_COUNT_MAX values to compare (pairwise ranking vs sort)")
     ap.add_argument("--out", default=None)
@@ -75,17 +79,26 @@ def main(argv=None) -> int:
             clustered = logp.at[:, :, :k].add(100.0)
             r["topk2_keep_fallback_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep),
                                                 clustered, args.inner, args.repeats)
-        for v in filter(None, args.variants.split(",")):
-            chunks, keep = (int(x) for x in v.lower().split("x"))
-            r[f"topk_{chunks}x{keep}_ms"] = timed(
-                lambda x, c=chunks, kp=keep: vocab_top_k(x, k, chunks=c, keep=kp or None), logp, args.inner,
-                args.repeats)
+        for v in filter(None, args.variants.lower().split(",")):
+            impl = "xla"
+            if v.endswith("p"):
+                v, impl = v[:-1], "pallas" if jax.default_backend() == "gpu" else "pallas_interpret"
+            chunks, keep = (int(x) for x in v.split("x"))
+            r[f"topk_{chunks}x{keep}{'p' if impl != 'xla' else ''}_ms"] = timed(
+                lambda x, c=chunks, kp=keep, im=impl: vocab_top_k(x, k, chunks=c, keep=kp or None, stage1=im),
+                logp, args.inner, args.repeats)
         backend = jax.default_backend()
         saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
+        saved_topk = ddtree.VOCAB_TOPK.get(backend)
+        if args.stage1 and saved_topk:
+            ddtree.VOCAB_TOPK[backend] = dict(saved_topk, stage1=args.stage1)
+        r["stage1"] = (ddtree.VOCAB_TOPK.get(backend) or {}).get("stage1", "xla")
         for c in [int(x) for x in args.count_max.split(",") if x]:
             ddtree.RANK_BY_COUNT_MAX[backend] = c
             r[f"build_ms_count{c}"] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
         ddtree.RANK_BY_COUNT_MAX[backend] = saved
+        if saved_topk:
+            ddtree.VOCAB_TOPK[backend] = saved_topk
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")

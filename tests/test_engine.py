@@ -51,17 +51,20 @@ def test_chunked_prefill_same_tokens(pair, ar_tokens, method, chunk):
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
 
-def test_gpu_vocab_top_k_inside_the_round_is_lossless(pair, ar_tokens, monkeypatch):
-    """The GPU's per-chunk keep (with its lax.cond fallback) traced into the fused round on the CPU:
-    16 ranks of a 64-token vocabulary from 4 chunks keeping 5 each (the fallback runs whenever a
-    chunk holds more than 5 of the best 16). Budget 13 is used by no other test, so the round is
-    traced afresh with the patched settings."""
+@pytest.mark.parametrize("stage1,budget", [("xla", 13), ("pallas_interpret", 11)])
+def test_gpu_vocab_top_k_inside_the_round_is_lossless(pair, ar_tokens, monkeypatch, stage1, budget):
+    """The GPU's per-chunk keep (with its lax.cond fallback; its first stage by XLA or by the
+    Pallas kernel) traced into the fused round on the CPU: 11-13 ranks of a 64-token vocabulary
+    from 4 chunks keeping 5 each (the fallback runs whenever a chunk holds more than 5 of them).
+    Budgets 11 and 13 are used by no other test, so the round is traced afresh with the patched
+    settings."""
     import jax
 
     from ddtree_jax.trees import ddtree
 
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(), dict(chunks=4, keep=5, keep_from_k=8))
-    gen = Generator(pair, method="ddtree", budget=13)
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
+                        dict(chunks=4, keep=5, keep_from_k=8, stage1=stage1))
+    gen = Generator(pair, method="ddtree", budget=budget)
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
 

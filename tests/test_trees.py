@@ -230,13 +230,16 @@ def test_ddtree_equals_heap_both_selection_branches(case, kind, count_limit, mon
     check_ddtree_against_heap(case, kind, seed=sum(case) * 7 + len(kind) + count_limit, fresh_trace=True)
 
 
+@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, monkeypatch):
+def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, stage1, monkeypatch):
     """The GPU's two-stage vocabulary top-k keeping few candidates per chunk (both its fast path
-    and its fallback: 'ties' and 'dyadic' concentrate equal values) builds the heap's tree."""
+    and its fallback: 'ties' and 'dyadic' concentrate equal values; its first stage by XLA or by
+    the Pallas kernel) builds the heap's tree."""
     from ddtree_jax.trees import ddtree
 
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(), dict(chunks=16, keep=24, keep_from_k=100))
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
+                        dict(chunks=16, keep=24, keep_from_k=100, stage1=stage1))
     check_ddtree_against_heap((1, 15, 400, 300), kind, seed=17, fresh_trace=True)
 
 
@@ -431,8 +434,9 @@ def test_two_stage_vocab_top_k_equals_top_k(chunks, kind):
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
 
+@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
 @pytest.mark.parametrize("kind", KINDS + ["clustered"])
-def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind):
+def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind, stage1):
     """keep < k: exact whether or not a chunk held more than `keep` of the top k (then the
     lax.cond falls back to one top_k). 'clustered' puts the best tokens in one chunk (always the
     fallback); 'ties' has ties across chunks at the k-th value (the strict check must catch them)."""
@@ -444,10 +448,10 @@ def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind):
     else:
         logp = make_logp(kind, (2, 3, 1000), seed=11)
     logp = jnp.asarray(logp)
-    fn = jax.jit(vocab_top_k, static_argnums=(1, 2, 3))
+    fn = jax.jit(vocab_top_k, static_argnums=(1, 2, 3, 4))
     for k, chunks, keep in ((20, 10, 4), (40, 10, 8), (33, 7, 5), (64, 16, 8)):
         want = jax.lax.top_k(logp, k)
-        got = fn(logp, k, chunks, keep)
+        got = fn(logp, k, chunks, keep, stage1)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.trees.base import Array, DraftTree, TreePolicy, check_budget, check_logp, register_policy, tree_from_nodes
+from pallas_kernels.chunk_topk import chunk_top_k
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -63,19 +64,22 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # second stage at 8192 candidates: 0.22 ms at K=256 and 1024 (session 4). That needs a lax.cond
 # (its exact fallback), which on a GPU may cost a host round-trip for the predicate, so it is
 # used from K >= 512 only (at K=256 it saved 0.03 ms). On the CPU the single top_k is faster.
-VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512)}
+# stage1: "xla" (lax.top_k per chunk, a sort) or "pallas" (pallas_kernels.chunk_topk: no sort;
+# not yet timed on a GPU, so not the default).
+VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="xla")}
 
 
-def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None]:
-    """(chunks, keep) of `vocab_top_k` for this backend and K."""
+def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
+    """(chunks, keep, stage1) of `vocab_top_k` for this backend and K."""
     cfg = VOCAB_TOPK.get(jax.default_backend())
     if not cfg:
-        return None, None
-    return cfg["chunks"], (cfg["keep"] if k >= cfg.get("keep_from_k", 0) else None)
+        return None, None, "xla"
+    return (cfg["chunks"], (cfg["keep"] if k >= cfg.get("keep_from_k", 0) else None),
+            cfg.get("stage1", "xla"))
 
 
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
-                keep: int | None = None) -> tuple[Array, Array]:
+                keep: int | None = None, stage1: str = "xla") -> tuple[Array, Array]:
     """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top `keep` (default
     k) of each of `chunks` contiguous slices, then the top k of those candidates. Same values,
     indices and tie rule (lower index first): candidates stay in index order by chunk, and each
@@ -85,17 +89,16 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     if some chunk's last kept value is not strictly below the k-th candidate value (so a dropped
     token could tie or beat it), the whole row set falls back to one `lax.top_k` (`lax.cond`).
     Otherwise every dropped value is below the k-th candidate, which is then the true k-th value.
+
+    stage1: how the per-chunk top `keep` runs (`pallas_kernels.chunk_topk.chunk_top_k`'s impl:
+    "xla", "pallas", "pallas_interpret"); every impl gives the same candidates in the same order.
     """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
     keep = min(k if keep is None else max(1, keep), k, length)
     if not chunks or chunks < 2 or keep * chunks < k:
         return jax.lax.top_k(logp, k)
-    pad = chunks * length - v
-    x = jnp.pad(logp, [(0, 0)] * (logp.ndim - 1) + [(0, pad)], constant_values=-jnp.inf) if pad else logp
-    x = x.reshape(*logp.shape[:-1], chunks, length)
-    vals, idx = jax.lax.top_k(x, keep)  # [..., C, keep]
-    idx = idx + (jnp.arange(chunks, dtype=jnp.int32) * length)[:, None]
+    vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1)  # [..., C, keep]
     last = vals[..., -1]  # [..., C]: the smallest kept value of each chunk
     vals = vals.reshape(*logp.shape[:-1], chunks * keep)
     idx = idx.reshape(*logp.shape[:-1], chunks * keep)
