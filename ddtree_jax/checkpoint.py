@@ -240,25 +240,39 @@ def save_params(path: str | Path, params: Any) -> None:
         ckptr.close()
 
 
+_SILENCED = False
+
+
 def _silence_closed_loop_callbacks() -> None:
-    """After a failed restore, tensorstore callbacks of the aborted reads still arrive on other
-    threads and hit orbax's closed event loop; their 'Event loop is closed' tracebacks would
-    follow the one-line error. Drop exactly those."""
+    """Around a restore: when it fails, tensorstore callbacks of the aborted reads still arrive
+    on other threads and hit orbax's closed event loop; their 'Event loop is closed' tracebacks
+    (printed through sys.excepthook by the C++ callback, or through threading.excepthook /
+    sys.unraisablehook) would come with the one-line error. Drop exactly those. Installed before
+    the restore (a callback may fire before the failure reaches us), once per process."""
+    global _SILENCED
+    if _SILENCED:
+        return
+    _SILENCED = True
     import threading
 
-    def quiet(args, _previous=threading.excepthook):
-        if isinstance(args.exc_value, RuntimeError) and "Event loop is closed" in str(args.exc_value):
-            return
-        _previous(args)
+    def closed_loop(exc) -> bool:
+        return isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc)
 
-    threading.excepthook = quiet
+    def quiet_thread(args, _previous=threading.excepthook):
+        if not closed_loop(args.exc_value):
+            _previous(args)
 
     def quiet_unraisable(u, _previous=sys.unraisablehook):
-        if isinstance(u.exc_value, RuntimeError) and "Event loop is closed" in str(u.exc_value):
-            return
-        _previous(u)
+        if not closed_loop(u.exc_value):
+            _previous(u)
 
+    def quiet_excepthook(typ, value, tb, _previous=sys.excepthook):
+        if not closed_loop(value):
+            _previous(typ, value, tb)
+
+    threading.excepthook = quiet_thread
     sys.unraisablehook = quiet_unraisable
+    sys.excepthook = quiet_excepthook
 
 
 def load_params(path: str | Path, dtype: Any = None) -> Any:
@@ -270,10 +284,10 @@ def load_params(path: str | Path, dtype: Any = None) -> Any:
         raise UserError(f"{path} not found; the checkpoint is incomplete, convert it again")
     dt = resolve_dtype(dtype) if dtype is not None else None
     ckptr = ocp.PyTreeCheckpointer()
+    _silence_closed_loop_callbacks()
     try:
         tree = ckptr.restore(path)
     except (FileNotFoundError, ValueError) as e:
-        _silence_closed_loop_callbacks()
         why = (str(e).splitlines() or [""])[0][:200]
         raise UserError(f"cannot restore {path} ({type(e).__name__}: {why}); convert it again") from None
     finally:

@@ -399,6 +399,37 @@ def test_corrupt_converted_params(qwen3_pair, tmp_path):
     fails(gen("--ckpt", ck, "--prompt", "x"), "cannot restore", "convert it again")
 
 
+def test_closed_loop_callbacks_during_a_failed_restore_print_nothing(tmp_path, monkeypatch, capfd):
+    """The deterministic form of the race above: an aborted read's callback that hits orbax's closed
+    event loop WHILE the restore is still failing (before our except block runs) must print
+    nothing, so the filters must be in place before the restore starts."""
+    import orbax.checkpoint as ocp
+
+    from ddtree_jax import checkpoint
+    from ddtree_jax.errors import UserError
+
+    class Callback:  # reports its error as unraisable, as the C++ callback's does
+        def __del__(self):
+            raise RuntimeError("Event loop is closed")
+
+    def failing_restore(self, *a, **k):
+        Callback()
+        raise ValueError("OUT_OF_RANGE: Error reading ... (a corrupt file)")
+
+    reported = []  # what reaches the hook below the filters (the printing default, in a CLI run)
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", failing_restore)
+    monkeypatch.setattr(checkpoint, "_SILENCED", False, raising=False)
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored afterwards
+    import threading
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    (tmp_path / "params").mkdir()
+    with pytest.raises(UserError, match="cannot restore"):
+        checkpoint.load_params(tmp_path / "params")
+    assert reported == []
+    assert "Traceback" not in capfd.readouterr().err
+
+
 # =============================================================================================
 # Determinism of sampling, run to run (the shipped pair)
 
