@@ -119,40 +119,47 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
     req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
-    args = pre_args()
-    t0 = time.perf_counter()
-    state = jax.block_until_ready(prefill(*args))
-    prefill_first_ms = 1e3 * (time.perf_counter() - t0)  # includes the executable's first-run set-up
-    args = jax.block_until_ready(pre_args())
-    t0 = time.perf_counter()
-    state = jax.block_until_ready(prefill(*args))
-    prefill_ms = 1e3 * (time.perf_counter() - t0)
+    prefill_ms = []  # the first call includes the executable's first-run set-up; the second is warm
+    for _ in range(2):
+        args = jax.block_until_ready(pre_args())
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(prefill(*args))
+        prefill_ms.append(1e3 * (time.perf_counter() - t0))
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
         compiler_options=gen.compiler_options)
 
     fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
+    return {
+        "round_ms_median": statistics.median(fused),
+        "round_ms_all": fused,
+        "round_ms_steady": statistics.median(steady),
+        "round_ms_steady_all": steady,
+        "prefill_ms": prefill_ms[1],
+        "prefill_first_ms": prefill_ms[0],
+        "stage_ms": stage_times(gen, spec, lambda: prefill(*pre_args()), knobs, stage_repeats),
+        "nodes": engine.num_nodes(spec, gen.dcfg),
+        "cache_size": spec.cache_size,
+    }
 
-    # stage breakdown, each stage synced, on one fixed state (stage_repeats 0: none)
-    if stage_repeats <= 0:
-        return dict(round_ms_median=statistics.median(fused), round_ms_all=fused,
-                    round_ms_steady=statistics.median(steady), round_ms_steady_all=steady,
-                    prefill_ms=prefill_ms, prefill_first_ms=prefill_first_ms, stage_ms={},
-                    nodes=engine.num_nodes(spec, gen.dcfg),
-                    cache_size=spec.cache_size)
+
+def stage_times(gen: Generator, spec, fresh_state, knobs, repeats: int) -> dict:
+    """Median ms per stage over `repeats` rounds (after one warm-up), each stage jitted alone and
+    synced, all from one state made by fresh_state() ({} for repeats 0, no state made). A stage's calls in one round add up
+    (verify = the forward + the choose call)."""
+    if repeats <= 0:
+        return {}
     fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
-    state = prefill(*pre_args())
-    times: dict[str, list[float]] = {k: [] for k in ("draft", "tree", "verify", "walk", "commit")}
+    state = fresh_state()
+    times: dict[str, list[float]] = {}
+    for i in range(repeats + 1):
+        cur: dict[str, float] = {}
 
-    cur: dict[str, float] = {}
+        def timed(name, fn, *args):
+            t = time.perf_counter()
+            out = jax.block_until_ready(fn(*args))
+            cur[name] = cur.get(name, 0.0) + 1e3 * (time.perf_counter() - t)
+            return out
 
-    def timed(name, fn, *args):  # a stage's calls in one repeat add up (verify = verify + choose)
-        t = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        cur[name] = cur.get(name, 0.0) + 1e3 * (time.perf_counter() - t)
-        return out
-
-    for i in range(stage_repeats + 1):
-        cur.clear()
         if spec.speculative:
             logp = timed("draft", fns["draft"], gen.tparams, gen.dparams, state)
             tree = timed("tree", fns["tree"], logp, state)
@@ -161,26 +168,14 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         logits, tapped, new_kv = timed("verify", fns["verify"], gen.tparams, state, tree)
         tt = timed("verify", fns["choose"], logits, state.key, knobs)
         result = timed("walk", fns["walk"], tree, tt)
-        # commit donates its state: give it a copy so the same state is reused next repeat (the
-        # copy is finished before the clock starts: up to sessions 4 it was not, and the commit
-        # stage included copying the caches)
+        # commit donates its state: it gets a copy (finished before the clock starts: up to session
+        # 4 it was not, and the commit stage included copying the caches)
         st = jax.block_until_ready(jax.tree_util.tree_map(lambda x: x.copy() if hasattr(x, "copy") else x, state))
         timed("commit", fns["commit"], gen.dparams, st, new_kv, tapped, result, knobs)
-        if i > 0:  # the first repeat warms up
+        if i > 0:  # the first round warms up
             for name, ms in cur.items():
-                times[name].append(ms)
-    stages = {k: statistics.median(v) for k, v in times.items() if v}
-    return {
-        "round_ms_median": statistics.median(fused),
-        "round_ms_all": fused,
-        "round_ms_steady": statistics.median(steady),
-        "round_ms_steady_all": steady,
-        "prefill_ms": prefill_ms,
-        "prefill_first_ms": prefill_first_ms,
-        "stage_ms": stages,
-        "nodes": engine.num_nodes(spec, gen.dcfg),
-        "cache_size": spec.cache_size,
-    }
+                times.setdefault(name, []).append(ms)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main(argv=None) -> int:
@@ -194,6 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--stage-repeats", type=int, default=5, help="0: no stage breakdown (fewer compiles)")
     ap.add_argument("--attn-impl", default="auto", help="attention impl(s), comma-separated, e.g. pallas,xla")
+    ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the default)")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
@@ -216,23 +212,25 @@ def main(argv=None) -> int:
     opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
-        "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "batch": args.batch,
+        "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
+        "batch": args.batch,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
         "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
     }
     for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
-        for impl in (x for x in args.attn_impl.split(",") if x):
+        impls = [(a, m) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m]
+        for impl, mm_impl in impls:
             for method, budget in runs:
                 t0 = time.perf_counter()
                 gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
-                                unroll=args.unroll, compiler_options=opts)
+                                matmul_impl=mm_impl, unroll=args.unroll, compiler_options=opts)
                 r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch)
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
-                         attn_impl=impl, batch=args.batch)
+                         attn_impl=impl, matmul_impl=mm_impl, batch=args.batch)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
-                print(f"[bench_round] P={prompt_len} x{args.batch} {impl} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} (all "
                       f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)

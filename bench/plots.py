@@ -130,19 +130,25 @@ def acceptance_hist(rows, path):
     return _save(fig, path)
 
 
+def _impls(r: dict) -> str:
+    """A row's kernel choice: its attention impl, and its matmul impl when not the default."""
+    mm = r.get("matmul_impl", "auto")
+    return r.get("attn_impl", "") + ("" if mm == "auto" else f"/mm={mm}")
+
+
 def round_latency(rl: dict, path):
     """Two panels from bench_round rows (or the suite's round_latency part): stacked stages (each
     timed alone) with the fused round beside them; the break-even acceptance per config."""
     order = {"ar": 0, "dflash": 1}
     rows = sorted((r for r in rl["rows"] if r.get("round_ms_median")),
                   key=lambda r: (order.get(r["method"], 2), r.get("budget", 0)))
-    settings = sorted({(r.get("prompt_len", 0), r.get("attn_impl", "")) for r in rows})
-    rows.sort(key=lambda r: settings.index((r.get("prompt_len", 0), r.get("attn_impl", ""))))
+    settings = sorted({(r.get("prompt_len", 0), _impls(r)) for r in rows})
+    rows.sort(key=lambda r: settings.index((r.get("prompt_len", 0), _impls(r))))
     labels = [("AR" if r["method"] == "ar" else "DFlash" if r["method"] == "dflash" else f"DDTree {r['budget']}")
-              + (f" P{r.get('prompt_len')} {r.get('attn_impl')}" if len(settings) > 1 else "") for r in rows]
+              + (f" P{r.get('prompt_len')} {_impls(r)}" if len(settings) > 1 else "") for r in rows]
     fused = [r.get("round_ms_steady") or r["round_ms_median"] for r in rows]
-    ar_of = {(r.get("prompt_len", 0), r.get("attn_impl", "")): f for r, f in zip(rows, fused) if r["method"] == "ar"}
-    ar = [ar_of.get((r.get("prompt_len", 0), r.get("attn_impl", ""))) for r in rows]
+    ar_of = {(r.get("prompt_len", 0), _impls(r)): f for r, f in zip(rows, fused) if r["method"] == "ar"}
+    ar = [ar_of.get((r.get("prompt_len", 0), _impls(r))) for r in rows]
     title = (f"{rl.get('model', '?')}-shaped random weights, prompt {rows[0].get('prompt_len', rl.get('prompt_len', '?'))}"
              f" ({rl.get('device', '?')}, {rl.get('attn_impl', 'auto')})") if rows else "no rows"
     fig, axes = _panels(2, title)

@@ -41,6 +41,9 @@ class DecodeSpec:
     out_size: int = 256  # output buffer (max_new_tokens bucket)
     sampling: SamplingConfig = SamplingConfig()
     attn_impl: str = "auto"
+    # The projections and LM heads (pallas_kernels.matmul): "auto" = XLA except where the
+    # skinny-matmul kernel was measured faster; "pallas" = the kernel wherever it fits.
+    matmul_impl: str = "auto"
     drafter: str = "dflash"  # "dflash", or "oracle" (models/oracle.py: tests and benchmarks)
     # Rounds per while_loop iteration (steps past max_rounds run but commit nothing). Meant to
     # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
@@ -111,8 +114,8 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
     pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
     h = dmodel.draft_hidden(dparams, dcfg, tmodel.embed(tparams, block), pos, state.dcache, state.length,
-                            attn_impl=spec.attn_impl)
-    return jax.nn.log_softmax(tmodel.lm_head(tparams, tcfg, h[:, 1:]), axis=-1)
+                            attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
+    return jax.nn.log_softmax(tmodel.lm_head(tparams, tcfg, h[:, 1:], impl=spec.matmul_impl), axis=-1)
 
 
 def tree_stage(logp: jax.Array, state: State, *, spec: DecodeSpec) -> DraftTree:
@@ -130,8 +133,9 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
     pos = state.length[:, None] + tree.depths
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     h, tapped, new_kv = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
-                                       tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl)
-    return tmodel.lm_head(tparams, tcfg, h), tapped, new_kv
+                                       tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl,
+                                       matmul_impl=spec.matmul_impl)
+    return tmodel.lm_head(tparams, tcfg, h, impl=spec.matmul_impl), tapped, new_kv
 
 
 def commit_stage(
@@ -155,7 +159,7 @@ def commit_stage(
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
             dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
-                                         norm_impl=spec.norm_impl)
+                                         norm_impl=spec.norm_impl, matmul_impl=spec.matmul_impl)
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -255,9 +259,11 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     pos = zero[:, None] + jnp.arange(p, dtype=jnp.int32)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
-    first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last), spec.sampling, knobs.temperature, knobs.top_p)
+    first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last, impl=spec.matmul_impl), spec.sampling,
+                          knobs.temperature, knobs.top_p)
     if dcache is not None:
-        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos, norm_impl=spec.norm_impl)
+        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos, norm_impl=spec.norm_impl,
+                                     matmul_impl=spec.matmul_impl)
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
     is_stop = (first[:, None] == knobs.stop_ids[None, :]).any(-1)
@@ -291,7 +297,7 @@ def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Arr
         pos = start[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
         causal = pos[:, :, None] >= pos[:, None, :]
         h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, cache, start, causal, taps=taps,
-                                           attn_impl=spec.attn_impl)
+                                           attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
         return append(cache, *new_kv, start), h, tapped
 
     chunk = max(1, spec.prefill_chunk)
@@ -342,16 +348,18 @@ def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
 
 def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
     """(tcfg, dcfg, spec, extra) for stage `name`, with the spec fields that only other stages
-    read (the tree's budget and policy, the loop's unroll, the sampling) at their defaults."""
+    read (the tree's budget and policy, the loop's unroll, the sampling, the prefill's chunk) at
+    their defaults."""
     default = DecodeSpec()
     tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
-                                    sampling=default.sampling)
+                                    sampling=default.sampling, prefill_chunk=default.prefill_chunk)
     if name in ("draft", "verify"):
         return tcfg, dcfg, tree_free, None
     if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
         return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
     if name == "tree":
-        return None, None, dataclasses.replace(spec, unroll=default.unroll, sampling=default.sampling), None
+        return None, None, dataclasses.replace(spec, unroll=default.unroll, sampling=default.sampling,
+                                               prefill_chunk=default.prefill_chunk), None
     if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
         return None, None, DecodeSpec(sampling=spec.sampling), None
     if name == "walk":  # extra: the tree depth, all the walk reads

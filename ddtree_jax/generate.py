@@ -86,7 +86,8 @@ class Generator:
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
-                 executables: Executables | None = None, prefill_chunk: int = 0):
+                 executables: Executables | None = None, prefill_chunk: int = 0,
+                 matmul_impl: str = "auto"):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
@@ -95,7 +96,8 @@ class Generator:
         after each compilation (they take seconds to minutes on large models). executables: an
         `Executables` shared with other Generators of the same checkpoint (the bench suite), so
         that what they have in common compiles once. prefill_chunk: longest prompt piece one
-        target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default."""
+        target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default.
+        matmul_impl: the projections' impl (engine.DecodeSpec.matmul_impl)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -128,6 +130,10 @@ class Generator:
             raise UserError(f"unknown --attn-impl {attn_impl!r}; available here: {', '.join(impls)}")
         self.method, self.policy_name, self.budget = method, policy, budget
         self.attn_impl = attn_impl
+        mm_impls = tuple(x for x in impls if x != "triton")
+        if matmul_impl not in mm_impls:
+            raise UserError(f"unknown --matmul-impl {matmul_impl!r}; available here: {', '.join(mm_impls)}")
+        self.matmul_impl = matmul_impl
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
         self.unroll = unroll or DEFAULT_UNROLL
@@ -150,7 +156,8 @@ class Generator:
 
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
-                                 attn_impl=self.attn_impl, drafter=self.drafter, unroll=self.unroll,
+                                 attn_impl=self.attn_impl, matmul_impl=self.matmul_impl, drafter=self.drafter,
+                                 unroll=self.unroll,
                                  prefill_chunk=self.prefill_chunk)
         n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0
@@ -211,8 +218,8 @@ class Generator:
                 tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
                 tuple(sorted(static.items())), tuple(sorted((self.compiler_options or {}).items())))
 
-    def _compile(self, name, fn, args, static):
-        key = self._key(name, args, static)
+    def _compile(self, name, fn, args, static, key=None):
+        key = key or self._key(name, args, static)
         if key in self._compiled:
             return self._compiled[key]
         with self._compiled.lock(key):
@@ -266,10 +273,10 @@ class Generator:
                     jax.random.PRNGKey(seed))
         # the prefill does not depend on the tree: configs that differ there share its executable
         pre_static = dict(static, spec=engine.prefill_spec(spec))
-        prefill = self._compile("prefill", engine.prefill, pre_args, pre_static)
+        pre_key = self._key("prefill", pre_args, pre_static)
+        prefill = self._compile("prefill", engine.prefill, pre_args, pre_static, key=pre_key)
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
         if not profile:  # compile the rounds too before the clock starts, from the state's shapes
-            pre_key = self._key("prefill", pre_args, pre_static)
             if pre_key not in self._state_shapes:
                 self._state_shapes[pre_key] = jax.eval_shape(lambda *a: engine.prefill(*a, **pre_static), *pre_args)
             run = self._compile("rounds", engine.run_rounds,
@@ -415,6 +422,8 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming text")
     ap.add_argument("--profile", action="store_true", help="time each stage of the round (slower: a sync per stage)")
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
+    ap.add_argument("--matmul-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
+                    help="projection / LM-head matmuls: auto, xla, pallas (the skinny-matmul kernel where it fits)")
     ap.add_argument("--rounds-per-call", type=int, default=4,
                     help="rounds of the first device call while streaming; later calls double it, up to "
                          f"{STREAM_MAX_ROUNDS_PER_CALL}")
@@ -483,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     compile_cache.enable()  # a second run with the same shapes skips compilation
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
-                    unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
+                    matmul_impl=args.matmul_impl, unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []

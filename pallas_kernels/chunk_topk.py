@@ -24,25 +24,19 @@ against ``lax.top_k`` and lower it for CUDA.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
-    from jax.experimental.pallas import triton as pltriton
-except ImportError:  # pragma: no cover - depends on the installed jax
-    pltriton = None
+from .norms import _pow2_at_least, pltriton
 
 __all__ = ["chunk_top_k", "chunk_top_k_reference"]
 
 # Widest chunk one program holds (values in registers: 32 a thread on 4 warps).
 _MAX_CHUNK = 4096
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def chunk_top_k_reference(x: jax.Array, chunks: int, keep: int) -> tuple[jax.Array, jax.Array]:
@@ -63,8 +57,8 @@ def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, kee
     start = c * length
     pos = start + lane
     valid = (lane < length) & (pos < x_ref.shape[0])
-    x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)], mask=valid, other=-jnp.inf)
-    x = jnp.where(valid, x.astype(jnp.float32), -jnp.inf)
+    x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)], mask=valid,
+                      other=-jnp.inf).astype(jnp.float32)
     # float32 -> int32 keys in the total order lax.top_k sorts by (-0.0 below +0.0)
     bits = lax.bitcast_convert_type(x, jnp.int32)
     key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
@@ -110,9 +104,7 @@ def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas") -
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module; use impl='xla'")
     lead = x.shape[:-1]
-    rows = 1
-    for n in lead:
-        rows *= n
+    rows = math.prod(lead)
     keep_pad = _pow2_at_least(keep)
     interpret = impl == "pallas_interpret"
     params = None if interpret else pltriton.CompilerParams(num_warps=4, num_stages=1)

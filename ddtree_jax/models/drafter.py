@@ -36,9 +36,11 @@ from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
 
-def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm_impl: str = "xla") -> jax.Array:
+def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm_impl: str = "xla",
+                     matmul_impl: str = "xla") -> jax.Array:
     """c = hidden_norm(fc(concatenated tapped target hidden states)); taps [..., nTaps*H]."""
-    return rms_norm_kernel(linear(taps, dparams["fc"]), dparams["hidden_norm"], cfg.rms_eps, impl=norm_impl)
+    return rms_norm_kernel(linear(taps, dparams["fc"], impl=matmul_impl), dparams["hidden_norm"], cfg.rms_eps,
+                           impl=norm_impl)
 
 
 def fuse_params(dparams: dict) -> dict:
@@ -48,31 +50,31 @@ def fuse_params(dparams: dict) -> dict:
     return {**dparams, "layers": [fuse_layer_weights(p, groups) for p in dparams["layers"]]}
 
 
-def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
+def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str, mm: str):
     if "kv" in p:  # split into heads, k norm and RoPE: one kernel on the Pallas path
-        _, k, v = qk_norm_rope(linear(x, p["kv"], p.get("kv_bias")), None, p["k_norm"], cos, sin,
+        _, k, v = qk_norm_rope(linear(x, p["kv"], p.get("kv_bias"), impl=mm), None, p["k_norm"], cos, sin,
                                num_heads=0, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
                                eps=cfg.rms_eps, impl=norm_impl)
         return k, v
-    k, v = linear(x, p["k"], p.get("k_bias")), linear(x, p["v"], p.get("v_bias"))
+    k, v = linear(x, p["k"], p.get("k_bias"), impl=mm), linear(x, p["v"], p.get("v_bias"), impl=mm)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
     return apply_rope(rms_norm(k, p["k_norm"], cfg.rms_eps), cos, sin), v
 
 
 def context_kv(p: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array, *,
-               norm_impl: str = "xla"):
+               norm_impl: str = "xla", matmul_impl: str = "xla"):
     """One layer's K/V of the context features c [Bt, C, H] (no input layernorm on c)."""
-    return _kv(p, cfg, c, cos, sin, norm_impl)
+    return _kv(p, cfg, c, cos, sin, norm_impl, matmul_impl)
 
 
 def block_qkv_normed(p: dict, cfg: DrafterConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, *,
-                     norm_impl: str = "xla"):
+                     norm_impl: str = "xla", matmul_impl: str = "xla"):
     """One layer's Q/K/V of the noise block from h = input_layernorm(x) [Bt, bs, H]."""
-    q, _, _ = qk_norm_rope(linear(h, p["q"], p.get("q_bias")), p["q_norm"], None, cos, sin,
+    q, _, _ = qk_norm_rope(linear(h, p["q"], p.get("q_bias"), impl=matmul_impl), p["q_norm"], None, cos, sin,
                            num_heads=cfg.num_heads, num_kv_heads=0, head_dim=cfg.head_dim,
                            eps=cfg.rms_eps, impl=norm_impl)
-    k, v = _kv(p, cfg, h, cos, sin, norm_impl)
+    k, v = _kv(p, cfg, h, cos, sin, norm_impl, matmul_impl)
     return q, k, v
 
 
@@ -83,9 +85,9 @@ def block_qkv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: ja
     return block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl)
 
 
-def _attn_residual(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, norm_impl: str):
+def _attn_residual(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, norm_impl: str, mm: str = "xla"):
     """(x + o_proj(o), post_attention_layernorm of it); o: [Bt, bs, Hq, Dh]."""
-    return add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias")), p["mlp_norm"],
+    return add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), impl=mm), p["mlp_norm"],
                         cfg.rms_eps, impl=norm_impl)
 
 
@@ -96,29 +98,30 @@ def layer_finish(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, *, nor
 
 
 def layer_finish_normed(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, next_norm: jax.Array, *,
-                        norm_impl: str) -> tuple[jax.Array, jax.Array]:
+                        norm_impl: str, matmul_impl: str = "xla") -> tuple[jax.Array, jax.Array]:
     """layer_finish, then the norm that comes next (the next layer's input_layernorm weight or the
     final norm's), fused with the MLP's residual add: (residual stream, its norm)."""
-    x, h = _attn_residual(p, cfg, x, o, norm_impl)
-    return add_rms_norm(x, mlp(p, h), next_norm, cfg.rms_eps, impl=norm_impl)
+    x, h = _attn_residual(p, cfg, x, o, norm_impl, matmul_impl)
+    return add_rms_norm(x, mlp(p, h, impl=matmul_impl), next_norm, cfg.rms_eps, impl=norm_impl)
 
 
 def extend_cache(
     dparams: dict, cfg: DrafterConfig, cache: KVCache, cache_len: jax.Array, taps: jax.Array, positions: jax.Array,
-    *, norm_impl: str = "auto",
+    *, norm_impl: str = "auto", matmul_impl: str = "auto",
 ) -> KVCache:
     """Write the context K/V of new committed tokens at cache_len .. cache_len+C-1.
 
     taps [Bt, C, nTaps*H] and positions [Bt, C]. Rows may use fewer than C entries: the caller
     advances cache_len by the number actually committed, so the rest is overwritten later.
-    norm_impl: pallas_kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere).
+    norm_impl: pallas_kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere);
+    matmul_impl: pallas_kernels.matmul's.
     """
-    c = context_features(dparams, cfg, taps, norm_impl=norm_impl)
+    c = context_features(dparams, cfg, taps, norm_impl=norm_impl, matmul_impl=matmul_impl)
     cos, sin = rope_tables(positions, cfg.rope, cfg.head_dim)
     ks, vs = [], []
     for i, p in enumerate(dparams["layers"]):
         with jax.named_scope(f"draft_ctx{i}"):
-            k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl)
+            k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
             ks.append(write_rows(cache.k[i], k, cache_len))
             vs.append(write_rows(cache.v[i], v, cache_len))
     return KVCache(ks, vs)
@@ -134,6 +137,7 @@ def draft_hidden(
     *,
     attn_impl: str = "auto",
     norm_impl: str | None = None,
+    matmul_impl: str = "auto",
 ) -> jax.Array:
     """One non-causal pass over the noise block; returns final-normed hidden [Bt, bs, H].
 
@@ -153,10 +157,10 @@ def draft_hidden(
     h = rms_norm_kernel(x, norm_ws[0], cfg.rms_eps, impl=norm_impl)
     for i, p in enumerate(layers):
         with jax.named_scope(f"draft_layer{i}"):
-            q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl)
+            q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
             window = cfg.sliding_windows[i]
             kv_start = None if window is None else jnp.maximum(cache_len + bs - window, 0)
             o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, full, scale=scale,
                           kv_start=kv_start, impl=attn_impl)
-            x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl)
+            x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl, matmul_impl=matmul_impl)
     return h

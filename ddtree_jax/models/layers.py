@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
+from pallas_kernels.matmul import matmul
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
@@ -18,17 +19,21 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     return w.astype(x.dtype) * y.astype(x.dtype)
 
 
-def linear(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
-    y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
+def linear(x: jax.Array, w: jax.Array, b: jax.Array | None = None, *, impl: str = "xla") -> jax.Array:
+    """x [..., in] @ w [in, out] (+ b). impl: pallas_kernels.matmul's ("xla": one XLA dot)."""
+    if impl == "xla":
+        y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
+    else:
+        y = matmul(x, w, impl=impl)
     return y if b is None else y + b.astype(y.dtype)
 
 
-def mlp(p: dict, x: jax.Array) -> jax.Array:
+def mlp(p: dict, x: jax.Array, *, impl: str = "xla") -> jax.Array:
     if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
-        gate, up = jnp.split(linear(x, p["gate_up"]), 2, axis=-1)
+        gate, up = jnp.split(linear(x, p["gate_up"], impl=impl), 2, axis=-1)
     else:
-        gate, up = linear(x, p["gate"]), linear(x, p["up"])
-    return linear(jax.nn.silu(gate) * up, p["down"])
+        gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
+    return linear(jax.nn.silu(gate) * up, p["down"], impl=impl)
 
 
 def fuse_layer_weights(p: dict, groups: dict[str, tuple[str, ...]]) -> dict:

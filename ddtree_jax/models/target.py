@@ -29,6 +29,7 @@ from ddtree_jax.models.layers import (
     split_heads,
 )
 from pallas_kernels import attention
+from pallas_kernels.matmul import matmul
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
@@ -39,14 +40,14 @@ def fuse_params(params: dict) -> dict:
     return {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
 
 
-def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
+def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str, mm: str):
     if "qkv" in p:  # the split into heads, q/k norms and RoPE: one kernel on the Pallas path
         norm = cfg.qk_norm
-        return qk_norm_rope(linear(h, p["qkv"], p.get("qkv_bias")), p["q_norm"] if norm else None,
+        return qk_norm_rope(linear(h, p["qkv"], p.get("qkv_bias"), impl=mm), p["q_norm"] if norm else None,
                             p["k_norm"] if norm else None, cos, sin, num_heads=cfg.num_heads,
                             num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps,
                             impl=norm_impl)
-    q, k, v = (linear(h, p[n], p.get(f"{n}_bias")) for n in ("q", "k", "v"))
+    q, k, v = (linear(h, p[n], p.get(f"{n}_bias"), impl=mm) for n in ("q", "k", "v"))
     q = split_heads(q, cfg.num_heads, cfg.head_dim)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
@@ -68,6 +69,7 @@ def forward(
     taps: tuple[int, ...] = (),
     attn_impl: str = "auto",
     norm_impl: str | None = None,
+    matmul_impl: str = "auto",
 ) -> tuple[jax.Array, jax.Array | None, tuple[list[jax.Array], list[jax.Array]]]:
     """Run the decoder over T new tokens.
 
@@ -80,7 +82,10 @@ def forward(
     layer i (HF's hidden_states[i + 1]).
     norm_impl: the norm kernels' impl (pallas_kernels.norms); None: the one that goes with
     attn_impl, so "auto" and "xla" give the plain-XLA norms off NVIDIA GPUs.
+    matmul_impl: the projections' impl (pallas_kernels.matmul; "auto": XLA except where the
+    skinny-matmul kernel was measured faster).
     """
+    mm = matmul_impl
     norm_impl = norm_impl_for(attn_impl) if norm_impl is None else norm_impl
     eps = cfg.rms_eps
     dtype = params["embed"].dtype
@@ -97,27 +102,30 @@ def forward(
     h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
-            q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl)
+            q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
             new_k.append(k)
             new_v.append(v)
             if cache is None:
                 o = masked_attention(q, k, v, new_mask, scale)
             else:
                 o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
-            x, h = add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias")),
+            x, h = add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), impl=mm),
                                 p["mlp_norm"], eps, impl=norm_impl)
-            x, h = add_rms_norm(x, mlp(p, h), norm_ws[i + 1], eps, impl=norm_impl)
+            x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
             if i in taps:
                 tapped[i] = x
     tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
     return h, tap_out, (new_k, new_v)
 
 
-def lm_head(params: dict, cfg: TargetConfig, h: jax.Array) -> jax.Array:
-    """Logits in float32 for final-normed hidden states h [..., H]."""
+def lm_head(params: dict, cfg: TargetConfig, h: jax.Array, *, impl: str = "xla") -> jax.Array:
+    """Logits in float32 for final-normed hidden states h [..., H]. impl: pallas_kernels.matmul's
+    for an untied head (a tied one multiplies by embed's transpose: always XLA)."""
     if cfg.tie_embeddings or "lm_head" not in params:
         w = params["embed"]
         return jnp.einsum("...h,vh->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    if impl != "xla":
+        return matmul(h, params["lm_head"], out_dtype=jnp.float32, impl=impl)
     return jnp.einsum("...h,hv->...v", h, params["lm_head"].astype(h.dtype), preferred_element_type=jnp.float32)
 
 
@@ -135,5 +143,5 @@ def forward_train(params: dict, cfg: TargetConfig, tokens: jax.Array, *, taps: t
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (bt, t))
     # XLA norms: training differentiates through this pass, and Pallas kernels have no VJP.
     h, tap_out, _ = forward(params, cfg, tokens, pos, None, None, causal_mask(bt, t), taps=taps,
-                            norm_impl="xla")
+                            norm_impl="xla", matmul_impl="xla")
     return lm_head(params, cfg, h), tap_out

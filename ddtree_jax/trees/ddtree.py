@@ -57,7 +57,7 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
     return jax.lax.sort((0.0 - scores, keys, idx), dimension=1, num_keys=2)[2][:, :n]
 
 
-# Two-stage vocabulary top-k by backend, (chunks, keep) (absent: one lax.top_k), from
+# Two-stage vocabulary top-k by backend (absent: one lax.top_k), from
 # bench/bench_tree.py on the H200, D=15 x V=151936: one top_k took 0.59 ms for K=64..1024; 128
 # chunks keeping all K per chunk took 0.21 / 0.24 / 0.51 ms at K=64 / 256 / 1024 (at K=1024 the
 # second stage still sorts 131k candidates a row). Keeping at most 64 per chunk bounds the

@@ -1,0 +1,169 @@
+"""Skinny matmuls of the Qwen3-8B shapes: the XLA dot (cuBLAS) against pallas_kernels.matmul.
+
+    python3 -m bench.bench_gemm --out DIR                       # GPU: rows 1,16,65 x 8B shapes
+    python3 -m bench.bench_gemm --small --budget-s 60           # CPU smoke run (interpret mode)
+
+Every variant runs in a jitted chain over several copies of the weight, the copies holding
+>= --cold-mb together, so each call reads its weight from HBM as the layers of a forward do
+(the H200's L2 is 50 MB). Call l's output, cut or tiled to K columns, is call l+1's input (one
+small fusion between calls, the same for every variant; none when N = K). Two figures per
+variant: wall (the chain's time / calls, median of --reps) and kernel (the device time of the
+chain's largest kernel per call, from a profiler trace: the GEMM alone). Bytes floor: the
+weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieved.
+
+Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
+e.g. xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
+"pallas:BNxBKxWxSxSPLIT" configs (block_n, block_k, num_warps, num_stages, split_k).
+Results go to DIR/bench_gemm.json, rewritten after every row.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_kernels import matmul as mm
+
+HBM_BPS = 3.3e12
+SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
+             "lm_head": (4096, 151936), "drafter_kv": (4096, 2048), "fc": (20480, 4096)}
+SMALL = {"qkv": (256, 384), "down": (512, 128)}
+
+
+def parse_variant(v: str):
+    """'xla' | 'xla:K=V' | 'pallas' | 'pallas:64x128x4x4x1' -> (kind, options or MatmulConfig|None)."""
+    kind, _, rest = v.partition(":")
+    if kind == "xla":
+        return "xla", (dict([rest.split("=", 1)]) if rest else None)
+    if kind == "pallas":
+        if not rest:
+            return "pallas", None
+        bn, bk, w, s, sk = (int(x) for x in rest.split("x"))
+        return "pallas", mm.MatmulConfig(block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=sk)
+    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT")
+
+
+def chain_fn(k: int, n: int, impl: str, cfg, out_dtype):
+    def step(x, w):
+        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype) if impl != "xla" else (
+            jnp.einsum("...i,io->...o", x, w, preferred_element_type=out_dtype) if out_dtype != x.dtype
+            else jnp.einsum("...i,io->...o", x, w))
+        y = y.astype(x.dtype)
+        if n == k:
+            return y
+        return y[:, :k] if n > k else jnp.tile(y, (1, -(-k // n)))[:, :k]
+
+    def chain(x, ws):
+        for w in ws:
+            x = step(x, w)
+        return x
+
+    return chain
+
+
+def kernel_us(fn, args, calls: int) -> tuple[float, str]:
+    """(mean device time per call of the chain's costliest kernel name, that name) from a trace."""
+    from bench.profile_round import device_events
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            jax.block_until_ready(fn(*args))
+        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
+        events = device_events(paths[-1]) if paths else []
+    by = {}
+    for e in events:
+        by.setdefault(e["name"], []).append(e["dur"])
+    if not by:
+        return float("nan"), ""
+    name, durs = max(by.items(), key=lambda kv: sum(kv[1]))
+    return sum(durs) / 1e3 / calls, name[:60]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_gemm", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,16,65", help="M values (rows of x)")
+    ap.add_argument("--shapes", default="qkv,o,gate_up,down,lm_head", help=f"of {','.join(SHAPES_8B)}")
+    ap.add_argument("--variants", default="xla,pallas", help="comma-separated, see the module doc")
+    ap.add_argument("--sweep", default="", help="extra variants tried at --sweep-rows only")
+    ap.add_argument("--sweep-rows", default="65")
+    ap.add_argument("--cold-mb", type=float, default=400.0, help="weight copies per chain hold at least this")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument("--small", action="store_true", help="tiny shapes, interpret mode (CPU smoke run)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    dtype = jnp.dtype(args.dtype)
+    shapes = SMALL if args.small else {s: SHAPES_8B[s] for s in args.shapes.split(",") if s}
+    rows = [int(r) for r in args.rows.split(",") if r]
+    sweep_rows = {int(r) for r in args.sweep_rows.split(",") if r}
+    base = [v for v in args.variants.split(",") if v]
+    extra = [v for v in args.sweep.split(",") if v]
+    pallas_impl = "pallas_interpret" if args.small else "pallas"
+    result = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, dtype=args.dtype, rows=[], errors=[])
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    print(f"{'shape':8s} {'M':>4s} {'variant':28s} {'wall us':>8s} {'kernel us':>9s} {'floor':>6s} {'TB/s':>5s}  kernel")
+    key = jax.random.key(0, impl="unsafe_rbg") if not args.small else jax.random.key(0)
+    for sname, (k, n) in shapes.items():
+        out_dtype = jnp.float32 if sname == "lm_head" else dtype
+        wbytes = k * n * dtype.itemsize
+        copies = 1 if args.small else max(2, min(16, int(-(-args.cold_mb * 1e6 // wbytes))))
+        ws = [jax.random.normal(jax.random.fold_in(key, i), (k, n), jnp.float32).astype(dtype) * 0.02
+              for i in range(copies)]
+        jax.block_until_ready(ws)
+        for m in rows:
+            x = jax.random.normal(jax.random.fold_in(key, 999), (m, k), jnp.float32).astype(dtype)
+            for v in base + (extra if m in sweep_rows else []):
+                if time.perf_counter() - t_start > args.budget_s:
+                    result["errors"].append(f"budget: stopped before {sname} M={m} {v}")
+                    break
+                kind, opt = parse_variant(v)
+                impl = "xla" if kind == "xla" else pallas_impl
+                try:
+                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype))
+                    lowered = fn.lower(x, ws)
+                    comp = lowered.compile(compiler_options=opt if kind == "xla" else None)
+                    ref = jax.block_until_ready(comp(x, ws))
+                    if not np.isfinite(np.asarray(ref, np.float32)).all():
+                        raise FloatingPointError("non-finite output")
+                    times = []
+                    for _ in range(args.reps):
+                        t0 = time.perf_counter()
+                        jax.block_until_ready(comp(x, ws))
+                        times.append((time.perf_counter() - t0) * 1e6 / copies)
+                    wall = statistics.median(times)
+                    kus, kname = (float("nan"), "") if args.small else kernel_us(comp, (x, ws), copies)
+                except Exception as e:  # a config that does not compile is a result, not a crash
+                    result["errors"].append(f"{sname} M={m} {v}: {type(e).__name__}: {str(e)[:300]}")
+                    print(f"{sname:8s} {m:4d} {v:28s} FAILED {type(e).__name__}: {str(e)[:120]}", flush=True)
+                    continue
+                floor = wbytes / HBM_BPS * 1e6
+                best = kus if np.isfinite(kus) else wall
+                row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, kernel_us=kus, kernel=kname,
+                           floor_us=floor, tbps=wbytes / best / 1e6, copies=copies)
+                result["rows"].append(row)
+                print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",
+                      flush=True)
+                if out:
+                    (out / "bench_gemm.json").write_text(json.dumps(result, indent=1))
+        del ws
+    print(f"[bench_gemm] done in {time.perf_counter() - t_start:.0f}s; {len(result['errors'])} errors")
+    for e in result["errors"]:
+        print("  ", e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

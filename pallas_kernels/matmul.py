@@ -1,0 +1,213 @@
+"""Skinny matrix products ``x [..., K] @ w [K, N]`` for few rows (verify, drafter, decode).
+
+Why: a verify pass multiplies 17-257 token rows by every weight matrix of the target, so each
+product is a read of the weight (memory-bound: 2 x rows FLOP per 2 weight bytes is far below an
+H200's ~200 FLOP/byte ridge). The libraries' kernels are built for large M: on the H200 cuBLAS
+read the 8B shape's q/k/v and o weights at 2.4-2.6 TB/s for 65 rows (bench/RESULTS.md, session
+2), against ~4.0 TB/s for one row. Here every program owns a column slab of ``w`` and all the
+rows of ``x`` (padded to a power of two, masked, so padding moves no bytes), streams its slab
+through shared memory ``block_k`` rows at a time (Triton's software pipeline, ``num_stages``
+deep) and stores its output tile once: each weight byte is read exactly once, and with
+``split_k > 1`` the K range is cut into parts whose float32 partials one XLA reduction adds
+(for narrow N, where column slabs alone give too few programs to keep HBM busy).
+
+Numerics: float32 accumulation, one rounding to the output dtype (as XLA's bf16 dot with
+float32 accumulation); the summation order differs from cuBLAS', so bf16 results can differ in
+the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never TF32.
+
+Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
+the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA
+(``AUTO_ROWS``; empty until measured on a GPU); everything else is the XLA dot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from .attention_reference import _precision
+from .tree_attention import auto_impl
+
+try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
+    from jax.experimental.pallas import triton as pltriton
+except ImportError:  # pragma: no cover - depends on the installed jax
+    pltriton = None
+
+__all__ = ["matmul", "matmul_reference", "MatmulConfig", "default_matmul_config", "matmul_plan"]
+
+_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
+MAX_ROWS = 128          # the kernel holds all rows of x in one tile
+# Row counts (flattened M) for which impl="auto" takes the kernel: (lo, hi) inclusive ranges.
+# Empty: the kernel has not been timed against XLA yet (bench/bench_gemm.py on the H200).
+AUTO_ROWS: tuple[tuple[int, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulConfig:
+    block_n: int = 64       # output columns per program
+    block_k: int = 128      # K rows of w per pipeline step
+    num_warps: int = 4
+    num_stages: int = 4
+    split_k: int = 1        # K parts (float32 partials + one XLA sum when > 1)
+
+
+def _pow2_at_least(n: int, lo: int = 1) -> int:
+    return max(lo, 1 << max(0, (n - 1).bit_length()))
+
+
+def default_matmul_config(m: int, k: int, n: int) -> MatmulConfig:
+    """Untuned starting point: ~128+ programs for the 8B shapes, 64-column slabs.
+
+    Column slabs wider than the row tile keep the re-reads of x (every program reads all of it,
+    from L2) below the weight bytes; split_k makes up the programs narrow N lacks.
+    """
+    bn = 128 if n >= 128 * 128 else 64
+    programs = pl.cdiv(n, bn)
+    split = 1
+    while programs * split < 128 and k // (split * 2) >= 512 and (k // (split * 2)) % 128 == 0:
+        split *= 2
+    return MatmulConfig(block_n=bn, block_k=128 if m <= 64 else 64, num_warps=4, num_stages=4,
+                        split_k=split)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulPlan:
+    block_m: int
+    block_n: int
+    block_k: int
+    split_k: int
+    steps: int          # block_k steps per split
+    col_blocks: int
+
+
+def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig) -> MatmulPlan:
+    """The static launch shape for x [m, k] @ w [k, n]; raises ValueError for shapes it cannot take."""
+    why = _unsupported(m, k, n, cfg)
+    if why:
+        raise ValueError(f"the Pallas matmul cannot take [{m}, {k}] @ [{k}, {n}]: {why}; use impl='xla'")
+    bk = min(cfg.block_k, k)
+    return MatmulPlan(block_m=_pow2_at_least(m, 16), block_n=cfg.block_n, block_k=bk,
+                      split_k=cfg.split_k, steps=k // (bk * cfg.split_k), col_blocks=pl.cdiv(n, cfg.block_n))
+
+
+def _unsupported(m: int, k: int, n: int, cfg: MatmulConfig) -> str | None:
+    if m == 0 or k == 0 or n == 0:
+        return "empty operand"
+    if m > MAX_ROWS:
+        return f"{m} rows > {MAX_ROWS}"
+    for name, v in (("block_n", cfg.block_n), ("block_k", cfg.block_k), ("split_k", cfg.split_k)):
+        if v < 1 or v & (v - 1):
+            return f"{name} {v} is not a power of two"
+    bk = min(cfg.block_k, k)
+    if bk & (bk - 1):
+        return f"K = {k} is below block_k and not a power of two"
+    if k % (bk * cfg.split_k):
+        return f"K = {k} is not a multiple of block_k x split_k = {bk * cfg.split_k}"
+    if max(m, 16) * k >= 2**31 or k * n >= 2**31:
+        return "operand too large for the kernel's int32 offsets"
+    return None
+
+
+def matmul_reference(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
+    """The XLA path: one dot, float32 accumulation, output in out_dtype (default x.dtype)."""
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype), precision=_precision(x.dtype),
+                   preferred_element_type=jnp.float32)
+    return y.astype(out_dtype)
+
+
+def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision):
+    """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
+
+    x_ref [BM, K] (rows >= m masked: they load as 0 and move no bytes), w_ref [K, BN] (columns
+    >= n masked in the last block only), o_ref [BM, BN] (or the part's float32 partial).
+    """
+    bm, bn, bk = plan.block_m, plan.block_n, plan.block_k
+    rows_ok = (jnp.arange(bm, dtype=jnp.int32) < m)[:, None] if bm != m else None
+    cols_ok = None
+    if n % bn:
+        cols_ok = (pl.program_id(0) * bn + jnp.arange(bn, dtype=jnp.int32) < n)[None, :]
+    k0 = pl.program_id(1) * (plan.steps * bk)
+
+    def step(i, acc):
+        ks = pl.ds(pl.multiple_of(k0 + i * bk, bk), bk)
+        xt = pltriton.load(x_ref.at[:, ks], mask=rows_ok, other=None if rows_ok is None else 0.0)
+        wt = pltriton.load(w_ref.at[ks, :], mask=cols_ok, other=None if cols_ok is None else 0.0)
+        return acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
+                                     precision=precision, preferred_element_type=jnp.float32)
+
+    acc = lax.fori_loop(0, plan.steps, step, jnp.zeros((bm, bn), jnp.float32))
+    mask = rows_ok if cols_ok is None else (cols_ok if rows_ok is None else rows_ok & cols_ok)
+    pltriton.store(o_ref, acc.astype(o_ref.dtype), mask=mask)
+
+
+def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, interpret: bool):
+    m, k = x2.shape
+    n = w.shape[1]
+    plan = matmul_plan(m, k, n, cfg)
+    bm, bn = plan.block_m, plan.block_n
+    split = plan.split_k > 1
+    kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype))  # noqa: E731
+    if split:
+        out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
+        out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
+    else:
+        out_spec = pl.BlockSpec((bm, bn), lambda j, s: (0, j))
+        out_shape = jax.ShapeDtypeStruct((m, n), out_dtype)
+    params = None
+    if not interpret:
+        params = pltriton.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    y = pl.pallas_call(
+        kernel,
+        grid=(plan.col_blocks, plan.split_k),
+        in_specs=[pl.BlockSpec((bm, k), lambda j, s: (0, 0)),       # all rows: wider than m, masked
+                  pl.BlockSpec((k, bn), lambda j, s: (0, j))],
+        out_specs=out_spec,
+        out_shape=out_shape,
+        compiler_params=params,
+        interpret=interpret,
+        name="skinny_matmul",
+    )(x2, w)
+    return y.sum(axis=0).astype(out_dtype) if split else y
+
+
+def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig) -> str:
+    if impl not in _IMPLS:
+        raise ValueError(f"unknown matmul impl {impl!r}; choose one of {_IMPLS}")
+    if impl == "auto":
+        ok = any(lo <= m <= hi for lo, hi in AUTO_ROWS)
+        return "pallas" if ok and auto_impl() == "pallas" and not _unsupported(m, k, n, cfg) else "xla"
+    if impl == "triton":
+        impl = "pallas"
+    if impl == "pallas" and pltriton is None:
+        raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
+    # A forward mixes shapes (a prompt's rows, a verify's): the kernel takes those it can.
+    return "xla" if impl != "xla" and _unsupported(m, k, n, cfg) else impl
+
+
+def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
+           config: MatmulConfig | None = None) -> jax.Array:
+    """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
+
+    impl: "auto" (the kernel for the row counts in AUTO_ROWS on NVIDIA GPUs, else XLA) | "xla" |
+    "pallas" (= "triton") | "pallas_interpret" (CPU tests): the kernel wherever it fits (at most
+    MAX_ROWS rows, K a multiple of block_k x split_k), the XLA dot for the other shapes.
+    """
+    out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
+    k, n = w.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"matmul: x [..., {x.shape[-1]}] does not match w [{k}, {n}]")
+    lead = x.shape[:-1]
+    m = math.prod(lead)
+    cfg = config or default_matmul_config(m, k, n)
+    path = _resolve(impl, m, k, n, cfg)
+    if path == "xla":
+        return matmul_reference(x, w, out_dtype)
+    y = _matmul_pallas(x.reshape(m, k), w.astype(x.dtype), out_dtype, cfg,
+                       interpret=path == "pallas_interpret")
+    return y.reshape(*lead, n)

@@ -1,0 +1,123 @@
+"""pallas_kernels.matmul: the skinny-matmul kernel (interpret mode) against the XLA dot, the
+CUDA lowering, and the models' wiring (matmul_impl)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import matmul as mm
+from tests.test_kernels import _verified_triton_modules
+
+
+def rand(rng, shape, dtype):
+    return jnp.asarray(rng.standard_normal(shape), jnp.float32).astype(dtype)
+
+
+def rel_err(out, ref) -> float:
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+@pytest.mark.parametrize("m,k,n,cfg", [
+    (1, 256, 128, mm.MatmulConfig(block_n=64, block_k=64)),
+    (3, 128, 200, mm.MatmulConfig(block_n=64, block_k=64)),             # ragged last column block
+    (16, 256, 96, mm.MatmulConfig(block_n=32, block_k=128, split_k=2)),
+    (17, 512, 64, mm.MatmulConfig(block_n=64, block_k=64, split_k=4)),
+    (65, 128, 130, mm.MatmulConfig(block_n=128, block_k=32)),
+    (128, 64, 48, mm.MatmulConfig(block_n=16, block_k=64)),             # m a power of two: no row mask
+])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_kernel_matches_xla(m, k, n, cfg, dtype):
+    rng = np.random.default_rng(m * 1000 + n)
+    x, w = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    ref = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    out = mm.matmul(x, w, impl="pallas_interpret", config=cfg)
+    assert out.shape == (m, n) and out.dtype == dtype
+    assert np.isfinite(np.asarray(out, np.float32)).all()
+    # float32: IEEE dots, only the summation order differs; bf16: one rounding of the output
+    assert rel_err(out, ref) < (1e-6 if dtype == jnp.float32 else 4e-3)
+    xla = mm.matmul(x, w, impl="xla")
+    assert rel_err(out, xla) < (1e-6 if dtype == jnp.float32 else 4e-3)
+
+
+def test_float32_output_and_leading_dims():
+    """The LM head's form: bf16 operands, float32 logits, [Bt, T, H] rows flattened."""
+    rng = np.random.default_rng(0)
+    x, w = rand(rng, (2, 5, 64), jnp.bfloat16), rand(rng, (64, 300), jnp.bfloat16)
+    out = mm.matmul(x, w, out_dtype=jnp.float32, impl="pallas_interpret",
+                    config=mm.MatmulConfig(block_n=128, block_k=32))
+    ref = jnp.einsum("bth,hv->btv", x, w, preferred_element_type=jnp.float32)
+    assert out.shape == (2, 5, 300) and out.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-4)
+
+
+def test_default_configs_cover_the_8b_shapes():
+    """The default config takes every projection of the Qwen3-8B verify/drafter/decode shapes and
+    keeps at least ~128 programs busy."""
+    shapes = [(4096, 6144), (4096, 4096), (4096, 24576), (12288, 4096), (4096, 151936), (4096, 2048),
+              (20480, 4096)]
+    for m in (1, 15, 16, 65, 128):
+        for k, n in shapes:
+            cfg = mm.default_matmul_config(m, k, n)
+            plan = mm.matmul_plan(m, k, n, cfg)
+            assert plan.col_blocks * plan.split_k >= 64, (m, k, n, plan)
+            assert plan.steps * plan.block_k * plan.split_k == k
+
+
+def test_bad_shapes_and_impls():
+    with pytest.raises(ValueError, match="129 rows"):
+        mm.matmul_plan(129, 64, 32, mm.MatmulConfig())
+    with pytest.raises(ValueError, match="multiple of block_k"):
+        mm.matmul_plan(4, 96, 32, mm.MatmulConfig(block_k=64))
+    with pytest.raises(ValueError, match="not a power of two"):
+        mm.matmul_plan(4, 96, 32, mm.MatmulConfig(block_k=128))
+    w = jnp.ones((64, 32), jnp.bfloat16)
+    with pytest.raises(ValueError, match="does not match"):
+        mm.matmul(jnp.ones((2, 63)), w, impl="xla")
+    with pytest.raises(ValueError, match="unknown matmul impl"):
+        mm.matmul(jnp.ones((2, 64)), w, impl="cuda")
+    # shapes the kernel cannot take (a prompt's rows, a ragged K) go to the XLA dot, bit for bit
+    rng = np.random.default_rng(3)
+    for m, k in ((129, 64), (4, 96)):
+        x, w = rand(rng, (m, k), jnp.float32), rand(rng, (k, 32), jnp.float32)
+        np.testing.assert_array_equal(mm.matmul(x, w, impl="pallas_interpret", config=mm.MatmulConfig(block_k=64)),
+                                      mm.matmul(x, w, impl="xla"))
+    # "auto" on the CPU is the XLA dot, bit for bit
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((3, 64)), jnp.float32)
+    w = jnp.asarray(np.random.default_rng(2).standard_normal((64, 32)), jnp.float32)
+    np.testing.assert_array_equal(mm.matmul(x, w), jnp.einsum("...i,io->...o", x, w))
+
+
+@pytest.mark.skipif(mm.pltriton is None, reason="this jax has no Pallas Triton lowering")
+@pytest.mark.parametrize("m,k,n,dtype,out", [
+    (1, 4096, 6144, jnp.bfloat16, None), (65, 4096, 4096, jnp.bfloat16, None),
+    (16, 12288, 4096, jnp.bfloat16, None), (65, 4096, 151936, jnp.bfloat16, jnp.float32),
+    (17, 256, 1000, jnp.float32, None)])
+def test_triton_lowering_verifies(monkeypatch, m, k, n, dtype, out):
+    """The GPU path lowers for CUDA (no GPU needed) into one verified Triton module."""
+    modules = _verified_triton_modules(monkeypatch)
+    sds = jax.ShapeDtypeStruct
+    try:
+        jax.jit(lambda a, b: mm.matmul(a, b, out_dtype=out, impl="pallas")).trace(
+            sds((m, k), dtype), sds((k, n), dtype)).lower(lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert len(modules) == 1
+    assert modules[0].operation.verify()
+
+
+def test_engine_with_the_kernel_is_lossless():
+    """Every projection and LM head of the round through the kernel (interpret mode, float32):
+    DDTree and DFlash give the AR tokens, and those are the XLA-path AR tokens."""
+    from ddtree_jax.generate import Generator
+    from tiny import tiny_pair
+
+    pair = tiny_pair()
+    prompts = [[5], [1, 2, 3, 4, 5, 6, 7], list(range(2, 33))]
+    want = [r.token_ids for r in Generator(pair, method="ar", matmul_impl="xla").generate_ids(prompts, max_new_tokens=24)]
+    for method, budget in (("ar", 0), ("dflash", 0), ("ddtree", 24)):
+        gen = Generator(pair, method=method, budget=budget or 64, matmul_impl="pallas_interpret")
+        assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == want, method
