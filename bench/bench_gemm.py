@@ -14,7 +14,10 @@ weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieve
 Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
 e.g. xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
 "pallas:BNxBKxWxSxSPLIT" configs (block_n, block_k, num_warps, num_stages, split_k).
-Results go to DIR/bench_gemm.json, rewritten after every row.
+Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
+the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
+best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
+the wall figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges.
 """
 from __future__ import annotations
 
@@ -50,6 +53,47 @@ def parse_variant(v: str):
         bn, bk, w, s, sk = (int(x) for x in rest.split("x"))
         return "pallas", mm.MatmulConfig(block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=sk)
     raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT")
+
+
+def bucket(m: int) -> tuple[int, int]:
+    """The rows that share m's row tile (16, 32, 64 or 128 rows)."""
+    hi = max(16, 1 << max(0, (m - 1).bit_length()))
+    return (1 if hi == 16 else hi // 2 + 1), hi
+
+
+def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
+    """Table entries from measured rows: per shape and measured M, the fastest kernel config if it
+    beat "xla" by more than min_gain (a fraction). An entry covers the rows of M's row tile from
+    the next smaller measured M in that tile (exclusive) up to the tile's end if M is the largest
+    measured there, else up to M: measured M = 1, 16, 65 give [1, 1], [2, 16], [65, 128]."""
+    out = []
+    for (shape, k, n) in sorted({(r["shape"], r["k"], r["n"]) for r in rows}):
+        mine = [r for r in rows if r["shape"] == shape]
+        ms = sorted({r["m"] for r in mine})
+        for m in ms:
+            xla = [r["wall_us"] for r in mine if r["m"] == m and r["variant"] == "xla"]
+            ker = [r for r in mine if r["m"] == m and r.get("config")]
+            if not xla or not ker:
+                continue
+            best = min(ker, key=lambda r: r["wall_us"])
+            if best["wall_us"] >= xla[0] * (1.0 - min_gain):
+                continue
+            lo, hi = bucket(m)
+            same = [x for x in ms if bucket(x) == (lo, hi)]
+            below = [x for x in same if x < m]
+            out.append(dict(k=k, n=n, rows=[max(below) + 1 if below else lo, hi if m == max(same) else m],
+                            config=best["config"], us=round(best["wall_us"], 2), xla_us=round(xla[0], 2),
+                            shape=shape, measured_m=m))
+    return out
+
+
+def write_table(path: Path, device: str, entries: list[dict]) -> None:
+    """Merge entries into the table at path: this device's entries for the same shapes are replaced."""
+    table = json.loads(path.read_text()) if path.exists() else {}
+    shapes = {(e["k"], e["n"]) for e in entries}
+    kept = [e for e in table.get(device, []) if (e["k"], e["n"]) not in shapes]
+    table[device] = sorted(kept + entries, key=lambda e: (e["k"], e["n"], e["rows"][0]))
+    path.write_text(json.dumps(table, indent=1) + "\n")
 
 
 def chain_fn(k: int, n: int, impl: str, cfg, out_dtype):
@@ -101,6 +145,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--small", action="store_true", help="tiny shapes, interpret mode (CPU smoke run)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--write-table", default=None, metavar="FILE",
+                    help="merge the winners into this tuned table (e.g. pallas_kernels/matmul_configs.json)")
+    ap.add_argument("--min-gain", type=float, default=0.03, help="a kernel enters the table if this much faster")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     dtype = jnp.dtype(args.dtype)
@@ -116,14 +163,19 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
     print(f"{'shape':8s} {'M':>4s} {'variant':28s} {'wall us':>8s} {'kernel us':>9s} {'floor':>6s} {'TB/s':>5s}  kernel")
     key = jax.random.key(0, impl="unsafe_rbg") if not args.small else jax.random.key(0)
+    weights = {}  # every shape's copies up front: the rows loop is outermost (the first rows matter most)
     for sname, (k, n) in shapes.items():
-        out_dtype = jnp.float32 if sname == "lm_head" else dtype
         wbytes = k * n * dtype.itemsize
         copies = 1 if args.small else max(2, min(16, int(-(-args.cold_mb * 1e6 // wbytes))))
-        ws = [jax.random.normal(jax.random.fold_in(key, i), (k, n), jnp.float32).astype(dtype) * 0.02
-              for i in range(copies)]
-        jax.block_until_ready(ws)
-        for m in rows:
+        weights[sname] = [jax.random.normal(jax.random.fold_in(key, i), (k, n), jnp.float32).astype(dtype) * 0.02
+                          for i in range(copies)]
+        jax.block_until_ready(weights[sname])
+    for m in rows:
+        for sname, (k, n) in shapes.items():
+            ws = weights[sname]
+            copies = len(ws)
+            wbytes = k * n * dtype.itemsize
+            out_dtype = jnp.float32 if sname == "lm_head" else dtype
             x = jax.random.normal(jax.random.fold_in(key, 999), (m, k), jnp.float32).astype(dtype)
             for v in base + (extra if m in sweep_rows else []):
                 if time.perf_counter() - t_start > args.budget_s:
@@ -131,6 +183,8 @@ def main(argv=None) -> int:
                     break
                 kind, opt = parse_variant(v)
                 impl = "xla" if kind == "xla" else pallas_impl
+                if kind == "pallas" and opt is None:  # explicit, so a tuned table cannot change it
+                    opt = mm.default_matmul_config(m, k, n)
                 try:
                     fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype))
                     lowered = fn.lower(x, ws)
@@ -152,16 +206,24 @@ def main(argv=None) -> int:
                 floor = wbytes / HBM_BPS * 1e6
                 best = kus if np.isfinite(kus) else wall
                 row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, kernel_us=kus, kernel=kname,
-                           floor_us=floor, tbps=wbytes / best / 1e6, copies=copies)
+                           floor_us=floor, tbps=wbytes / best / 1e6, copies=copies,
+                           config=([opt.block_n, opt.block_k, opt.num_warps, opt.num_stages, opt.split_k]
+                                   if kind == "pallas" else None))
                 result["rows"].append(row)
                 print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",
                       flush=True)
                 if out:
                     (out / "bench_gemm.json").write_text(json.dumps(result, indent=1))
-        del ws
+    del weights
     print(f"[bench_gemm] done in {time.perf_counter() - t_start:.0f}s; {len(result['errors'])} errors")
     for e in result["errors"]:
         print("  ", e)
+    if args.write_table:
+        entries = table_entries(result["rows"], args.min_gain)
+        write_table(Path(args.write_table), result["device"], entries)
+        print(f"[bench_gemm] {len(entries)} table entries for {result['device']} -> {args.write_table}")
+        for e in entries:
+            print(f"   {e['shape']:8s} rows {e['rows']} config {e['config']}: {e['us']:.1f} us vs XLA {e['xla_us']:.1f}")
     return 0
 
 

@@ -60,10 +60,8 @@ def build(model: str, dtype) -> types.SimpleNamespace:
                        sliding_windows=(None,) * d["num_layers"], rope=rope)
     # unsafe_rbg keys: threefry took 102 s for 18 GB of weights on the H200 (bench/RESULTS.md).
     # Typed keys carry the generator, so the process-wide default (sampling) stays threefry.
-    init_t = jax.jit(lambda k: init_target(tc, k, dtype))
-    init_d = jax.jit(lambda k: init_drafter(dc, k, dtype))
-    tp = init_t(jax.random.key(0, impl="unsafe_rbg"))
-    dp = init_d(jax.random.key(1, impl="unsafe_rbg"))
+    tp = init_target(tc, jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True)
+    dp = init_drafter(dc, jax.random.key(1, impl="unsafe_rbg"), dtype, jit=True)
     jax.block_until_ready((tp, dp))
     return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
                                  tokenizer_dir=None, meta={})

@@ -16,14 +16,21 @@ float32 accumulation); the summation order differs from cuBLAS', so bf16 results
 the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never TF32.
 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
-the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA
-(``AUTO_ROWS``; empty until measured on a GPU); everything else is the XLA dot.
+the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA's dot on
+this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
+entries ``{k, n, rows: [lo, hi], config: [block_n, block_k, num_warps, num_stages, split_k],
+us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
+``$DDTREE_MATMUL_TABLE``. Everything else is the XLA dot.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
+import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -38,13 +45,12 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
-__all__ = ["matmul", "matmul_reference", "MatmulConfig", "default_matmul_config", "matmul_plan"]
+__all__ = ["matmul", "matmul_reference", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
-# Row counts (flattened M) for which impl="auto" takes the kernel: (lo, hi) inclusive ranges.
-# Empty: the kernel has not been timed against XLA yet (bench/bench_gemm.py on the H200).
-AUTO_ROWS: tuple[tuple[int, int], ...] = ()
+TABLE_PATH = Path(__file__).with_name("matmul_configs.json")
+TABLE_ENV = "DDTREE_MATMUL_TABLE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +60,33 @@ class MatmulConfig:
     num_warps: int = 4
     num_stages: int = 4
     split_k: int = 1        # K parts (float32 partials + one XLA sum when > 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_table(path: str) -> dict:
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"unreadable matmul table {path}: {e}; fix it or unset ${TABLE_ENV}") from None
+    if not isinstance(table, dict):
+        raise ValueError(f"matmul table {path} must map device kinds to lists of entries")
+    return table
+
+
+def tuned_config(m: int, k: int, n: int, device_kind: str | None = None) -> MatmulConfig | None:
+    """The measured-faster config for x [m, k] @ w [k, n] on this device kind, or None (XLA's
+    dot was as fast, or the shape was never timed). Device kind: jax.devices()[0]'s by default."""
+    if device_kind is None:
+        device_kind = jax.devices()[0].device_kind
+    for e in _read_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
+        lo, hi = e["rows"]
+        if e["k"] == k and e["n"] == n and lo <= m <= hi:
+            bn, bk, w, st, sk = e["config"]
+            return MatmulConfig(block_n=bn, block_k=bk, num_warps=w, num_stages=st, split_k=sk)
+    return None
 
 
 def _pow2_at_least(n: int, lo: int = 1) -> int:
@@ -176,27 +209,35 @@ def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, in
     return y.sum(axis=0).astype(out_dtype) if split else y
 
 
-def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig) -> str:
+def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None) -> tuple[str, MatmulConfig]:
+    """(path, config) of one call: path xla, pallas or pallas_interpret."""
     if impl not in _IMPLS:
         raise ValueError(f"unknown matmul impl {impl!r}; choose one of {_IMPLS}")
     if impl == "auto":
-        ok = any(lo <= m <= hi for lo, hi in AUTO_ROWS)
-        return "pallas" if ok and auto_impl() == "pallas" and not _unsupported(m, k, n, cfg) else "xla"
+        if auto_impl() != "pallas":
+            return "xla", cfg
+        tuned = cfg or tuned_config(m, k, n)
+        return ("pallas" if tuned is not None and not _unsupported(m, k, n, tuned) else "xla"), tuned
+    if cfg is None and impl != "pallas_interpret":
+        cfg = tuned_config(m, k, n)
+    cfg = cfg or default_matmul_config(m, k, n)
     if impl == "triton":
         impl = "pallas"
     if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
     # A forward mixes shapes (a prompt's rows, a verify's): the kernel takes those it can.
-    return "xla" if impl != "xla" and _unsupported(m, k, n, cfg) else impl
+    return ("xla" if impl != "xla" and _unsupported(m, k, n, cfg) else impl), cfg
 
 
 def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
            config: MatmulConfig | None = None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
 
-    impl: "auto" (the kernel for the row counts in AUTO_ROWS on NVIDIA GPUs, else XLA) | "xla" |
-    "pallas" (= "triton") | "pallas_interpret" (CPU tests): the kernel wherever it fits (at most
-    MAX_ROWS rows, K a multiple of block_k x split_k), the XLA dot for the other shapes.
+    impl: "auto" (on NVIDIA GPUs the kernel where the tuned table says it is faster, with the
+    table's config; else XLA) | "xla" | "pallas" (= "triton") | "pallas_interpret" (CPU tests):
+    the kernel wherever it fits (at most MAX_ROWS rows, K a multiple of block_k x split_k; the
+    tuned config, else default_matmul_config), the XLA dot for the other shapes.
+    config: overrides the table and the default.
     """
     out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
     k, n = w.shape
@@ -204,8 +245,7 @@ def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
         raise ValueError(f"matmul: x [..., {x.shape[-1]}] does not match w [{k}, {n}]")
     lead = x.shape[:-1]
     m = math.prod(lead)
-    cfg = config or default_matmul_config(m, k, n)
-    path = _resolve(impl, m, k, n, cfg)
+    path, cfg = _resolve(impl, m, k, n, config)
     if path == "xla":
         return matmul_reference(x, w, out_dtype)
     y = _matmul_pallas(x.reshape(m, k), w.astype(x.dtype), out_dtype, cfg,

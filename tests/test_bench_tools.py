@@ -172,3 +172,33 @@ def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
     r = bench_round.measure(gen, 16, rounds=1, repeats=1, stage_repeats=2)
     assert r["stage_ms"]["verify"] >= 40.0
     assert r["prefill_ms"] > 0 and r["prefill_first_ms"] > 0
+
+
+def test_bench_gemm_smoke_and_table(tmp_path):
+    """bench_gemm in interpret mode writes its JSON; --write-table merges winners per device kind."""
+    from bench import bench_gemm as bg
+
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"other GPU": [{"k": 1, "n": 1, "rows": [1, 1], "config": [16, 16, 4, 1, 1],
+                                                "us": 1.0, "xla_us": 2.0}]}))
+    assert bg.main(["--small", "--rows", "1,16", "--variants", "xla,pallas", "--reps", "1", "--out", str(tmp_path),
+                    "--write-table", str(table), "--min-gain", "-1000"]) == 0
+    res = json.loads((tmp_path / "bench_gemm.json").read_text())
+    assert {(r["shape"], r["m"], r["variant"]) for r in res["rows"]} == {
+        (s, m, v) for s in bg.SMALL for m in (1, 16) for v in ("xla", "pallas")}
+    written = json.loads(table.read_text())
+    assert "other GPU" in written and len(written[res["device"]]) == 2 * len(bg.SMALL)
+
+
+def test_bench_gemm_table_rows():
+    from bench import bench_gemm as bg
+
+    def rows(shape, m, xla, ker):
+        return [dict(shape=shape, k=64, n=32, m=m, variant="xla", wall_us=xla, config=None),
+                dict(shape=shape, k=64, n=32, m=m, variant="pallas", wall_us=ker, config=[32, 64, 4, 4, 1])]
+
+    measured = rows("a", 1, 10, 9) + rows("a", 16, 10, 5) + rows("a", 65, 10, 5) + rows("a", 32, 10, 9.9)
+    got = {e["measured_m"]: e["rows"] for e in bg.table_entries(measured, 0.03)}
+    # 32 gains 1 % only: no entry; 1 and 16 share the 16-row tile; 65 covers its tile's rows
+    assert got == {1: [1, 1], 16: [2, 16], 65: [65, 128]}
+    assert bg.bucket(17) == (17, 32) and bg.bucket(128) == (65, 128)

@@ -121,3 +121,38 @@ def test_engine_with_the_kernel_is_lossless():
     for method, budget in (("ar", 0), ("dflash", 0), ("ddtree", 24)):
         gen = Generator(pair, method=method, budget=budget or 64, matmul_impl="pallas_interpret")
         assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == want, method
+
+
+def test_tuned_table(tmp_path, monkeypatch):
+    """impl="auto" and "pallas" read the measured configs per device kind, shape and row range."""
+    table = {"NVIDIA H200": [
+        {"k": 4096, "n": 6144, "rows": [17, 128], "config": [64, 128, 4, 4, 2], "us": 14.0, "xla_us": 20.0},
+        {"k": 4096, "n": 6144, "rows": [1, 1], "config": [32, 256, 4, 3, 1], "us": 12.0, "xla_us": 12.5}]}
+    path = tmp_path / "t.json"
+    path.write_text(__import__("json").dumps(table))
+    monkeypatch.setenv(mm.TABLE_ENV, str(path))
+    assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200") == mm.MatmulConfig(64, 128, 4, 4, 2)
+    assert mm.tuned_config(1, 4096, 6144, "NVIDIA H200") == mm.MatmulConfig(32, 256, 4, 3, 1)
+    assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None       # rows not measured
+    assert mm.tuned_config(65, 4096, 4096, "NVIDIA H200") is None       # shape not measured
+    assert mm.tuned_config(65, 4096, 6144, "NVIDIA A100") is None       # another GPU
+    assert mm.tuned_config(65, 4096, 6144) is None                      # this CPU
+    path.write_text("{not json")
+    mm._read_table.cache_clear()
+    with pytest.raises(ValueError, match="unreadable matmul table"):
+        mm.tuned_config(65, 4096, 6144, "NVIDIA H200")
+    mm._read_table.cache_clear()
+
+
+def test_shipped_table_is_valid():
+    """Every entry of the shipped table is a config the kernel takes for its shape and rows."""
+    import json
+    table = json.loads(mm.TABLE_PATH.read_text())
+    for kind, entries in table.items():
+        for e in entries:
+            lo, hi = e["rows"]
+            cfg = mm.MatmulConfig(*e["config"])
+            assert 1 <= lo <= hi <= mm.MAX_ROWS, (kind, e)
+            for m in (lo, hi):
+                mm.matmul_plan(m, e["k"], e["n"], cfg)
+            assert e["us"] < e["xla_us"], (kind, e)   # only measured wins are in the table

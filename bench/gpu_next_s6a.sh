@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepared in session 5 (which had no device time: the cut-off session 4 had spent it), not yet
+# run. The kernels alone, no 8B model (~9.5 min):
+# (1) the skinny-matmul kernel (pallas_kernels/matmul.py) against XLA's dot on the 8B shapes at
+#     65 / 16 / 1 rows with HBM-cold weights, a config sweep at 65 rows (the DDTree-64 verify) and
+#     XLA's exhaustive tiling search beside it; the winners go to $R/matmul_configs.json (copy it
+#     to pallas_kernels/matmul_configs.json, run tests/test_matmul_kernel.py, commit: then
+#     impl="auto" takes the kernel where it won, which gpu_next_s6b.sh measures end to end);
+# (2) the tree build (issue 3): other vocabulary top-k splits and the Pallas first stage
+#     (pallas_kernels/chunk_topk.py, never timed), from session 4's gpu_next_s5a.sh;
+# (3) the attention kernel with HBM-cold caches (issue 4): the tree-verify chunk counts session
+#     4's sweep did not reach and the table at the defaults (session 4's gpu_next_s5b.sh, trimmed).
+# Usage (device tool): bash bench/gpu_next_s6a.sh -> $OUT/s6a.tar.xz
+source bench/gpu_step.sh
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$R/gpu.txt"
+SWEEP=pallas:32x128x4x4x1,pallas:64x128x4x4x1,pallas:64x128x4x4x2,pallas:128x128x4x4x1,pallas:128x64x4x4x2
+SWEEP=$SWEEP,pallas:64x64x4x6x2,pallas:64x256x4x3x1,pallas:128x128x8x3x2,pallas:256x64x8x4x1
+SWEEP=$SWEEP,xla:xla_gpu_exhaustive_tiling_search=true
+step gemm 290 python3 -m bench.bench_gemm --out "$R/gemm" --budget-s 275 --rows 65,16,1 \
+  --shapes qkv,o,gate_up,down,lm_head --variants xla,pallas --sweep "$SWEEP" --sweep-rows 65 \
+  --write-table "$R/matmul_configs.json"
+step tree 80 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 8192 \
+  --variants 128x0p,128x64p,256x16,256x16p,1024x8,1024x8p --out "$R/tree"
+step tree_pallas 70 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 8192 --stage1 pallas \
+  --out "$R/tree_pallas"
+step kernels 80 python3 bench/bench_kernels.py --out "$R/kernels" --budget-s 75 --ts 65,257,1 \
+  --prefixes 4096,32768 --tile-prefix 0 --split-prefixes 4096 --t-splits 65=2,4,8 --t-splits 257=2,4 \
+  --no-cudnn --no-extra --cold-mb 160
+finish s6a

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Prepared in session 5, not yet run. Issues 3 and 6: the 8B round table at one commit with the
+# corrected stage timer (session 4's stage columns were invalid: bench_round mixed the verify
+# forward and the choose call in one median, and timed its own state copy in the commit), once
+# with XLA's dots and once with impl="auto" (the skinny-matmul kernel where
+# pallas_kernels/matmul_configs.json says it won: commit gpu_next_s6a.sh's table first, or this
+# measures XLA twice). ~9 min: the 8B weights now build in seconds (init per layer, jitted once).
+# Usage (device tool): bash bench/gpu_next_s6b.sh -> $OUT/s6b.tar.xz
+source bench/gpu_step.sh
+step round_xla 190 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ar,dflash,ddtree \
+  --budgets 64,256,16,1024 --rounds 32 --repeats 3 --stage-repeats 0 --matmul-impl xla --out "$R/round_xla"
+step round_auto 330 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ar,dflash,ddtree \
+  --budgets 64,256,16,1024 --rounds 32 --repeats 3 --stage-repeats 2 --matmul-impl auto --out "$R/round_auto"
+finish s6b
