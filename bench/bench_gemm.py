@@ -13,7 +13,8 @@ weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieve
 
 Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
 e.g. xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
-"pallas:BNxBKxWxSxSPLIT" configs (block_n, block_k, num_warps, num_stages, split_k).
+"pallas:BNxBKxWxSxSPLIT[xTAIL]" configs (block_n, block_k, num_warps, num_stages, split_k,
+tail_rows 1/0: pallas_kernels.matmul.MatmulConfig's fields in order).
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
 best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
@@ -22,6 +23,7 @@ the wall figure), which ``impl="auto"`` reads; see ``table_entries`` for the row
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import statistics
@@ -50,9 +52,8 @@ def parse_variant(v: str):
     if kind == "pallas":
         if not rest:
             return "pallas", None
-        bn, bk, w, s, sk = (int(x) for x in rest.split("x"))
-        return "pallas", mm.MatmulConfig(block_n=bn, block_k=bk, num_warps=w, num_stages=s, split_k=sk)
-    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT")
+        return "pallas", mm.MatmulConfig(*(int(x) for x in rest.split("x")))
+    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT[xTAIL]")
 
 
 def bucket(m: int) -> tuple[int, int]:
@@ -207,8 +208,7 @@ def main(argv=None) -> int:
                 best = kus if np.isfinite(kus) else wall
                 row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, kernel_us=kus, kernel=kname,
                            floor_us=floor, tbps=wbytes / best / 1e6, copies=copies,
-                           config=([opt.block_n, opt.block_k, opt.num_warps, opt.num_stages, opt.split_k]
-                                   if kind == "pallas" else None))
+                           config=(list(dataclasses.astuple(opt)) if kind == "pallas" else None))
                 result["rows"].append(row)
                 print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",
                       flush=True)

@@ -14,7 +14,7 @@
 source bench/gpu_step.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$R/gpu.txt"
 SWEEP=pallas:32x128x4x4x1,pallas:64x128x4x4x1,pallas:64x128x4x4x2,pallas:128x128x4x4x1,pallas:128x64x4x4x2
-SWEEP=$SWEEP,pallas:64x64x4x6x2,pallas:64x256x4x3x1,pallas:128x128x8x3x2,pallas:256x64x8x4x1
+SWEEP=$SWEEP,pallas:64x64x4x6x2,pallas:64x256x4x3x1,pallas:128x128x8x3x2,pallas:64x64x4x4x2x0
 SWEEP=$SWEEP,xla:xla_gpu_exhaustive_tiling_search=true
 step gemm 290 python3 -m bench.bench_gemm --out "$R/gemm" --budget-s 275 --rows 65,16,1 \
   --shapes qkv,o,gate_up,down,lm_head --variants xla,pallas --sweep "$SWEEP" --sweep-rows 65 \

@@ -18,8 +18,7 @@ the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
 the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA's dot on
 this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
-entries ``{k, n, rows: [lo, hi], config: [block_n, block_k, num_warps, num_stages, split_k],
-us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
+entries ``{k, n, rows: [lo, hi], config: [MatmulConfig's fields in order], us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
 ``$DDTREE_MATMUL_TABLE``. Everything else is the XLA dot.
 """
 
@@ -60,6 +59,9 @@ class MatmulConfig:
     num_warps: int = 4
     num_stages: int = 4
     split_k: int = 1        # K parts (float32 partials + one XLA sum when > 1)
+    # Rows just above a power of two (65 = 64 + 1: a budget-64 verify) as that power's tile plus
+    # a 16-row tail tile, both fed by each weight tile: 80 rows of MMA work instead of 128.
+    tail_rows: bool = True
 
 
 @functools.lru_cache(maxsize=8)
@@ -84,8 +86,7 @@ def tuned_config(m: int, k: int, n: int, device_kind: str | None = None) -> Matm
     for e in _read_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
         lo, hi = e["rows"]
         if e["k"] == k and e["n"] == n and lo <= m <= hi:
-            bn, bk, w, st, sk = e["config"]
-            return MatmulConfig(block_n=bn, block_k=bk, num_warps=w, num_stages=st, split_k=sk)
+            return MatmulConfig(*e["config"])
     return None
 
 
@@ -104,13 +105,16 @@ def default_matmul_config(m: int, k: int, n: int) -> MatmulConfig:
     split = 1
     while programs * split < 128 and k // (split * 2) >= 512 and (k // (split * 2)) % 128 == 0:
         split *= 2
-    return MatmulConfig(block_n=bn, block_k=128 if m <= 64 else 64, num_warps=4, num_stages=4,
+    # a [rows, block_k] x tile per stage beside the [block_k, block_n] weight tile: narrower steps
+    # for the 128-row tile (rows 65-80 take a 64-row tile plus the 16-row tail)
+    return MatmulConfig(block_n=bn, block_k=128 if m <= 80 else 64, num_warps=4, num_stages=4,
                         split_k=split)
 
 
 @dataclasses.dataclass(frozen=True)
 class MatmulPlan:
-    block_m: int
+    block_m: int        # the main row tile (a power of two >= 16)
+    tail_m: int         # 0, or 16: a second row tile for rows block_m .. m-1
     block_n: int
     block_k: int
     split_k: int
@@ -124,7 +128,10 @@ def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig) -> MatmulPlan:
     if why:
         raise ValueError(f"the Pallas matmul cannot take [{m}, {k}] @ [{k}, {n}]: {why}; use impl='xla'")
     bk = min(cfg.block_k, k)
-    return MatmulPlan(block_m=_pow2_at_least(m, 16), block_n=cfg.block_n, block_k=bk,
+    bm, tail = _pow2_at_least(m, 16), 0
+    if cfg.tail_rows and bm >= 64 and m - bm // 2 <= 16:
+        bm, tail = bm // 2, 16
+    return MatmulPlan(block_m=bm, tail_m=tail, block_n=cfg.block_n, block_k=bk,
                       split_k=cfg.split_k, steps=k // (bk * cfg.split_k), col_blocks=pl.cdiv(n, cfg.block_n))
 
 
@@ -154,36 +161,46 @@ def matmul_reference(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
     return y.astype(out_dtype)
 
 
+def _and(a, b):
+    return a if b is None else (b if a is None else a & b)
+
+
 def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
-    x_ref [BM, K] (rows >= m masked: they load as 0 and move no bytes), w_ref [K, BN] (columns
-    >= n masked in the last block only), o_ref [BM, BN] (or the part's float32 partial).
+    x_ref [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w_ref [K, BN]
+    (columns >= n masked in the last block only), o_ref [BM + TM, BN] (or the part's float32
+    partial). Rows [0, BM) are one tile, rows [BM, BM + TM) the tail tile; each weight tile
+    loaded feeds both dots.
     """
-    bm, bn, bk = plan.block_m, plan.block_n, plan.block_k
-    rows_ok = (jnp.arange(bm, dtype=jnp.int32) < m)[:, None] if bm != m else None
+    bm, tm, bn, bk = plan.block_m, plan.tail_m, plan.block_n, plan.block_k
+    tiles = [(0, bm)] + ([(bm, tm)] if tm else [])
+    rows_ok = [(jnp.arange(r0, r0 + h, dtype=jnp.int32) < m)[:, None] if r0 + h > m else None for r0, h in tiles]
     cols_ok = None
     if n % bn:
         cols_ok = (pl.program_id(0) * bn + jnp.arange(bn, dtype=jnp.int32) < n)[None, :]
     k0 = pl.program_id(1) * (plan.steps * bk)
 
-    def step(i, acc):
+    def step(i, accs):
         ks = pl.ds(pl.multiple_of(k0 + i * bk, bk), bk)
-        xt = pltriton.load(x_ref.at[:, ks], mask=rows_ok, other=None if rows_ok is None else 0.0)
         wt = pltriton.load(w_ref.at[ks, :], mask=cols_ok, other=None if cols_ok is None else 0.0)
-        return acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
-                                     precision=precision, preferred_element_type=jnp.float32)
+        out = []
+        for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
+            xt = pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok, other=None if ok is None else 0.0)
+            out.append(acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
+                                             precision=precision, preferred_element_type=jnp.float32))
+        return tuple(out)
 
-    acc = lax.fori_loop(0, plan.steps, step, jnp.zeros((bm, bn), jnp.float32))
-    mask = rows_ok if cols_ok is None else (cols_ok if rows_ok is None else rows_ok & cols_ok)
-    pltriton.store(o_ref, acc.astype(o_ref.dtype), mask=mask)
+    accs = lax.fori_loop(0, plan.steps, step, tuple(jnp.zeros((h, bn), jnp.float32) for _, h in tiles))
+    for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
+        pltriton.store(o_ref.at[pl.ds(r0, h), :], acc.astype(o_ref.dtype), mask=_and(ok, cols_ok))
 
 
 def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, interpret: bool):
     m, k = x2.shape
     n = w.shape[1]
     plan = matmul_plan(m, k, n, cfg)
-    bm, bn = plan.block_m, plan.block_n
+    bm, bn = plan.block_m + plan.tail_m, plan.block_n
     split = plan.split_k > 1
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype))  # noqa: E731
     if split:

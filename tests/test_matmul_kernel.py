@@ -26,7 +26,10 @@ def rel_err(out, ref) -> float:
     (3, 128, 200, mm.MatmulConfig(block_n=64, block_k=64)),             # ragged last column block
     (16, 256, 96, mm.MatmulConfig(block_n=32, block_k=128, split_k=2)),
     (17, 512, 64, mm.MatmulConfig(block_n=64, block_k=64, split_k=4)),
-    (65, 128, 130, mm.MatmulConfig(block_n=128, block_k=32)),
+    (65, 128, 130, mm.MatmulConfig(block_n=128, block_k=32)),                  # 64-row tile + 16-row tail
+    (65, 128, 64, mm.MatmulConfig(block_n=64, block_k=32, tail_rows=False)),    # one 128-row tile
+    (80, 256, 64, mm.MatmulConfig(block_n=32, block_k=64, split_k=2)),          # the tail full
+    (33, 64, 96, mm.MatmulConfig(block_n=32, block_k=64)),                      # 32 + 16 rows
     (128, 64, 48, mm.MatmulConfig(block_n=16, block_k=64)),             # m a power of two: no row mask
 ])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
@@ -52,6 +55,16 @@ def test_float32_output_and_leading_dims():
     ref = jnp.einsum("bth,hv->btv", x, w, preferred_element_type=jnp.float32)
     assert out.shape == (2, 5, 300) and out.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-4)
+
+
+def test_row_tiles():
+    plan = lambda m, **kw: mm.matmul_plan(m, 4096, 4096, mm.MatmulConfig(**kw))  # noqa: E731
+    assert (plan(65).block_m, plan(65).tail_m) == (64, 16)
+    assert (plan(80).block_m, plan(80).tail_m) == (64, 16)
+    assert (plan(81).block_m, plan(81).tail_m) == (128, 0)
+    assert (plan(65, tail_rows=False).block_m, plan(65, tail_rows=False).tail_m) == (128, 0)
+    assert (plan(17).block_m, plan(17).tail_m) == (32, 0)
+    assert (plan(1).block_m, plan(64).block_m, plan(128).block_m) == (16, 64, 128)
 
 
 def test_default_configs_cover_the_8b_shapes():

@@ -49,16 +49,9 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 # End-to-end losslessness fuzz
 
 
-class FastGenerator(Generator):
-    """`Generator` compiling with FAST_COMPILE (the key is Generator._compile's)."""
-
-    def _compile(self, name, fn, args, static):
-        key = (name, jax.tree_util.tree_structure(args),
-               tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
-               tuple(sorted(static.items())))
-        if key not in self._compiled:
-            self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=FAST_COMPILE)
-        return self._compiled[key]
+def FastGenerator(*args, **kwargs) -> Generator:
+    """A `Generator` whose executables compile with FAST_COMPILE."""
+    return Generator(*args, compiler_options=FAST_COMPILE, **kwargs)
 
 
 FAMILIES = {"qwen3": (True, False), "llama": (False, False), "qwen2": (False, True)}  # qk_norm, qkv_bias
