@@ -31,16 +31,17 @@ def process_logits(logits: jax.Array, temperature: jax.Array, top_k: int, top_p:
     if 0 < top_k < v:
         kth = jax.lax.top_k(x, top_k)[0][..., -1:]
         x = jnp.where(x < kth, -jnp.inf, x)
-    # top-p (nucleus): keep the smallest prefix of the sorted distribution whose mass reaches p;
-    # the top token is always kept. The sort only runs when top_p < 1 (a traced choice).
+    # top-p (nucleus): keep the smallest prefix of the sorted distribution whose mass reaches p
+    # (the top token always), i.e. every token whose logit is at least the last kept one's: one
+    # sort of the values, then a compare in the original order (no argsort, no inverse
+    # permutation, no gathers over the vocabulary). Tokens tied with the last kept one are all
+    # kept. The sort only runs when top_p < 1 (a traced choice).
     def nucleus(x):
-        order = jnp.argsort(-x, axis=-1)
-        sorted_x = jnp.take_along_axis(x, order, axis=-1)
+        sorted_x = -jnp.sort(-x, axis=-1)
         probs = jax.nn.softmax(sorted_x, axis=-1)
-        keep_sorted = (jnp.cumsum(probs, axis=-1) - probs) < top_p
-        kept = jnp.where(keep_sorted, sorted_x, -jnp.inf)
-        inverse = jnp.argsort(order, axis=-1)
-        return jnp.take_along_axis(kept, inverse, axis=-1)
+        n_keep = jnp.sum((jnp.cumsum(probs, axis=-1) - probs) < top_p, axis=-1, keepdims=True)
+        last = jnp.take_along_axis(sorted_x, jnp.maximum(n_keep, 1) - 1, axis=-1)
+        return jnp.where(x >= last, x, -jnp.inf)
 
     return jax.lax.cond(top_p < 1.0, nucleus, lambda x: x, x)
 

@@ -28,21 +28,29 @@ def pair():
     return tiny_pair(vocab=8, layers=2, block_size=4, seed=5)
 
 
-def processed(logits, temperature, top_k):
+def processed(logits, temperature, top_k, top_p=1.0):
     x = np.asarray(logits, np.float64) / temperature
     if top_k:
         kth = np.sort(x, axis=-1)[..., -top_k][..., None]
         x = np.where(x < kth, -np.inf, x)
     p = np.exp(x - x.max(-1, keepdims=True))
-    return p / p.sum(-1, keepdims=True)
+    p = p / p.sum(-1, keepdims=True)
+    if top_p < 1.0:  # the smallest set of most likely tokens whose mass reaches top_p
+        order = np.argsort(-p, axis=-1, kind="stable")
+        ps = np.take_along_axis(p, order, axis=-1)
+        keep = np.zeros_like(p, bool)
+        np.put_along_axis(keep, order, (np.cumsum(ps, axis=-1) - ps) < top_p, axis=-1)
+        p = np.where(keep, p, 0.0)
+        p = p / p.sum(-1, keepdims=True)
+    return p
 
 
-def exact_pairs(pair, temperature, top_k):
+def exact_pairs(pair, temperature, top_k, top_p=1.0):
     """p(x1, x2) and p(x2, x3) under the processed target distribution."""
     v = pair.target_cfg.vocab_size
     seqs = np.array([PROMPT + list(t) for t in itertools.product(range(v), repeat=2)], np.int32)
     logits, _ = tmodel.forward_train(pair.target_params, pair.target_cfg, jnp.asarray(seqs))
-    probs = processed(np.asarray(logits), temperature, top_k)  # [v*v, T, V]
+    probs = processed(np.asarray(logits), temperature, top_k, top_p)  # [v*v, T, V]
     n = len(PROMPT)
     p1 = probs[0, n - 1]  # p(x1)
     p2 = probs[:, n, :].reshape(v, v, v)[:, 0, :]  # p(x2 | x1): position n sees x1 only
@@ -62,13 +70,14 @@ def gof(counts, expected_p):
     return stats.chisquare(obs[keep], ex[keep]).pvalue
 
 
-@pytest.mark.parametrize("method,budget,temperature,top_k", [
-    ("ar", 0, 1.0, 0),
-    ("ddtree", 16, 1.0, 0),
-    ("dflash", 0, 1.0, 0),
-    ("ddtree", 7, 0.7, 3),
+@pytest.mark.parametrize("method,budget,temperature,top_k,top_p", [
+    ("ar", 0, 1.0, 0, 1.0),
+    ("ddtree", 16, 1.0, 0, 1.0),
+    ("dflash", 0, 1.0, 0, 1.0),
+    ("ddtree", 7, 0.7, 3, 1.0),
+    ("ddtree", 16, 3.0, 0, 0.9),  # the nucleus truncates: 4 and 17 of 64 cells left
 ])
-def test_samples_follow_target_distribution(pair, method, budget, temperature, top_k):
+def test_samples_follow_target_distribution(pair, method, budget, temperature, top_k, top_p):
     v = pair.target_cfg.vocab_size
     # The random drafter's top-1 chain is rarely right; the chain gets the oracle drafter (the
     # target's greedy continuation), so that sampled tokens are accepted along it.
@@ -76,16 +85,19 @@ def test_samples_follow_target_distribution(pair, method, budget, temperature, t
     if oracle is not None:
         oracle = {k: (jnp.broadcast_to(x, (N,) + x.shape[1:]) if x.ndim else x) for k, x in oracle.items()}
     gen = Generator(pair, method=method, budget=budget or 16, oracle=oracle)
-    res = gen.generate_ids([PROMPT] * N, max_new_tokens=3, temperature=temperature, top_k=top_k, seed=11)
+    res = gen.generate_ids([PROMPT] * N, max_new_tokens=3, temperature=temperature, top_k=top_k, top_p=top_p,
+                           seed=11)
     toks = np.array([r.token_ids for r in res])
     assert toks.shape == (N, 3)
-    joint12, joint23 = exact_pairs(pair, temperature, top_k)
+    joint12, joint23 = exact_pairs(pair, temperature, top_k, top_p)
     c12 = np.zeros((v, v))
     np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
     c23 = np.zeros((v, v))
     np.add.at(c23, (toks[:, 1], toks[:, 2]), 1)
     assert gof(c12, joint12) > ALPHA
     assert gof(c23, joint23) > ALPHA
+    # gof drops cells of probability 0 (top-k / top-p cut them): no sample may land there
+    assert c12[joint12 == 0].sum() == 0 and c23[joint23 == 0].sum() == 0
     if method != "ar":
         accepted = np.mean([a > 1 for r in res for a in r.acceptance_lengths])
         assert accepted > 0.2, accepted  # drafted tokens were accepted in a good share of rounds
@@ -100,3 +112,20 @@ def test_wrong_distribution_is_detected(pair):
     c12 = np.zeros(joint12.shape)
     np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
     assert gof(c12, joint12) < ALPHA
+
+
+def test_nucleus_matches_reference():
+    """process_logits' top-p keeps exactly the smallest most-likely set reaching top_p (ties in
+    random float logits do not occur), after temperature and top-k; the top token always."""
+    from ddtree_jax.sampling import process_logits
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((64, 50)).astype(np.float32) * 3
+    for temperature, top_k, top_p in [(1.0, 0, 0.9), (0.5, 10, 0.5), (2.0, 0, 1e-6), (1.0, 5, 0.999)]:
+        x = process_logits(jnp.asarray(logits), jnp.float32(temperature), top_k, jnp.float32(top_p))
+        got = np.isfinite(np.asarray(x))
+        want = processed(logits, temperature, top_k, top_p) > 0
+        np.testing.assert_array_equal(got, want)
+        assert got.sum(-1).min() >= 1
+        kept = np.asarray(x)[got]
+        np.testing.assert_allclose(kept, (logits / temperature)[got], rtol=1e-6)
