@@ -11,7 +11,9 @@ variant: wall (the chain's time / calls, median of --reps) and kernel (the devic
 chain's largest kernel per call, from a profiler trace: the GEMM alone). Bytes floor: the
 weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieved.
 
-Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
+Shapes: the projections of one layer (qkv, o, gate_up, down), down_swiglu (the down projection
+from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue), the
+LM head (float32 logits), the drafter's k/v and fc. Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
 e.g. xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
 "pallas:BNxBKxWxSxSPLIT[xTAIL]" configs (block_n, block_k, num_warps, num_stages, split_k,
 tail_rows 1/0: pallas_kernels.matmul.MatmulConfig's fields in order).
@@ -40,8 +42,9 @@ from pallas_kernels import matmul as mm
 
 HBM_BPS = 3.3e12
 SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
-             "lm_head": (4096, 151936), "drafter_kv": (4096, 2048), "fc": (20480, 4096)}
-SMALL = {"qkv": (256, 384), "down": (512, 128)}
+             "down_swiglu": (12288, 4096), "lm_head": (4096, 151936), "drafter_kv": (4096, 2048),
+             "fc": (20480, 4096)}
+SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64)}
 
 
 def parse_variant(v: str):
@@ -82,30 +85,34 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
             lo, hi = bucket(m)
             same = [x for x in ms if bucket(x) == (lo, hi)]
             below = [x for x in same if x < m]
-            out.append(dict(k=k, n=n, rows=[max(below) + 1 if below else lo, hi if m == max(same) else m],
-                            config=best["config"], us=round(best["wall_us"], 2), xla_us=round(xla[0], 2),
-                            shape=shape, measured_m=m))
+            entry = dict(k=k, n=n, rows=[max(below) + 1 if below else lo, hi if m == max(same) else m],
+                         config=best["config"], us=round(best["wall_us"], 2), xla_us=round(xla[0], 2),
+                         shape=shape, measured_m=m)
+            if shape.endswith("swiglu"):
+                entry["prologue"] = "swiglu"
+            out.append(entry)
     return out
 
 
 def write_table(path: Path, device: str, entries: list[dict]) -> None:
     """Merge entries into the table at path: this device's entries for the same shapes are replaced."""
     table = json.loads(path.read_text()) if path.exists() else {}
-    shapes = {(e["k"], e["n"]) for e in entries}
-    kept = [e for e in table.get(device, []) if (e["k"], e["n"]) not in shapes]
+    shapes = {(e["k"], e["n"], e.get("prologue")) for e in entries}
+    kept = [e for e in table.get(device, []) if (e["k"], e["n"], e.get("prologue")) not in shapes]
     table[device] = sorted(kept + entries, key=lambda e: (e["k"], e["n"], e["rows"][0]))
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
-def chain_fn(k: int, n: int, impl: str, cfg, out_dtype):
+def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None):
+    """Call l+1's input from call l's output: cut or tiled to the K (2K with the swiglu prologue:
+    the down projection from a gate_up output) columns x has."""
+    kx = 2 * k if prologue else k
+
     def step(x, w):
-        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype) if impl != "xla" else (
-            jnp.einsum("...i,io->...o", x, w, preferred_element_type=out_dtype) if out_dtype != x.dtype
-            else jnp.einsum("...i,io->...o", x, w))
-        y = y.astype(x.dtype)
-        if n == k:
+        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue).astype(x.dtype)
+        if n == kx:
             return y
-        return y[:, :k] if n > k else jnp.tile(y, (1, -(-k // n)))[:, :k]
+        return y[:, :kx] if n > kx else jnp.tile(y, (1, -(-kx // n)))[:, :kx]
 
     def chain(x, ws):
         for w in ws:
@@ -177,7 +184,9 @@ def main(argv=None) -> int:
             copies = len(ws)
             wbytes = k * n * dtype.itemsize
             out_dtype = jnp.float32 if sname == "lm_head" else dtype
-            x = jax.random.normal(jax.random.fold_in(key, 999), (m, k), jnp.float32).astype(dtype)
+            prologue = "swiglu" if sname.endswith("swiglu") else None
+            x = jax.random.normal(jax.random.fold_in(key, 999), (m, 2 * k if prologue else k),
+                                  jnp.float32).astype(dtype)
             for v in base + (extra if m in sweep_rows else []):
                 if time.perf_counter() - t_start > args.budget_s:
                     result["errors"].append(f"budget: stopped before {sname} M={m} {v}")
@@ -187,7 +196,7 @@ def main(argv=None) -> int:
                 if kind == "pallas" and opt is None:  # explicit, so a tuned table cannot change it
                     opt = mm.default_matmul_config(m, k, n)
                 try:
-                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype))
+                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype, prologue))
                     lowered = fn.lower(x, ws)
                     comp = lowered.compile(compiler_options=opt if kind == "xla" else None)
                     ref = jax.block_until_ready(comp(x, ws))

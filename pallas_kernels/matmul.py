@@ -18,7 +18,8 @@ the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
 the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA's dot on
 this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
-entries ``{k, n, rows: [lo, hi], config: [MatmulConfig's fields in order], us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
+entries ``{k, n, prologue (absent: none), rows: [lo, hi], config: [MatmulConfig's fields in
+order], us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
 ``$DDTREE_MATMUL_TABLE``. Everything else is the XLA dot.
 """
 
@@ -44,7 +45,7 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
-__all__ = ["matmul", "matmul_reference", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
+__all__ = ["matmul", "matmul_reference", "swiglu", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
@@ -78,14 +79,16 @@ def _read_table(path: str) -> dict:
     return table
 
 
-def tuned_config(m: int, k: int, n: int, device_kind: str | None = None) -> MatmulConfig | None:
-    """The measured-faster config for x [m, k] @ w [k, n] on this device kind, or None (XLA's
-    dot was as fast, or the shape was never timed). Device kind: jax.devices()[0]'s by default."""
+def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
+                 prologue: str | None = None) -> MatmulConfig | None:
+    """The measured-faster config for x [m, k] @ w [k, n] (with that prologue) on this device
+    kind, or None (XLA was as fast, or the shape was never timed). Device kind:
+    jax.devices()[0]'s by default."""
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
     for e in _read_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
         lo, hi = e["rows"]
-        if e["k"] == k and e["n"] == n and lo <= m <= hi:
+        if e["k"] == k and e["n"] == n and e.get("prologue") == prologue and lo <= m <= hi:
             return MatmulConfig(*e["config"])
     return None
 
@@ -153,25 +156,36 @@ def _unsupported(m: int, k: int, n: int, cfg: MatmulConfig) -> str | None:
     return None
 
 
-def matmul_reference(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
-    """The XLA path: one dot, float32 accumulation, output in out_dtype (default x.dtype)."""
-    out_dtype = x.dtype if out_dtype is None else out_dtype
-    y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype), precision=_precision(x.dtype),
-                   preferred_element_type=jnp.float32)
-    return y.astype(out_dtype)
+def swiglu(x: jax.Array) -> jax.Array:
+    """silu(gate) * up of x = [gate ; up] along the last axis (the fused gate_up projection's
+    output), in x.dtype: the MLP's activation, the input of its down projection."""
+    gate, up = jnp.split(x, 2, axis=-1)
+    return jax.nn.silu(gate) * up
+
+
+def matmul_reference(x: jax.Array, w: jax.Array, out_dtype=None, prologue: str | None = None) -> jax.Array:
+    """The XLA path, the same ops as the models' own dots: one einsum, in x.dtype (XLA
+    accumulates in float32), or with preferred_element_type when out_dtype differs (the LM head's
+    float32 logits). prologue "swiglu": the einsum of swiglu(x)."""
+    if prologue == "swiglu":
+        x = swiglu(x)
+    if out_dtype is None or jnp.dtype(out_dtype) == x.dtype:
+        return jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
+    return jnp.einsum("...i,io->...o", x, w.astype(x.dtype), preferred_element_type=out_dtype)
 
 
 def _and(a, b):
     return a if b is None else (b if a is None else a & b)
 
 
-def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision):
+def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
     x_ref [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w_ref [K, BN]
     (columns >= n masked in the last block only), o_ref [BM + TM, BN] (or the part's float32
     partial). Rows [0, BM) are one tile, rows [BM, BM + TM) the tail tile; each weight tile
-    loaded feeds both dots.
+    loaded feeds both dots. swiglu_in: x_ref is [BM + TM, 2K] = [gate ; up], and the x tile is
+    silu(gate) * up, computed in float32 and rounded to x's dtype (as the XLA fusion does).
     """
     bm, tm, bn, bk = plan.block_m, plan.tail_m, plan.block_n, plan.block_k
     tiles = [(0, bm)] + ([(bm, tm)] if tm else [])
@@ -180,6 +194,7 @@ def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision)
     if n % bn:
         cols_ok = (pl.program_id(0) * bn + jnp.arange(bn, dtype=jnp.int32) < n)[None, :]
     k0 = pl.program_id(1) * (plan.steps * bk)
+    k_total = w_ref.shape[0]
 
     def step(i, accs):
         ks = pl.ds(pl.multiple_of(k0 + i * bk, bk), bk)
@@ -187,6 +202,11 @@ def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision)
         out = []
         for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
             xt = pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok, other=None if ok is None else 0.0)
+            if swiglu_in:
+                ks_up = pl.ds(pl.multiple_of(k_total + k0 + i * bk, bk), bk)
+                up = pltriton.load(x_ref.at[pl.ds(r0, h), ks_up], mask=ok, other=None if ok is None else 0.0)
+                g32 = xt.astype(jnp.float32)
+                xt = (g32 / (1.0 + jnp.exp(-g32)) * up.astype(jnp.float32)).astype(xt.dtype)
             out.append(acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
                                              precision=precision, preferred_element_type=jnp.float32))
         return tuple(out)
@@ -196,13 +216,15 @@ def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision)
         pltriton.store(o_ref.at[pl.ds(r0, h), :], acc.astype(o_ref.dtype), mask=_and(ok, cols_ok))
 
 
-def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, interpret: bool):
-    m, k = x2.shape
-    n = w.shape[1]
+def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, interpret: bool,
+                   prologue: str | None = None):
+    m, kx = x2.shape
+    k, n = w.shape
     plan = matmul_plan(m, k, n, cfg)
     bm, bn = plan.block_m + plan.tail_m, plan.block_n
     split = plan.split_k > 1
-    kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype))  # noqa: E731
+    kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
+                                   swiglu_in=prologue == "swiglu")
     if split:
         out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
@@ -215,7 +237,7 @@ def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, in
     y = pl.pallas_call(
         kernel,
         grid=(plan.col_blocks, plan.split_k),
-        in_specs=[pl.BlockSpec((bm, k), lambda j, s: (0, 0)),       # all rows: wider than m, masked
+        in_specs=[pl.BlockSpec((bm, kx), lambda j, s: (0, 0)),      # all rows: wider than m, masked
                   pl.BlockSpec((k, bn), lambda j, s: (0, j))],
         out_specs=out_spec,
         out_shape=out_shape,
@@ -226,17 +248,18 @@ def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, in
     return y.sum(axis=0).astype(out_dtype) if split else y
 
 
-def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None) -> tuple[str, MatmulConfig]:
+def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None,
+             prologue: str | None = None) -> tuple[str, MatmulConfig]:
     """(path, config) of one call: path xla, pallas or pallas_interpret."""
     if impl not in _IMPLS:
         raise ValueError(f"unknown matmul impl {impl!r}; choose one of {_IMPLS}")
     if impl == "auto":
         if auto_impl() != "pallas":
             return "xla", cfg
-        tuned = cfg or tuned_config(m, k, n)
+        tuned = cfg or tuned_config(m, k, n, prologue=prologue)
         return ("pallas" if tuned is not None and not _unsupported(m, k, n, tuned) else "xla"), tuned
     if cfg is None and impl != "pallas_interpret":
-        cfg = tuned_config(m, k, n)
+        cfg = tuned_config(m, k, n, prologue=prologue)
     cfg = cfg or default_matmul_config(m, k, n)
     if impl == "triton":
         impl = "pallas"
@@ -247,8 +270,11 @@ def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None) -> tup
 
 
 def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
-           config: MatmulConfig | None = None) -> jax.Array:
+           config: MatmulConfig | None = None, prologue: str | None = None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
+
+    prologue "swiglu": x is [..., 2K] = [gate ; up] and the product is swiglu(x) @ w (the MLP's
+    down projection straight from the gate_up output: the activation is never written).
 
     impl: "auto" (on NVIDIA GPUs the kernel where the tuned table says it is faster, with the
     table's config; else XLA) | "xla" | "pallas" (= "triton") | "pallas_interpret" (CPU tests):
@@ -258,13 +284,17 @@ def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
     """
     out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
     k, n = w.shape
-    if x.shape[-1] != k:
-        raise ValueError(f"matmul: x [..., {x.shape[-1]}] does not match w [{k}, {n}]")
+    if prologue not in (None, "swiglu"):
+        raise ValueError(f"unknown matmul prologue {prologue!r}; None or 'swiglu'")
+    kx = 2 * k if prologue == "swiglu" else k
+    if x.shape[-1] != kx:
+        raise ValueError(f"matmul: x [..., {x.shape[-1]}] does not match w [{k}, {n}]"
+                         + (" (swiglu takes [gate ; up]: 2K columns)" if prologue else ""))
     lead = x.shape[:-1]
     m = math.prod(lead)
-    path, cfg = _resolve(impl, m, k, n, config)
+    path, cfg = _resolve(impl, m, k, n, config, prologue)
     if path == "xla":
-        return matmul_reference(x, w, out_dtype)
-    y = _matmul_pallas(x.reshape(m, k), w.astype(x.dtype), out_dtype, cfg,
-                       interpret=path == "pallas_interpret")
+        return matmul_reference(x, w, out_dtype, prologue)
+    y = _matmul_pallas(x.reshape(m, kx), w.astype(x.dtype), out_dtype, cfg,
+                       interpret=path == "pallas_interpret", prologue=prologue)
     return y.reshape(*lead, n)

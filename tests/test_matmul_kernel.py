@@ -46,6 +46,27 @@ def test_kernel_matches_xla(m, k, n, cfg, dtype):
     assert rel_err(out, xla) < (1e-6 if dtype == jnp.float32 else 4e-3)
 
 
+@pytest.mark.parametrize("m,k,n,cfg", [
+    (1, 128, 64, mm.MatmulConfig(block_n=32, block_k=64)),
+    (65, 256, 96, mm.MatmulConfig(block_n=32, block_k=64, split_k=2)),
+    (16, 64, 200, mm.MatmulConfig(block_n=64, block_k=32)),
+])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_swiglu_prologue(m, k, n, cfg, dtype):
+    """The down projection straight from the gate_up output: swiglu(x) @ w, x = [gate ; up]."""
+    rng = np.random.default_rng(m + k + n)
+    x, w = rand(rng, (m, 2 * k), dtype), rand(rng, (k, n), dtype)
+    out = mm.matmul(x, w, impl="pallas_interpret", config=cfg, prologue="swiglu")
+    ref = mm.matmul(x, w, impl="xla", prologue="swiglu")
+    g, u = np.split(np.asarray(x, np.float64), 2, axis=-1)
+    exact = (g / (1 + np.exp(-g)) * u) @ np.asarray(w, np.float64)
+    assert out.shape == (m, n) and out.dtype == dtype
+    tol = 1e-5 if dtype == jnp.float32 else 1e-2   # bf16: the activation is rounded before the dot
+    assert rel_err(out, exact) < tol and rel_err(ref, exact) < tol
+    with pytest.raises(ValueError, match="2K columns"):
+        mm.matmul(x[:, :k], w, impl="xla", prologue="swiglu")
+
+
 def test_float32_output_and_leading_dims():
     """The LM head's form: bf16 operands, float32 logits, [Bt, T, H] rows flattened."""
     rng = np.random.default_rng(0)
@@ -105,17 +126,17 @@ def test_bad_shapes_and_impls():
 
 
 @pytest.mark.skipif(mm.pltriton is None, reason="this jax has no Pallas Triton lowering")
-@pytest.mark.parametrize("m,k,n,dtype,out", [
-    (1, 4096, 6144, jnp.bfloat16, None), (65, 4096, 4096, jnp.bfloat16, None),
-    (16, 12288, 4096, jnp.bfloat16, None), (65, 4096, 151936, jnp.bfloat16, jnp.float32),
-    (17, 256, 1000, jnp.float32, None)])
-def test_triton_lowering_verifies(monkeypatch, m, k, n, dtype, out):
+@pytest.mark.parametrize("m,k,n,dtype,out,prologue", [
+    (1, 4096, 6144, jnp.bfloat16, None, None), (65, 4096, 4096, jnp.bfloat16, None, None),
+    (16, 12288, 4096, jnp.bfloat16, None, "swiglu"), (65, 12288, 4096, jnp.bfloat16, None, "swiglu"),
+    (65, 4096, 151936, jnp.bfloat16, jnp.float32, None), (17, 256, 1000, jnp.float32, None, None)])
+def test_triton_lowering_verifies(monkeypatch, m, k, n, dtype, out, prologue):
     """The GPU path lowers for CUDA (no GPU needed) into one verified Triton module."""
     modules = _verified_triton_modules(monkeypatch)
     sds = jax.ShapeDtypeStruct
     try:
-        jax.jit(lambda a, b: mm.matmul(a, b, out_dtype=out, impl="pallas")).trace(
-            sds((m, k), dtype), sds((k, n), dtype)).lower(lowering_platforms=("cuda",))
+        jax.jit(lambda a, b: mm.matmul(a, b, out_dtype=out, impl="pallas", prologue=prologue)).trace(
+            sds((m, 2 * k if prologue else k), dtype), sds((k, n), dtype)).lower(lowering_platforms=("cuda",))
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax
         pytest.skip(f"cannot lower for CUDA here: {e}")
     assert len(modules) == 1
@@ -150,6 +171,7 @@ def test_tuned_table(tmp_path, monkeypatch):
     assert mm.tuned_config(65, 4096, 4096, "NVIDIA H200") is None       # shape not measured
     assert mm.tuned_config(65, 4096, 6144, "NVIDIA A100") is None       # another GPU
     assert mm.tuned_config(65, 4096, 6144) is None                      # this CPU
+    assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200", prologue="swiglu") is None  # another kernel
     path.write_text("{not json")
     mm._read_table.cache_clear()
     with pytest.raises(ValueError, match="unreadable matmul table"):
@@ -166,6 +188,7 @@ def test_shipped_table_is_valid():
             lo, hi = e["rows"]
             cfg = mm.MatmulConfig(*e["config"])
             assert 1 <= lo <= hi <= mm.MAX_ROWS, (kind, e)
+            assert e.get("prologue") in (None, "swiglu"), (kind, e)
             for m in (lo, hi):
                 mm.matmul_plan(m, e["k"], e["n"], cfg)
             assert e["us"] < e["xla_us"], (kind, e)   # only measured wins are in the table
