@@ -132,8 +132,8 @@ def acceptance_hist(rows, path):
 
 def _impls(r: dict) -> str:
     """A row's kernel choice: its attention impl, and its matmul impl when not the default."""
-    mm = r.get("matmul_impl", "auto")
-    return r.get("attn_impl", "") + ("" if mm == "auto" else f"/mm={mm}")
+    mm, kv = r.get("matmul_impl", "auto"), r.get("cache_impl", "auto")
+    return r.get("attn_impl", "") + ("" if mm == "auto" else f"/mm={mm}") + ("" if kv == "auto" else f"/kv={kv}")
 
 
 def round_latency(rl: dict, path):

@@ -220,6 +220,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--attn-impl", default="auto")
     ap.add_argument("--matmul-impl", default="auto")
+    ap.add_argument("--cache-impl", default="auto")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
@@ -235,7 +236,8 @@ def main(argv=None) -> int:
         method, _, b = m.partition(":")
         opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
         gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl, unroll=int(u or 0),
-                        compiler_options=opts, matmul_impl=args.matmul_impl)
+                        compiler_options=opts, matmul_impl=args.matmul_impl,
+                        cache_impl=args.cache_impl)
         label = f"{method}{b}_u{gen.unroll}"
         r = profile_one(gen, args.prompt_len, args.rounds, out, label)
         results.append(r)

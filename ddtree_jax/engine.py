@@ -44,6 +44,9 @@ class DecodeSpec:
     # The projections and LM heads (pallas_kernels.matmul): "auto" = XLA except where the
     # skinny-matmul kernel was measured faster; "pallas" = the kernel wherever it fits.
     matmul_impl: str = "auto"
+    # The commit's cache writes (pallas_kernels.cache_write: every layer's in one kernel);
+    # "auto" = XLA's per-array writes until the kernel is timed on a GPU.
+    cache_impl: str = "auto"
     drafter: str = "dflash"  # "dflash", or "oracle" (models/oracle.py: tests and benchmarks)
     # Rounds per while_loop iteration (steps past max_rounds run but commit nothing). Meant to
     # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
@@ -152,14 +155,15 @@ def commit_stage(
     n_new = result.num_accepted + 1  # accepted nodes + the bonus token
     # The root and the accepted nodes' K/V go to length .. length+num_accepted (the rest of the
     # path's D+1 entries land beyond the new length and are overwritten later).
-    cache = append(state.cache, *new_kv, state.length, rows=result.path)
+    cache = append(state.cache, *new_kv, state.length, rows=result.path, impl=spec.cache_impl)
     dcache = state.dcache
     if spec.speculative:
         if spec.drafter == "dflash":
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
             dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
-                                         norm_impl=spec.norm_impl, matmul_impl=spec.matmul_impl)
+                                         norm_impl=spec.norm_impl, matmul_impl=spec.matmul_impl,
+                                         cache_impl=spec.cache_impl)
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real

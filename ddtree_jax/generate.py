@@ -87,7 +87,7 @@ class Generator:
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
                  executables: Executables | None = None, prefill_chunk: int = 0,
-                 matmul_impl: str = "auto"):
+                 matmul_impl: str = "auto", cache_impl: str = "auto"):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
@@ -97,7 +97,8 @@ class Generator:
         `Executables` shared with other Generators of the same checkpoint (the bench suite), so
         that what they have in common compiles once. prefill_chunk: longest prompt piece one
         target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default.
-        matmul_impl: the projections' impl (engine.DecodeSpec.matmul_impl)."""
+        matmul_impl: the projections' impl (engine.DecodeSpec.matmul_impl); cache_impl: the
+        commit's cache writes' (engine.DecodeSpec.cache_impl)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -134,6 +135,9 @@ class Generator:
         if matmul_impl not in mm_impls:
             raise UserError(f"unknown --matmul-impl {matmul_impl!r}; available here: {', '.join(mm_impls)}")
         self.matmul_impl = matmul_impl
+        if cache_impl not in mm_impls:
+            raise UserError(f"unknown --cache-impl {cache_impl!r}; available here: {', '.join(mm_impls)}")
+        self.cache_impl = cache_impl
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
         self.unroll = unroll or DEFAULT_UNROLL
@@ -156,7 +160,8 @@ class Generator:
 
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
-                                 attn_impl=self.attn_impl, matmul_impl=self.matmul_impl, drafter=self.drafter,
+                                 attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
+                                 cache_impl=self.cache_impl, drafter=self.drafter,
                                  unroll=self.unroll,
                                  prefill_chunk=self.prefill_chunk)
         n = engine.num_nodes(base, self.dcfg)
@@ -424,6 +429,8 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
     ap.add_argument("--matmul-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
                     help="projection / LM-head matmuls: auto, xla, pallas (the skinny-matmul kernel where it fits)")
+    ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
+                    help="the commit's KV-cache writes: auto (= xla for now), xla, pallas (all layers in one kernel)")
     ap.add_argument("--rounds-per-call", type=int, default=4,
                     help="rounds of the first device call while streaming; later calls double it, up to "
                          f"{STREAM_MAX_ROUNDS_PER_CALL}")
@@ -492,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     compile_cache.enable()  # a second run with the same shapes skips compilation
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
-                    matmul_impl=args.matmul_impl, unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
+                    matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []

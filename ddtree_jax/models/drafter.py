@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from ddtree_jax.models.config import DrafterConfig
 from ddtree_jax.models.layers import (
     KVCache,
+    append,
     apply_rope,
     fuse_layer_weights,
     linear,
@@ -107,14 +108,15 @@ def layer_finish_normed(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array,
 
 def extend_cache(
     dparams: dict, cfg: DrafterConfig, cache: KVCache, cache_len: jax.Array, taps: jax.Array, positions: jax.Array,
-    *, norm_impl: str = "auto", matmul_impl: str = "auto",
+    *, norm_impl: str = "auto", matmul_impl: str = "auto", cache_impl: str = "xla",
 ) -> KVCache:
     """Write the context K/V of new committed tokens at cache_len .. cache_len+C-1.
 
     taps [Bt, C, nTaps*H] and positions [Bt, C]. Rows may use fewer than C entries: the caller
     advances cache_len by the number actually committed, so the rest is overwritten later.
     norm_impl: pallas_kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere);
-    matmul_impl: pallas_kernels.matmul's.
+    matmul_impl: pallas_kernels.matmul's; cache_impl: pallas_kernels.cache_write's (all layers'
+    writes in one kernel).
     """
     c = context_features(dparams, cfg, taps, norm_impl=norm_impl, matmul_impl=matmul_impl)
     cos, sin = rope_tables(positions, cfg.rope, cfg.head_dim)
@@ -122,9 +124,13 @@ def extend_cache(
     for i, p in enumerate(dparams["layers"]):
         with jax.named_scope(f"draft_ctx{i}"):
             k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
-            ks.append(write_rows(cache.k[i], k, cache_len))
-            vs.append(write_rows(cache.v[i], v, cache_len))
-    return KVCache(ks, vs)
+            ks.append(k)
+            vs.append(v)
+    if cache_impl != "xla":
+        rows = jnp.broadcast_to(jnp.arange(taps.shape[1], dtype=jnp.int32), taps.shape[:2])
+        return append(cache, ks, vs, cache_len, rows, impl=cache_impl)
+    return KVCache([write_rows(c, k, cache_len) for c, k in zip(cache.k, ks)],
+                   [write_rows(c, v, cache_len) for c, v in zip(cache.v, vs)])
 
 
 def draft_hidden(

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
+from pallas_kernels.cache_write import write_cache_rows
 from pallas_kernels.matmul import matmul
 
 
@@ -129,14 +130,19 @@ def write_rows(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
 
 
 def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start: jax.Array,
-           rows: jax.Array | None = None) -> KVCache:
+           rows: jax.Array | None = None, *, impl: str = "xla") -> KVCache:
     """Write new K/V ([Bt, T, Hkv, Dh] per layer) at per-row positions start[Bt].
 
     rows [Bt, P] picks which of the T new entries to write, in order (the accepted path of a
     tree); entries past a row's accepted length may be anything, since their destinations lie
     beyond the row's new length. The verify pass never writes the cache itself, so nothing has to
-    be compacted afterwards.
+    be compacted afterwards. impl: pallas_kernels.cache_write's for a `rows` write (all layers'
+    arrays in one kernel); a whole-prompt write (rows None) is XLA's.
     """
+    if rows is not None and impl != "xla":
+        n = len(cache.k)
+        out = write_cache_rows(cache.k + cache.v, list(new_k) + list(new_v), start, rows, impl=impl)
+        return KVCache(out[:n], out[n:])
 
     def pick(x):
         return x if rows is None else jnp.take_along_axis(x, rows[:, :, None, None], axis=1)

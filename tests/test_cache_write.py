@@ -1,0 +1,98 @@
+"""pallas_kernels.cache_write: every layer's cache write in one kernel (interpret mode) against
+the per-array XLA path, its CUDA lowering, and the engine with it."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import cache_write as cw
+from tests.test_kernels import _verified_triton_modules
+
+
+def arrays(rng, n, bt, hkv, s, t, dh, cache_dtype, new_dtype):
+    caches = [jnp.asarray(rng.standard_normal((bt, hkv, s, dh)), cache_dtype) for _ in range(n)]
+    news = [jnp.asarray(rng.standard_normal((bt, t, hkv, dh)), new_dtype) for _ in range(n)]
+    return caches, news
+
+
+@pytest.mark.parametrize("n,bt,hkv,s,t,p,dh,cache_dtype,new_dtype", [
+    (1, 1, 1, 16, 1, 1, 16, jnp.float32, jnp.float32),          # AR: one row
+    (6, 2, 2, 64, 17, 8, 32, jnp.bfloat16, jnp.bfloat16),       # a tree's path, ragged batch
+    (10, 3, 4, 40, 9, 9, 16, jnp.bfloat16, jnp.float32),        # cast into the cache dtype
+    (17, 1, 2, 128, 65, 17, 64, jnp.float32, jnp.float32),      # more arrays than groups
+])
+def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype):
+    rng = np.random.default_rng(n * 100 + t)
+    caches, news = arrays(rng, n, bt, hkv, s, t, dh, cache_dtype, new_dtype)
+    start = jnp.asarray(rng.integers(0, s - p + 1, size=bt), jnp.int32)
+    rows = jnp.asarray(rng.integers(0, t, size=(bt, p)), jnp.int32)
+    got = cw.write_cache_rows(caches, news, start, rows, impl="pallas_interpret")
+    want = cw.write_cache_rows_reference(caches, news, start, rows)
+    for g, w, c in zip(got, want, caches):
+        assert g.dtype == c.dtype and g.shape == c.shape
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+    # the rows outside [start, start + p) are the old cache's
+    for g, c in zip(got, caches):
+        for b in range(bt):
+            lo = int(start[b])
+            keep = np.r_[0:lo, lo + p:s]
+            np.testing.assert_array_equal(np.asarray(g[b][:, keep], np.float32), np.asarray(c[b][:, keep], np.float32))
+
+
+def test_falls_back_and_checks():
+    rng = np.random.default_rng(0)
+    caches, news = arrays(rng, 2, 1, 1, 200, 100, 16, jnp.float32, jnp.float32)
+    rows = jnp.arange(100, dtype=jnp.int32)[None]          # a prompt's rows: more than MAX_ROWS
+    got = cw.write_cache_rows(caches, news, jnp.zeros(1, jnp.int32), rows, impl="pallas_interpret")
+    want = cw.write_cache_rows_reference(caches, news, jnp.zeros(1, jnp.int32), rows)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(ValueError, match="unknown cache-write impl"):
+        cw.write_cache_rows(caches, news, jnp.zeros(1, jnp.int32), rows, impl="cuda")
+    with pytest.raises(ValueError, match="2 caches but 1"):
+        cw.write_cache_rows(caches, news[:1], jnp.zeros(1, jnp.int32), rows)
+
+
+@pytest.mark.skipif(cw.pltriton is None, reason="this jax has no Pallas Triton lowering")
+def test_triton_lowering_72_arrays(monkeypatch):
+    """The Qwen3-8B commit: 72 bf16 caches [1, 8, 1280, 128] and a 16-row path, one kernel."""
+    modules = _verified_triton_modules(monkeypatch)
+    sds = jax.ShapeDtypeStruct
+    caches = [sds((1, 8, 1280, 128), jnp.bfloat16)] * 72
+    news = [sds((1, 65, 8, 128), jnp.bfloat16)] * 72
+    try:
+        jax.jit(lambda c, n, s, r: cw.write_cache_rows(c, n, s, r, impl="pallas")).trace(
+            caches, news, sds((1,), jnp.int32), sds((1, 16), jnp.int32)).lower(lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert len(modules) == 1 and modules[0].operation.verify()
+
+
+def test_engine_with_the_kernel_is_lossless(monkeypatch):
+    """The commit's target and drafter cache writes through the kernel (interpret mode): DDTree,
+    DFlash and AR give the XLA path's AR tokens, batch rows of different lengths."""
+    traced = []
+    real = cw._write_pallas
+    monkeypatch.setattr(cw, "_write_pallas", lambda c, *a, **k: traced.append(len(c)) or real(c, *a, **k))
+    from ddtree_jax.generate import Generator
+    from tiny import tiny_pair
+
+    pair = tiny_pair(vocab=64, layers=2)
+    # tiny_pair's head dim (8) is below the kernel's 16: a pair with a 16-wide head
+    import dataclasses
+    from ddtree_jax.models.init import init_drafter, init_target
+    tc = dataclasses.replace(pair.target_cfg, head_dim=16)
+    dc = dataclasses.replace(pair.drafter_cfg, head_dim=16)
+    pair.target_cfg, pair.drafter_cfg = tc, dc
+    pair.target_params = init_target(tc, jax.random.PRNGKey(0))
+    pair.drafter_params = init_drafter(dc, jax.random.PRNGKey(1))
+    prompts = [[5], [1, 2, 3, 4, 5, 6, 7], list(range(2, 33))]
+    want = [r.token_ids for r in Generator(pair, method="ar", cache_impl="xla").generate_ids(prompts, max_new_tokens=24)]
+    for method, budget in (("ar", 0), ("dflash", 0), ("ddtree", 24)):
+        gen = Generator(pair, method=method, budget=budget or 64, cache_impl="pallas_interpret")
+        assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == want, method
+    # traced: AR's commit (4 target arrays), then per speculative method the target's and the
+    # drafter's (2 arrays) commit writes
+    assert traced == [4, 4, 2, 4, 2], traced
