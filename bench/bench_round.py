@@ -217,6 +217,14 @@ def main(argv=None) -> int:
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
         "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
     }
+    batch = f"_b{args.batch}" if args.batch > 1 else ""
+    name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}{batch}.json"
+
+    def save():  # rewritten after every row, so a killed run keeps what it measured
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / name).write_text(json.dumps(out, indent=1))
+
     for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
         impls = [(a, m, c) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
                  for c in args.cache_impl.split(",") if c]
@@ -225,7 +233,14 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                 matmul_impl=mm_impl, cache_impl=c_impl, unroll=args.unroll, compiler_options=opts)
-                r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch)
+                try:
+                    r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch)
+                except Exception as e:  # one row that fails to compile or run must not cost the others
+                    msg = f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl} {method} B={budget}: {type(e).__name__}: {e}"
+                    out.setdefault("errors", []).append(msg[:2000])
+                    print(f"[bench_round] FAILED {msg[:400]}", flush=True)
+                    save()
+                    continue
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, batch=args.batch)
                 out["rows"].append(r)
@@ -234,11 +249,7 @@ def main(argv=None) -> int:
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} (all "
                       f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)
-                if args.out:
-                    Path(args.out).mkdir(parents=True, exist_ok=True)
-                    batch = f"_b{args.batch}" if args.batch > 1 else ""
-                    name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}{batch}.json"
-                    (Path(args.out) / name).write_text(json.dumps(out, indent=1))
+                save()
     if args.out and out["rows"]:
         try:
             from bench.plots import round_latency

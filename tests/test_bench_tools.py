@@ -202,3 +202,23 @@ def test_bench_gemm_table_rows():
     # 32 gains 1 % only: no entry; 1 and 16 share the 16-row tile; 65 covers its tile's rows
     assert got == {1: [1, 1], 16: [2, 16], 65: [65, 128]}
     assert bg.bucket(17) == (17, 32) and bg.bucket(128) == (65, 128)
+
+
+def test_bench_round_a_failing_row_does_not_stop_the_others(tmp_path, monkeypatch):
+    """A row that fails (a kernel that does not compile on the device, say) is recorded and the
+    run goes on: device time is too scarce to lose a whole step to one row."""
+    from bench import bench_round
+
+    real = bench_round.measure
+
+    def measure(gen, *a, **k):
+        if gen.method == "ar":
+            raise RuntimeError("no kernel for you")
+        return real(gen, *a, **k)
+
+    monkeypatch.setattr(bench_round, "measure", measure)
+    assert bench_round.main(["--model", "tiny", "--prompt-len", "32", "--methods", "ar,dflash", "--rounds", "2",
+                             "--repeats", "1", "--stage-repeats", "0", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "round_tiny_auto.json").read_text())
+    assert [r["method"] for r in data["rows"]] == ["dflash"]
+    assert len(data["errors"]) == 1 and "no kernel for you" in data["errors"][0]
