@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
                     help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU (as generate)")
     ap.add_argument("--attn-impl", default="auto")
+    ap.add_argument("--matmul-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"))
+    ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"))
+    ap.add_argument("--drafter-quant", default="none", choices=("none", "int8"),
+                    help="the speculative rows' drafter weights (int8: acceptance may change a little)")
     ap.add_argument("--torch-baseline", action="store_true",
                     help="also time transformers' greedy generate (float32, static cache) on the same prompts")
     ap.add_argument("--torch-repeats", type=int, default=None, help="timed passes of the baseline (default: --repeats)")
@@ -247,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               repeats=args.repeats, seed=args.seed, top_k=args.top_k, top_p=args.top_p,
                               stop_ids=stop, profile_prompts=min(args.profile_prompts, len(prompts)),
                               profile_temperatures=v["profile_temperatures"],
-                              attn_impl=args.attn_impl, compile_workers=args.compile_workers)
+                              attn_impl=args.attn_impl, matmul_impl=args.matmul_impl, cache_impl=args.cache_impl,
+                              drafter_quant=args.drafter_quant, compile_workers=args.compile_workers)
     env = suite.environment()
     log(f"[bench] {len(configs)} configs x {len(opts.temperatures)} temperatures on {len(prompts)} prompts, "
         f"{args.repeats} repeats, {env['device_kind']} ({env['platform']}), commit {env['commit']}; "
@@ -266,7 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "torch_baseline": args.torch_baseline, "torch_repeats": args.torch_repeats or args.repeats,
                 "torch_device": args.torch_device,
                 "profile_prompts": opts.profile_prompts, "profile_temperatures": v["profile_temperatures"],
-                "stop_ids": stop, "attn_impl": args.attn_impl,
+                "stop_ids": stop, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
+                "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant,
                 "compile_workers": args.compile_workers, "time_limit": args.time_limit,
                 "batch_size": 1, "argv": list(sys.argv[1:] if argv is None else argv),
             },

@@ -13,7 +13,8 @@ weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieve
 
 Shapes: the projections of one layer (qkv, o, gate_up, down), down_swiglu (the down projection
 from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue), the
-LM head (float32 logits), the drafter's k/v and fc. Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
+LM head (float32 logits), the drafter's k/v and fc; NAME_int8: the same with int8 weights (a
+quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
 e.g. xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
 "pallas:BNxBKxWxSxSPLIT[xTAIL]" configs (block_n, block_k, num_warps, num_stages, split_k,
 tail_rows 1/0: pallas_kernels.matmul.MatmulConfig's fields in order).
@@ -44,7 +45,7 @@ HBM_BPS = 3.3e12
 SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
              "down_swiglu": (12288, 4096), "lm_head": (4096, 151936), "drafter_kv": (4096, 2048),
              "fc": (20480, 4096)}
-SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64)}
+SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "o_int8": (128, 128)}
 
 
 def parse_variant(v: str):
@@ -88,8 +89,10 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
             entry = dict(k=k, n=n, rows=[max(below) + 1 if below else lo, hi if m == max(same) else m],
                          config=best["config"], us=round(best["wall_us"], 2), xla_us=round(xla[0], 2),
                          shape=shape, measured_m=m)
-            if shape.endswith("swiglu"):
+            if shape.removesuffix("_int8").endswith("swiglu"):
                 entry["prologue"] = "swiglu"
+            if shape.endswith("_int8"):
+                entry["weight"] = "int8"
             out.append(entry)
     return out
 
@@ -97,8 +100,8 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
 def write_table(path: Path, device: str, entries: list[dict]) -> None:
     """Merge entries into the table at path: this device's entries for the same shapes are replaced."""
     table = json.loads(path.read_text()) if path.exists() else {}
-    shapes = {(e["k"], e["n"], e.get("prologue")) for e in entries}
-    kept = [e for e in table.get(device, []) if (e["k"], e["n"], e.get("prologue")) not in shapes]
+    shapes = {(e["k"], e["n"], e.get("prologue"), e.get("weight")) for e in entries}
+    kept = [e for e in table.get(device, []) if (e["k"], e["n"], e.get("prologue"), e.get("weight")) not in shapes]
     table[device] = sorted(kept + entries, key=lambda e: (e["k"], e["n"], e["rows"][0]))
     path.write_text(json.dumps(table, indent=1) + "\n")
 
@@ -159,7 +162,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     dtype = jnp.dtype(args.dtype)
-    shapes = SMALL if args.small else {s: SHAPES_8B[s] for s in args.shapes.split(",") if s}
+    shapes = dict(SMALL) if args.small else {}
+    for name in ([] if args.small else [s for s in args.shapes.split(",") if s]):
+        base = name.removesuffix("_int8")
+        if base not in SHAPES_8B:
+            raise SystemExit(f"unknown shape {name!r}: one of {', '.join(SHAPES_8B)}, each also as NAME_int8")
+        shapes[name] = SHAPES_8B[base]
     rows = [int(r) for r in args.rows.split(",") if r]
     sweep_rows = {int(r) for r in args.sweep_rows.split(",") if r}
     base = [v for v in args.variants.split(",") if v]
@@ -173,18 +181,21 @@ def main(argv=None) -> int:
     key = jax.random.key(0, impl="unsafe_rbg") if not args.small else jax.random.key(0)
     weights = {}  # every shape's copies up front: the rows loop is outermost (the first rows matter most)
     for sname, (k, n) in shapes.items():
-        wbytes = k * n * dtype.itemsize
+        int8 = sname.endswith("_int8")
+        wbytes = k * n * (1 if int8 else dtype.itemsize)
         copies = 1 if args.small else max(2, min(16, int(-(-args.cold_mb * 1e6 // wbytes))))
-        weights[sname] = [jax.random.normal(jax.random.fold_in(key, i), (k, n), jnp.float32).astype(dtype) * 0.02
-                          for i in range(copies)]
+        draw = [jax.random.normal(jax.random.fold_in(key, i), (k, n), jnp.float32) * 0.02 for i in range(copies)]
+        weights[sname] = [mm.quantize_int8(w) if int8 else w.astype(dtype) for w in draw]
+        del draw
         jax.block_until_ready(weights[sname])
     for m in rows:
         for sname, (k, n) in shapes.items():
             ws = weights[sname]
             copies = len(ws)
-            wbytes = k * n * dtype.itemsize
-            out_dtype = jnp.float32 if sname == "lm_head" else dtype
-            prologue = "swiglu" if sname.endswith("swiglu") else None
+            int8 = sname.endswith("_int8")
+            wbytes = k * n * (1 if int8 else dtype.itemsize)
+            out_dtype = jnp.float32 if sname.startswith("lm_head") else dtype
+            prologue = "swiglu" if sname.removesuffix("_int8").endswith("swiglu") else None
             x = jax.random.normal(jax.random.fold_in(key, 999), (m, 2 * k if prologue else k),
                                   jnp.float32).astype(dtype)
             for v in base + (extra if m in sweep_rows else []):

@@ -189,6 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--attn-impl", default="auto", help="attention impl(s), comma-separated, e.g. pallas,xla")
     ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
+    ap.add_argument("--drafter-quant", default="none", help="drafter weights, comma-separated: none,int8")
     ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the default)")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
@@ -212,7 +213,7 @@ def main(argv=None) -> int:
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
         "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
-        "cache_impl": args.cache_impl, "batch": args.batch,
+        "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant, "batch": args.batch,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
         "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
@@ -226,26 +227,30 @@ def main(argv=None) -> int:
             (Path(args.out) / name).write_text(json.dumps(out, indent=1))
 
     for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
-        impls = [(a, m, c) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
-                 for c in args.cache_impl.split(",") if c]
-        for impl, mm_impl, c_impl in impls:
+        impls = [(a, m, c, q) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
+                 for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q]
+        for impl, mm_impl, c_impl, quant in impls:
             for method, budget in runs:
+                if quant != "none" and method == "ar":
+                    continue  # AR has no drafter
                 t0 = time.perf_counter()
                 gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
-                                matmul_impl=mm_impl, cache_impl=c_impl, unroll=args.unroll, compiler_options=opts)
+                                matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
+                                compiler_options=opts)
                 try:
                     r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
-                    msg = f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl} {method} B={budget}: {type(e).__name__}: {e}"
+                    msg = (f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
+                           f"{type(e).__name__}: {e}")
                     out.setdefault("errors", []).append(msg[:2000])
                     print(f"[bench_round] FAILED {msg[:400]}", flush=True)
                     save()
                     continue
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
-                         attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, batch=args.batch)
+                         attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=args.batch)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
-                print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} (all "
                       f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)

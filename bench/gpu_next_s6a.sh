@@ -9,8 +9,8 @@
 #     impl="auto" takes the kernel where it won, which gpu_next_s6b.sh measures end to end);
 # (2) the tree build (issue 3): other vocabulary top-k splits and the Pallas first stage
 #     (pallas_kernels/chunk_topk.py, never timed), from session 4's gpu_next_s5a.sh;
-# (3) the attention kernel with HBM-cold caches (issue 4): the tree-verify chunk counts session
-#     4's sweep did not reach and the table at the defaults (session 4's gpu_next_s5b.sh, trimmed).
+# (3) the int8 drafter's matmuls at 16 rows (--drafter-quant int8: int8 weights, per-column
+#     scales) beside the bf16 ones of step (1), into the same table.
 # Usage (device tool): bash bench/gpu_next_s6a.sh -> $OUT/s6a.tar.xz
 source bench/gpu_step.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$R/gpu.txt"
@@ -23,7 +23,7 @@ step tree 80 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 81
   --variants 128x0p,128x64p,256x16,256x16p,1024x8,1024x8p --out "$R/tree"
 step tree_pallas 70 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 8192 --stage1 pallas \
   --out "$R/tree_pallas"
-step kernels 80 python3 bench/bench_kernels.py --out "$R/kernels" --budget-s 75 --ts 65,257,1 \
-  --prefixes 4096,32768 --tile-prefix 0 --split-prefixes 4096 --t-splits 65=2,4,8 --t-splits 257=2,4 \
-  --no-cudnn --no-extra --cold-mb 160
+step gemm_int8 60 python3 -m bench.bench_gemm --out "$R/gemm_int8" --budget-s 55 --rows 16 \
+  --shapes o_int8,drafter_kv_int8,gate_up_int8,down_swiglu_int8,lm_head_int8,drafter_kv --variants xla,pallas \
+  --write-table "$R/matmul_configs.json"
 finish s6a

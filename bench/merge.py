@@ -17,7 +17,7 @@ from ddtree_jax.errors import ArgumentParser, UserError, cli_main, read_json_fil
 
 # config fields that must agree for rows to be comparable
 SAME = ("ckpt", "dtype", "prompts", "data", "num_prompts", "prompt_tokens", "max_new_tokens", "top_k", "top_p",
-        "seed", "attn_impl", "batch_size")
+        "seed", "attn_impl", "matmul_impl", "cache_impl", "drafter_quant", "batch_size")
 
 
 def load(path: Path) -> dict:

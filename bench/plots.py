@@ -130,10 +130,12 @@ def acceptance_hist(rows, path):
     return _save(fig, path)
 
 
-def _impls(r: dict) -> str:
-    """A row's kernel choice: its attention impl, and its matmul impl when not the default."""
-    mm, kv = r.get("matmul_impl", "auto"), r.get("cache_impl", "auto")
-    return r.get("attn_impl", "") + ("" if mm == "auto" else f"/mm={mm}") + ("" if kv == "auto" else f"/kv={kv}")
+def _impls(r: dict, drafter: bool = True) -> str:
+    """A row's kernel choice: its attention impl, its matmul and cache-write impls and drafter
+    weights when not the defaults (drafter=False: without the drafter's, which AR has not)."""
+    mm, kv, dq = r.get("matmul_impl", "auto"), r.get("cache_impl", "auto"), r.get("drafter_quant", "none")
+    return (r.get("attn_impl", "") + ("" if mm == "auto" else f"/mm={mm}") + ("" if kv == "auto" else f"/kv={kv}")
+            + ("" if dq == "none" or not drafter else f"/{dq} drafter"))
 
 
 def round_latency(rl: dict, path):
@@ -147,8 +149,8 @@ def round_latency(rl: dict, path):
     labels = [("AR" if r["method"] == "ar" else "DFlash" if r["method"] == "dflash" else f"DDTree {r['budget']}")
               + (f" P{r.get('prompt_len')} {_impls(r)}" if len(settings) > 1 else "") for r in rows]
     fused = [r.get("round_ms_steady") or r["round_ms_median"] for r in rows]
-    ar_of = {(r.get("prompt_len", 0), _impls(r)): f for r, f in zip(rows, fused) if r["method"] == "ar"}
-    ar = [ar_of.get((r.get("prompt_len", 0), _impls(r))) for r in rows]
+    ar_of = {(r.get("prompt_len", 0), _impls(r, False)): f for r, f in zip(rows, fused) if r["method"] == "ar"}
+    ar = [ar_of.get((r.get("prompt_len", 0), _impls(r, False))) for r in rows]
     title = (f"{rl.get('model', '?')}-shaped random weights, prompt {rows[0].get('prompt_len', rl.get('prompt_len', '?'))}"
              f" ({rl.get('device', '?')}, {rl.get('attn_impl', 'auto')})") if rows else "no rows"
     fig, axes = _panels(2, title)

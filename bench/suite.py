@@ -63,6 +63,9 @@ class SuiteOptions:
     profile_prompts: int = 4
     profile_temperatures: Sequence[float] | None = None  # None: all
     attn_impl: str = "auto"
+    matmul_impl: str = "auto"
+    cache_impl: str = "auto"
+    drafter_quant: str = "none"  # the speculative rows' drafter weights (AR has none)
     compile_workers: int = 1  # > 1: compile every row's executables first, in that many threads
 
 
@@ -294,6 +297,15 @@ def compare_with_baseline(row: dict, base: dict) -> None:
 # ---------------------------------------------------------------------------------------------- the suite
 
 
+def make_generator(ckpt, cfg: RunConfig, opts: SuiteOptions, executables):
+    """The Generator of one row, with the run's kernel choices and drafter weights."""
+    from ddtree_jax.generate import Generator
+
+    return Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1, attn_impl=opts.attn_impl,
+                     matmul_impl=opts.matmul_impl, cache_impl=opts.cache_impl,
+                     drafter_quant="none" if cfg.method == "ar" else opts.drafter_quant, executables=executables)
+
+
 def compile_ahead(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, executables, *, log=print,
                   deadline: float | None = None) -> dict:
     """Compile every row's executables before anything is timed, `opts.compile_workers` rows at a
@@ -318,8 +330,7 @@ def compile_ahead(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOption
         if deadline is not None and time.perf_counter() + longest[0] > deadline:
             return False
         t1 = time.perf_counter()
-        gen = Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1, attn_impl=opts.attn_impl,
-                        executables=executables)
+        gen = make_generator(ckpt, cfg, opts, executables)
         kw = _generate_kw(opts, t)
         for p in reps.values():
             gen.generate_ids([list(p.ids)], seed=opts.seed, **kw)
@@ -377,8 +388,7 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
                 skipped += [f"{cfg.label} T={t:g}" for t in opts.temperatures]
                 continue
             t_setup = time.perf_counter()
-            gen = Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1,
-                            attn_impl=opts.attn_impl, executables=executables)
+            gen = make_generator(ckpt, cfg, opts, executables)
             setup_s = time.perf_counter() - t_setup
             for t in opts.temperatures:
                 if no_time():

@@ -29,6 +29,7 @@ from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
 from pallas_kernels import norm_impl_for
+from pallas_kernels.matmul import matmul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +119,11 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
     pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
     h = dmodel.draft_hidden(dparams, dcfg, tmodel.embed(tparams, block), pos, state.dcache, state.length,
                             attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
-    return jax.nn.log_softmax(tmodel.lm_head(tparams, tcfg, h[:, 1:], impl=spec.matmul_impl), axis=-1)
+    if "lm_head" in dparams:  # a quantized drafter drafts through its own copy of the head
+        logits = matmul(h[:, 1:], dparams["lm_head"], out_dtype=jnp.float32, impl=spec.matmul_impl)
+    else:
+        logits = tmodel.lm_head(tparams, tcfg, h[:, 1:], impl=spec.matmul_impl)
+    return jax.nn.log_softmax(logits, axis=-1)
 
 
 def tree_stage(logp: jax.Array, state: State, *, spec: DecodeSpec) -> DraftTree:

@@ -76,6 +76,8 @@ class Result:
         return dataclasses.asdict(self)
 
 
+DRAFTER_QUANTS = ("none", "int8")
+
 class Generator:
     """A loaded target (+ drafter) ready to generate with one method.
 
@@ -87,7 +89,7 @@ class Generator:
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
                  executables: Executables | None = None, prefill_chunk: int = 0,
-                 matmul_impl: str = "auto", cache_impl: str = "auto"):
+                 matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none"):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
@@ -98,7 +100,10 @@ class Generator:
         that what they have in common compiles once. prefill_chunk: longest prompt piece one
         target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default.
         matmul_impl: the projections' impl (engine.DecodeSpec.matmul_impl); cache_impl: the
-        commit's cache writes' (engine.DecodeSpec.cache_impl)."""
+        commit's cache writes' (engine.DecodeSpec.cache_impl). drafter_quant: "none", or "int8"
+        (the drafter's weight matrices and its own copy of the LM head as int8 with per-column
+        scales, models.drafter.quantize_params: half the bytes a draft reads; lossless, since the
+        target verifies every token, but acceptance may change a little)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -138,6 +143,11 @@ class Generator:
         if cache_impl not in mm_impls:
             raise UserError(f"unknown --cache-impl {cache_impl!r}; available here: {', '.join(mm_impls)}")
         self.cache_impl = cache_impl
+        if drafter_quant not in DRAFTER_QUANTS:
+            raise UserError(f"unknown --drafter-quant {drafter_quant!r}; choose one of {', '.join(DRAFTER_QUANTS)}")
+        if drafter_quant != "none" and (method == "ar" or oracle is not None):
+            raise UserError(f"--drafter-quant {drafter_quant} needs a DFlash drafter (method dflash or ddtree)")
+        self.drafter_quant = drafter_quant
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
         self.unroll = unroll or DEFAULT_UNROLL
@@ -151,6 +161,9 @@ class Generator:
         self.dparams = None
         if method != "ar":
             self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
+            if drafter_quant == "int8":  # on the device, once
+                head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
+                self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
         self._compiled = Executables() if executables is None else executables
         self._state_shapes: dict = {}  # prefill key -> the state's shapes (the rounds' input)
         self.log = log
@@ -429,6 +442,9 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
     ap.add_argument("--matmul-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
                     help="projection / LM-head matmuls: auto, xla, pallas (the skinny-matmul kernel where it fits)")
+    ap.add_argument("--drafter-quant", default="none", choices=DRAFTER_QUANTS,
+                    help="int8: the drafter's weights and its copy of the LM head as int8 (fewer bytes a "
+                         "draft; lossless, acceptance may change a little)")
     ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
                     help="the commit's KV-cache writes: auto (= xla for now), xla, pallas (all layers in one kernel)")
     ap.add_argument("--rounds-per-call", type=int, default=4,
@@ -499,7 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     compile_cache.enable()  # a second run with the same shapes skips compilation
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
-                    matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
+                    matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
+                    unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []

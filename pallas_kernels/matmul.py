@@ -18,8 +18,8 @@ the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
 the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA's dot on
 this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
-entries ``{k, n, prologue (absent: none), rows: [lo, hi], config: [MatmulConfig's fields in
-order], us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
+entries ``{k, n, prologue and weight ("swiglu", "int8"; absent: none), rows: [lo, hi],
+config: [MatmulConfig's fields in order], us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
 ``$DDTREE_MATMUL_TABLE``. Everything else is the XLA dot.
 """
 
@@ -45,7 +45,7 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
-__all__ = ["matmul", "matmul_reference", "swiglu", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
+__all__ = ["matmul", "matmul_reference", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
@@ -65,6 +65,37 @@ class MatmulConfig:
     tail_rows: bool = True
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Int8Weight:
+    """A weight [K, N] stored as int8 with one float32 scale per output column: w = q * scale.
+
+    For the drafter (its proposals only steer acceptance, never the output: the target verifies
+    every token): half the bytes a round reads for it. The kernel loads int8 tiles, converts them
+    in registers and scales the accumulated columns once; XLA's path dequantizes then multiplies.
+    """
+
+    q: jax.Array        # int8 [K, N]
+    scale: jax.Array    # float32 [N]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.size + 4 * self.scale.size
+
+
+def quantize_int8(w: jax.Array) -> Int8Weight:
+    """Symmetric per-column int8: scale = max |w[:, j]| / 127 (1 for an all-zero column), q = round(w / scale)."""
+    w32 = w.astype(jnp.float32)
+    amax = jnp.max(jnp.abs(w32), axis=0)
+    scale = jnp.where(amax > 0, amax / 127.0, 1.0)
+    q = jnp.clip(jnp.round(w32 / scale), -127, 127).astype(jnp.int8)
+    return Int8Weight(q, scale)
+
+
 @functools.lru_cache(maxsize=8)
 def _read_table(path: str) -> dict:
     try:
@@ -80,15 +111,15 @@ def _read_table(path: str) -> dict:
 
 
 def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
-                 prologue: str | None = None) -> MatmulConfig | None:
-    """The measured-faster config for x [m, k] @ w [k, n] (with that prologue) on this device
-    kind, or None (XLA was as fast, or the shape was never timed). Device kind:
-    jax.devices()[0]'s by default."""
+                 prologue: str | None = None, weight: str | None = None) -> MatmulConfig | None:
+    """The measured-faster config for x [m, k] @ w [k, n] (with that prologue; weight "int8"
+    for an Int8Weight) on this device kind, or None (XLA was as fast, or the shape was never
+    timed). Device kind: jax.devices()[0]'s by default."""
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
     for e in _read_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
         lo, hi = e["rows"]
-        if e["k"] == k and e["n"] == n and e.get("prologue") == prologue and lo <= m <= hi:
+        if (e["k"], e["n"], e.get("prologue"), e.get("weight")) == (k, n, prologue, weight) and lo <= m <= hi:
             return MatmulConfig(*e["config"])
     return None
 
@@ -163,12 +194,16 @@ def swiglu(x: jax.Array) -> jax.Array:
     return jax.nn.silu(gate) * up
 
 
-def matmul_reference(x: jax.Array, w: jax.Array, out_dtype=None, prologue: str | None = None) -> jax.Array:
+def matmul_reference(x: jax.Array, w, out_dtype=None, prologue: str | None = None) -> jax.Array:
     """The XLA path, the same ops as the models' own dots: one einsum, in x.dtype (XLA
     accumulates in float32), or with preferred_element_type when out_dtype differs (the LM head's
-    float32 logits). prologue "swiglu": the einsum of swiglu(x)."""
+    float32 logits). prologue "swiglu": the einsum of swiglu(x). An Int8Weight: the float32
+    product with its int8 values (exact in x's dtype), scaled per column."""
     if prologue == "swiglu":
         x = swiglu(x)
+    if isinstance(w, Int8Weight):
+        y = jnp.einsum("...i,io->...o", x, w.q.astype(x.dtype), preferred_element_type=jnp.float32) * w.scale
+        return y.astype(x.dtype if out_dtype is None else out_dtype)
     if out_dtype is None or jnp.dtype(out_dtype) == x.dtype:
         return jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
     return jnp.einsum("...i,io->...o", x, w.astype(x.dtype), preferred_element_type=out_dtype)
@@ -178,7 +213,7 @@ def _and(a, b):
     return a if b is None else (b if a is None else a & b)
 
 
-def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool):
+def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool, scaled: bool):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
     x_ref [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w_ref [K, BN]
@@ -186,7 +221,10 @@ def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision,
     partial). Rows [0, BM) are one tile, rows [BM, BM + TM) the tail tile; each weight tile
     loaded feeds both dots. swiglu_in: x_ref is [BM + TM, 2K] = [gate ; up], and the x tile is
     silu(gate) * up, computed in float32 and rounded to x's dtype (as the XLA fusion does).
+    scaled: w_ref holds int8 values and scale_ref [BN] their per-column float32 scales, applied
+    to the accumulated columns before the store.
     """
+    x_ref, w_ref, scale_ref, o_ref = refs if scaled else (refs[0], refs[1], None, refs[2])
     bm, tm, bn, bk = plan.block_m, plan.tail_m, plan.block_n, plan.block_k
     tiles = [(0, bm)] + ([(bm, tm)] if tm else [])
     rows_ok = [(jnp.arange(r0, r0 + h, dtype=jnp.int32) < m)[:, None] if r0 + h > m else None for r0, h in tiles]
@@ -212,19 +250,24 @@ def _kernel(x_ref, w_ref, o_ref, *, m: int, n: int, plan: MatmulPlan, precision,
         return tuple(out)
 
     accs = lax.fori_loop(0, plan.steps, step, tuple(jnp.zeros((h, bn), jnp.float32) for _, h in tiles))
+    if scaled:
+        col_scale = pltriton.load(scale_ref, mask=None if cols_ok is None else cols_ok[0],
+                                  other=None if cols_ok is None else 0.0)
+        accs = tuple(acc * col_scale[None, :] for acc in accs)
     for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
         pltriton.store(o_ref.at[pl.ds(r0, h), :], acc.astype(o_ref.dtype), mask=_and(ok, cols_ok))
 
 
-def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, interpret: bool,
+def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bool,
                    prologue: str | None = None):
     m, kx = x2.shape
     k, n = w.shape
     plan = matmul_plan(m, k, n, cfg)
     bm, bn = plan.block_m + plan.tail_m, plan.block_n
     split = plan.split_k > 1
+    scaled = isinstance(w, Int8Weight)
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
-                                   swiglu_in=prologue == "swiglu")
+                                   swiglu_in=prologue == "swiglu", scaled=scaled)
     if split:
         out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
@@ -238,28 +281,29 @@ def _matmul_pallas(x2: jax.Array, w: jax.Array, out_dtype, cfg: MatmulConfig, in
         kernel,
         grid=(plan.col_blocks, plan.split_k),
         in_specs=[pl.BlockSpec((bm, kx), lambda j, s: (0, 0)),      # all rows: wider than m, masked
-                  pl.BlockSpec((k, bn), lambda j, s: (0, j))],
+                  pl.BlockSpec((k, bn), lambda j, s: (0, j))]
+                 + ([pl.BlockSpec((bn,), lambda j, s: (j,))] if scaled else []),
         out_specs=out_spec,
         out_shape=out_shape,
         compiler_params=params,
         interpret=interpret,
-        name="skinny_matmul",
-    )(x2, w)
+        name="skinny_matmul_int8" if scaled else "skinny_matmul",
+    )(x2, *((w.q, w.scale) if scaled else (w,)))
     return y.sum(axis=0).astype(out_dtype) if split else y
 
 
 def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None,
-             prologue: str | None = None) -> tuple[str, MatmulConfig]:
+             prologue: str | None = None, weight: str | None = None) -> tuple[str, MatmulConfig]:
     """(path, config) of one call: path xla, pallas or pallas_interpret."""
     if impl not in _IMPLS:
         raise ValueError(f"unknown matmul impl {impl!r}; choose one of {_IMPLS}")
     if impl == "auto":
         if auto_impl() != "pallas":
             return "xla", cfg
-        tuned = cfg or tuned_config(m, k, n, prologue=prologue)
+        tuned = cfg or tuned_config(m, k, n, prologue=prologue, weight=weight)
         return ("pallas" if tuned is not None and not _unsupported(m, k, n, tuned) else "xla"), tuned
     if cfg is None and impl != "pallas_interpret":
-        cfg = tuned_config(m, k, n, prologue=prologue)
+        cfg = tuned_config(m, k, n, prologue=prologue, weight=weight)
     cfg = cfg or default_matmul_config(m, k, n)
     if impl == "triton":
         impl = "pallas"
@@ -269,7 +313,7 @@ def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None,
     return ("xla" if impl != "xla" and _unsupported(m, k, n, cfg) else impl), cfg
 
 
-def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
+def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: str = "auto",
            config: MatmulConfig | None = None, prologue: str | None = None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
 
@@ -292,9 +336,11 @@ def matmul(x: jax.Array, w: jax.Array, *, out_dtype=None, impl: str = "auto",
                          + (" (swiglu takes [gate ; up]: 2K columns)" if prologue else ""))
     lead = x.shape[:-1]
     m = math.prod(lead)
-    path, cfg = _resolve(impl, m, k, n, config, prologue)
+    path, cfg = _resolve(impl, m, k, n, config, prologue, "int8" if isinstance(w, Int8Weight) else None)
     if path == "xla":
         return matmul_reference(x, w, out_dtype, prologue)
-    y = _matmul_pallas(x.reshape(m, kx), w.astype(x.dtype), out_dtype, cfg,
-                       interpret=path == "pallas_interpret", prologue=prologue)
+    if not isinstance(w, Int8Weight):
+        w = w.astype(x.dtype)
+    y = _matmul_pallas(x.reshape(m, kx), w, out_dtype, cfg, interpret=path == "pallas_interpret",
+                       prologue=prologue)
     return y.reshape(*lead, n)

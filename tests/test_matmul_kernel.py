@@ -67,6 +67,32 @@ def test_swiglu_prologue(m, k, n, cfg, dtype):
         mm.matmul(x[:, :k], w, impl="xla", prologue="swiglu")
 
 
+@pytest.mark.parametrize("m,k,n,cfg,prologue,out", [
+    (1, 128, 64, mm.MatmulConfig(block_n=32, block_k=64), None, None),
+    (65, 256, 200, mm.MatmulConfig(block_n=64, block_k=64, split_k=2), None, None),   # ragged columns
+    (16, 64, 96, mm.MatmulConfig(block_n=32, block_k=32), "swiglu", None),
+    (15, 64, 300, mm.MatmulConfig(block_n=128, block_k=64), None, jnp.float32),        # a drafting LM head
+])
+def test_int8_weights(m, k, n, cfg, prologue, out):
+    """Int8Weight: the kernel (int8 tiles, per-column scales) equals XLA's dequantized product
+    up to float32 summation order, and both are the product with the dequantized weight."""
+    rng = np.random.default_rng(m * 7 + n)
+    x = rand(rng, (m, 2 * k if prologue else k), jnp.bfloat16)
+    w = rand(rng, (k, n), jnp.float32) * jnp.asarray(rng.uniform(0.1, 3.0, n), jnp.float32)
+    qw = mm.quantize_int8(w)
+    assert qw.q.dtype == jnp.int8 and qw.scale.shape == (n,) and qw.nbytes == k * n + 4 * n
+    deq = np.asarray(qw.q, np.float64) * np.asarray(qw.scale, np.float64)
+    assert np.abs(deq - np.asarray(w)).max() <= np.asarray(qw.scale).max() / 2 + 1e-6   # half a step
+    got = mm.matmul(x, qw, impl="pallas_interpret", config=cfg, prologue=prologue, out_dtype=out)
+    ref = mm.matmul(x, qw, impl="xla", prologue=prologue, out_dtype=out)
+    xin = np.asarray(mm.swiglu(x) if prologue else x, np.float64)
+    exact = xin @ deq
+    assert got.dtype == (out or jnp.bfloat16) and got.shape == (m, n)
+    tol = 1e-2 if prologue else 4e-3   # swiglu: the activation is rounded to bf16 before the dot
+    assert rel_err(got, exact) < tol and rel_err(ref, exact) < tol
+    assert rel_err(got, ref) < tol
+
+
 def test_float32_output_and_leading_dims():
     """The LM head's form: bf16 operands, float32 logits, [Bt, T, H] rows flattened."""
     rng = np.random.default_rng(0)
@@ -188,7 +214,7 @@ def test_shipped_table_is_valid():
             lo, hi = e["rows"]
             cfg = mm.MatmulConfig(*e["config"])
             assert 1 <= lo <= hi <= mm.MAX_ROWS, (kind, e)
-            assert e.get("prologue") in (None, "swiglu"), (kind, e)
+            assert e.get("prologue") in (None, "swiglu") and e.get("weight") in (None, "int8"), (kind, e)
             for m in (lo, hi):
                 mm.matmul_plan(m, e["k"], e["n"], cfg)
             assert e["us"] < e["xla_us"], (kind, e)   # only measured wins are in the table

@@ -33,6 +33,7 @@ from ddtree_jax.models.layers import (
     write_rows,
 )
 from pallas_kernels import attention
+from pallas_kernels.matmul import quantize_int8
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
@@ -49,6 +50,19 @@ def fuse_params(dparams: dict) -> dict:
     features and the block; q reads the block only)."""
     groups = {"kv": ("k", "v"), "gate_up": ("gate", "up")}
     return {**dparams, "layers": [fuse_layer_weights(p, groups) for p in dparams["layers"]]}
+
+
+# The weight matrices a quantized drafter stores as int8 (norm weights and biases stay).
+QUANT_MATRICES = ("q", "k", "v", "kv", "o", "gate", "up", "gate_up", "down")
+
+
+def quantize_params(dparams: dict, lm_head: jax.Array) -> dict:
+    """The drafter with int8 weight matrices (per-column scales, pallas_kernels.matmul.Int8Weight)
+    and its own int8 copy of the target's LM head [H, V] under "lm_head" (drafting reads that
+    copy; the verify keeps the exact head). Proposals change a little, so acceptance may; the
+    output never does (the target verifies every token). Half the bytes a draft pass reads."""
+    layers = [{k: (quantize_int8(v) if k in QUANT_MATRICES else v) for k, v in p.items()} for p in dparams["layers"]]
+    return {**dparams, "layers": layers, "fc": quantize_int8(dparams["fc"]), "lm_head": quantize_int8(lm_head)}
 
 
 def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str, mm: str):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
 from pallas_kernels.cache_write import write_cache_rows
-from pallas_kernels.matmul import matmul
+from pallas_kernels.matmul import Int8Weight, matmul
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
@@ -20,9 +20,10 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     return w.astype(x.dtype) * y.astype(x.dtype)
 
 
-def linear(x: jax.Array, w: jax.Array, b: jax.Array | None = None, *, impl: str = "xla") -> jax.Array:
-    """x [..., in] @ w [in, out] (+ b). impl: pallas_kernels.matmul's ("xla": one XLA dot)."""
-    if impl == "xla":
+def linear(x: jax.Array, w, b: jax.Array | None = None, *, impl: str = "xla") -> jax.Array:
+    """x [..., in] @ w [in, out] (+ b); w an array or an Int8Weight (a quantized drafter's).
+    impl: pallas_kernels.matmul's ("xla": one XLA dot)."""
+    if impl == "xla" and not isinstance(w, Int8Weight):
         y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
     else:
         y = matmul(x, w, impl=impl)
