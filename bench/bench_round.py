@@ -11,6 +11,7 @@ the stage breakdown from the separately jitted stages (each synced, median of re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -113,7 +114,8 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
     return fused, steady
 
 
-def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1) -> dict:
+def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1,
+            verify_loop: bool = False) -> dict:
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
     req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
@@ -127,7 +129,10 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         compiler_options=gen.compiler_options)
 
     fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
+    verify = verify_times(gen, spec, prefill(*pre_args()), knobs, rounds, repeats) if verify_loop else []
     return {
+        "verify_ms_steady": statistics.median(verify) if verify else None,
+        "verify_ms_steady_all": verify,
         "round_ms_median": statistics.median(fused),
         "round_ms_all": fused,
         "round_ms_steady": statistics.median(steady),
@@ -138,6 +143,42 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         "nodes": engine.num_nodes(spec, gen.dcfg),
         "cache_size": spec.cache_size,
     }
+
+
+def verify_times(gen: Generator, spec, state, knobs, rounds: int, repeats: int) -> list[float]:
+    """The verify pass alone, as the fused loop runs it: steady ms per pass (a device loop of
+    2R passes minus one of R, over R), per repeat. The pass is the round's verify scope (the
+    target forward over root + tree, the LM head, the token choice) on one fixed tree; each pass
+    depends on the one before through an optimization barrier, so XLA can neither hoist it out of
+    the loop nor drop it. round_ms_steady minus this is the round's overhead beyond the verify."""
+    fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
+    if spec.speculative:
+        tree = jax.block_until_ready(fns["tree"](fns["draft"](gen.tparams, gen.dparams, state), state))
+    else:
+        tree = engine.root_tree(state)
+
+    def passes(tparams, state, tree, knobs, n):
+        def body(_, acc):
+            tokens, _ = jax.lax.optimization_barrier((tree.tokens, acc))
+            t = dataclasses.replace(tree, tokens=tokens)
+            logits, _, _ = engine.verify_stage(tparams, state, t, tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
+            return acc + engine.choose_tokens(state.key, logits, spec.sampling, knobs.temperature, knobs.top_p).sum()
+        return jax.lax.fori_loop(0, n, body, jnp.int32(0))
+
+    run = jax.jit(passes).lower(gen.tparams, state, tree, knobs, jnp.int32(rounds)).compile(
+        compiler_options=gen.compiler_options)
+
+    def call(n: int) -> float:
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(gen.tparams, state, tree, knobs, jnp.int32(n)))
+        return 1e3 * (time.perf_counter() - t0)
+
+    call(rounds), call(2 * rounds)
+    out = []
+    for _ in range(repeats):
+        t1, t2 = call(rounds), call(2 * rounds)
+        out.append((t2 - t1) / rounds)
+    return out
 
 
 def stage_times(gen: Generator, spec, fresh_state, knobs, repeats: int) -> dict:
@@ -186,6 +227,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--stage-repeats", type=int, default=5, help="0: no stage breakdown (fewer compiles)")
+    ap.add_argument("--verify-loop", action="store_true",
+                    help="also time the verify pass alone in a device loop (verify_ms_steady: the round's "
+                         "overhead beyond it is round_ms_steady - verify_ms_steady; one more compile a row)")
     ap.add_argument("--attn-impl", default="auto", help="attention impl(s), comma-separated, e.g. pallas,xla")
     ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
@@ -238,7 +282,8 @@ def main(argv=None) -> int:
                                 matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
                                 compiler_options=opts)
                 try:
-                    r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch)
+                    r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch,
+                                verify_loop=args.verify_loop)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
                     msg = (f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
                            f"{type(e).__name__}: {e}")
@@ -251,7 +296,11 @@ def main(argv=None) -> int:
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
-                      f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f} (all "
+                      f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}"
+                      + (f", verify alone {r['verify_ms_steady']:.3f} (beyond it "
+                         f"{r['round_ms_steady'] - r['verify_ms_steady']:.3f} = "
+                         f"{100 * (1 - r['verify_ms_steady'] / r['round_ms_steady']):.0f} %)"
+                         if r["verify_ms_steady"] else "") + " (all "
                       f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)
                 save()

@@ -218,7 +218,9 @@ def test_bench_round_a_failing_row_does_not_stop_the_others(tmp_path, monkeypatc
 
     monkeypatch.setattr(bench_round, "measure", measure)
     assert bench_round.main(["--model", "tiny", "--prompt-len", "32", "--methods", "ar,dflash", "--rounds", "2",
-                             "--repeats", "1", "--stage-repeats", "0", "--out", str(tmp_path)]) == 0
+                             "--repeats", "1", "--stage-repeats", "0", "--verify-loop", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "round_tiny_auto.json").read_text())
     assert [r["method"] for r in data["rows"]] == ["dflash"]
     assert len(data["errors"]) == 1 and "no kernel for you" in data["errors"][0]
+    # --verify-loop: the verify pass alone, in a device loop
+    assert data["rows"][0]["verify_ms_steady"] is not None and len(data["rows"][0]["verify_ms_steady_all"]) == 1
