@@ -360,6 +360,15 @@ def test_unknown_attention_implementation(qwen3_pair):
           "--attn-impl 'bogus'", "xla")
 
 
+@pytest.mark.parametrize("args, needle", [
+    (("--matmul-impl", "pallas"), "--matmul-impl 'pallas'; available here"),   # no Triton on the CPU
+    (("--cache-impl", "pallas"), "--cache-impl 'pallas'; available here"),
+    (("--method", "ar", "--drafter-quant", "int8"), "needs a DFlash drafter"),
+])
+def test_kernel_and_drafter_options_that_cannot_run_here(qwen3_pair, args, needle):
+    fails(gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 4, *args), needle)
+
+
 def test_jsonl_prompt_that_is_not_a_string(qwen3_pair, tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({"prompt": "ok"}) + "\n" + json.dumps({"prompt": 5}) + "\n")
