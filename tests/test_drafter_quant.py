@@ -51,7 +51,7 @@ def test_int8_drafter_bad_uses(pair):
 
 def test_int8_drafter_acceptance_on_the_shipped_pair():
     """Real weights: the int8 drafter's greedy acceptance stays within 10 % of the full drafter's
-    (DDTree-16 on 4 eval-split prompts x 64 tokens, float32 target), and the tokens are AR's."""
+    (DDTree-16 on 4 eval-split prompts x 64 tokens, float32 target), and the tokens do not change."""
     from bench import prompts as bp
     from ddtree_jax.checkpoint import load_checkpoint
     from ddtree_jax.generate import DEFAULT_CKPT, load_tokenizer
@@ -63,11 +63,11 @@ def test_int8_drafter_acceptance_on_the_shipped_pair():
     else:  # the corpus lives beside the checkout; keep the test meaningful without it
         prompts = [tok.encode(f"import os\n\n\ndef helper_{i}(path):\n    ", add_special_tokens=False)
                    for i in range(4)]
-    ar = [r.token_ids for r in Generator(ck, method="ar").generate_ids(prompts, max_new_tokens=64)]
-    acc = {}
+    acc, tokens = {}, {}
     for quant in ("none", "int8"):
         res = Generator(ck, method="ddtree", budget=16, drafter_quant=quant).generate_ids(prompts, max_new_tokens=64)
-        assert [r.token_ids for r in res] == ar, quant
+        tokens[quant] = [r.token_ids for r in res]
         acc[quant] = np.mean([a for r in res for a in r.acceptance_lengths])
+    assert tokens["int8"] == tokens["none"]   # both are the target's greedy tokens (the AR ones: test_default_model)
     assert acc["none"] > 2.0, acc
     assert acc["int8"] >= 0.9 * acc["none"], acc
