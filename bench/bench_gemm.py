@@ -11,13 +11,16 @@ variant: wall (the chain's time / calls, median of --reps) and kernel (the devic
 chain's largest kernel per call, from a profiler trace: the GEMM alone). Bytes floor: the
 weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieved.
 
-Shapes: the projections of one layer (qkv, o, gate_up, down), down_swiglu (the down projection
-from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue), the
-LM head (float32 logits), the drafter's k/v and fc; NAME_int8: the same with int8 weights (a
-quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla" (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option,
-e.g. xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
+Shapes: the projections of one layer (qkv, o, gate_up, down); down_swiglu (the down projection
+from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue);
+qkv_norm and gate_up_norm (the product of the RMSNorm of x: XLA's norm + dot against the
+kernel's norm prologue); the LM head (float32 logits); the drafter's k/v and fc; NAME_int8: the
+same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
+(what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
+xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
 "pallas:BNxBKxWxSxSPLIT[xTAIL]" configs (block_n, block_k, num_warps, num_stages, split_k,
-tail_rows 1/0: pallas_kernels.matmul.MatmulConfig's fields in order).
+tail_rows 1/0: pallas_kernels.matmul.MatmulConfig's fields in order); --sweep adds variants for
+the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
 best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
@@ -43,9 +46,17 @@ from pallas_kernels import matmul as mm
 
 HBM_BPS = 3.3e12
 SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
-             "down_swiglu": (12288, 4096), "lm_head": (4096, 151936), "drafter_kv": (4096, 2048),
+             "down_swiglu": (12288, 4096), "qkv_norm": (4096, 6144), "gate_up_norm": (4096, 24576),
+             "lm_head": (4096, 151936), "drafter_kv": (4096, 2048),
              "fc": (20480, 4096)}
-SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "o_int8": (128, 128)}
+SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "qkv_norm": (128, 192),
+         "o_int8": (128, 128)}
+
+
+def prologue_of(shape: str) -> str | None:
+    """down_swiglu[_int8] -> "swiglu", NAME_norm[_int8] -> "rmsnorm" (the product of the RMSNorm of x)."""
+    base = shape.removesuffix("_int8")
+    return "swiglu" if base.endswith("swiglu") else "rmsnorm" if base.endswith("_norm") else None
 
 
 def parse_variant(v: str):
@@ -89,8 +100,8 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
             entry = dict(k=k, n=n, rows=[max(below) + 1 if below else lo, hi if m == max(same) else m],
                          config=best["config"], us=round(best["wall_us"], 2), xla_us=round(xla[0], 2),
                          shape=shape, measured_m=m)
-            if shape.removesuffix("_int8").endswith("swiglu"):
-                entry["prologue"] = "swiglu"
+            if prologue_of(shape):
+                entry["prologue"] = prologue_of(shape)
             if shape.endswith("_int8"):
                 entry["weight"] = "int8"
             out.append(entry)
@@ -109,10 +120,12 @@ def write_table(path: Path, device: str, entries: list[dict]) -> None:
 def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None):
     """Call l+1's input from call l's output: cut or tiled to the K (2K with the swiglu prologue:
     the down projection from a gate_up output) columns x has."""
-    kx = 2 * k if prologue else k
+    kx = 2 * k if prologue == "swiglu" else k
+    norm_w = jnp.full((k,), 1.1, jnp.bfloat16) if prologue == "rmsnorm" else None
 
     def step(x, w):
-        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue).astype(x.dtype)
+        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
+                      norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)
         if n == kx:
             return y
         return y[:, :kx] if n > kx else jnp.tile(y, (1, -(-kx // n)))[:, :kx]
@@ -150,6 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="xla,pallas", help="comma-separated, see the module doc")
     ap.add_argument("--sweep", default="", help="extra variants tried at --sweep-rows only")
     ap.add_argument("--sweep-rows", default="65")
+    ap.add_argument("--sweep-shapes", default="", help="shapes the sweep runs on (default: all)")
     ap.add_argument("--cold-mb", type=float, default=400.0, help="weight copies per chain hold at least this")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dtype", default="bfloat16")
@@ -170,6 +184,7 @@ def main(argv=None) -> int:
         shapes[name] = SHAPES_8B[base]
     rows = [int(r) for r in args.rows.split(",") if r]
     sweep_rows = {int(r) for r in args.sweep_rows.split(",") if r}
+    sweep_shapes = {x for x in args.sweep_shapes.split(",") if x}
     base = [v for v in args.variants.split(",") if v]
     extra = [v for v in args.sweep.split(",") if v]
     pallas_impl = "pallas_interpret" if args.small else "pallas"
@@ -195,10 +210,11 @@ def main(argv=None) -> int:
             int8 = sname.endswith("_int8")
             wbytes = k * n * (1 if int8 else dtype.itemsize)
             out_dtype = jnp.float32 if sname.startswith("lm_head") else dtype
-            prologue = "swiglu" if sname.removesuffix("_int8").endswith("swiglu") else None
-            x = jax.random.normal(jax.random.fold_in(key, 999), (m, 2 * k if prologue else k),
+            prologue = prologue_of(sname)
+            x = jax.random.normal(jax.random.fold_in(key, 999), (m, 2 * k if prologue == "swiglu" else k),
                                   jnp.float32).astype(dtype)
-            for v in base + (extra if m in sweep_rows else []):
+            swept = m in sweep_rows and (not sweep_shapes or sname in sweep_shapes)
+            for v in base + (extra if swept else []):
                 if time.perf_counter() - t_start > args.budget_s:
                     result["errors"].append(f"budget: stopped before {sname} M={m} {v}")
                     break

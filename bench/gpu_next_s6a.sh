@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 5 (which had no device time: the cut-off session 4 had spent it), not yet
 # run. The kernels alone, no 8B model (~9.5 min; first of the three calls, the most important):
-# (1) the skinny-matmul kernel (pallas_kernels/matmul.py; down_swiglu: with the MLP activation
-#     fused into its loads) against XLA's dot on the 8B shapes at
+# (1) the skinny-matmul kernel (pallas_kernels/matmul.py; *_norm: the RMSNorm fused in,
+#     down_swiglu: the MLP activation fused in) against XLA's dot on the 8B shapes at
 #     65 / 16 / 1 rows with HBM-cold weights, a config sweep at 65 rows (the DDTree-64 verify) and
 #     XLA's exhaustive tiling search beside it; the winners go to $R/matmul_configs.json (copy it
 #     to pallas_kernels/matmul_configs.json, run tests/test_matmul_kernel.py, commit: then
@@ -18,9 +18,12 @@
 source bench/gpu_step.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$R/gpu.txt"
 SWEEP=pallas:32x128x4x4x1,pallas:64x128x4x4x1,pallas:64x128x4x4x2,pallas:128x128x4x4x1
-SWEEP=$SWEEP,pallas:64x64x4x6x2,pallas:128x128x8x3x2,pallas:64x64x4x4x2x0,xla:xla_gpu_exhaustive_tiling_search=true
+SWEEP=$SWEEP,pallas:128x128x8x3x2,pallas:64x64x4x4x2x0,xla:xla_gpu_exhaustive_tiling_search=true
+# the fused layers' products first (qkv_norm, o, gate_up_norm, down_swiglu: target.forward's fused
+# form), then the unfused ones; the sweep on the fused ones and the LM head at 65 rows
 step gemm 265 python3 -m bench.bench_gemm --out "$R/gemm" --budget-s 250 --rows 65,16,1 \
-  --shapes qkv,o,gate_up,down,down_swiglu,lm_head --variants xla,pallas --sweep "$SWEEP" --sweep-rows 65 \
+  --shapes qkv_norm,o,gate_up_norm,down_swiglu,lm_head,qkv,gate_up,down --variants xla,pallas \
+  --sweep "$SWEEP" --sweep-rows 65 --sweep-shapes qkv_norm,o,gate_up_norm,down_swiglu,lm_head \
   --write-table "$R/matmul_configs.json"
 step tree 80 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 8192 \
   --variants 128x0p,128x64p,256x16,256x16p,1024x8,1024x8p --out "$R/tree"

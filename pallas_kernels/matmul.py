@@ -45,10 +45,11 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
-__all__ = ["matmul", "matmul_reference", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
+__all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
+PROLOGUES = (None, "swiglu", "rmsnorm")
 TABLE_PATH = Path(__file__).with_name("matmul_configs.json")
 TABLE_ENV = "DDTREE_MATMUL_TABLE"
 
@@ -194,37 +195,59 @@ def swiglu(x: jax.Array) -> jax.Array:
     return jax.nn.silu(gate) * up
 
 
-def matmul_reference(x: jax.Array, w, out_dtype=None, prologue: str | None = None) -> jax.Array:
+def _rms_scale(x: jax.Array, eps: float) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    return lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+
+
+def matmul_reference(x: jax.Array, w, out_dtype=None, prologue: str | None = None, *, norm_w=None,
+                     eps: float = 1e-6, residual=None) -> jax.Array:
     """The XLA path, the same ops as the models' own dots: one einsum, in x.dtype (XLA
     accumulates in float32), or with preferred_element_type when out_dtype differs (the LM head's
-    float32 logits). prologue "swiglu": the einsum of swiglu(x). An Int8Weight: the float32
-    product with its int8 values (exact in x's dtype), scaled per column."""
+    float32 logits). prologue "swiglu": the einsum of swiglu(x); "rmsnorm": of the RMSNorm of x
+    with weight norm_w (layers.rms_norm's math). An Int8Weight: the float32 product with its int8
+    values (exact in x's dtype), scaled per column. residual: residual + the product, in the
+    output dtype (as `x + linear(...)` in the models)."""
     if prologue == "swiglu":
         x = swiglu(x)
+    elif prologue == "rmsnorm":
+        x = norm_w.astype(x.dtype) * (x.astype(jnp.float32) * _rms_scale(x, eps)).astype(x.dtype)
     if isinstance(w, Int8Weight):
         y = jnp.einsum("...i,io->...o", x, w.q.astype(x.dtype), preferred_element_type=jnp.float32) * w.scale
-        return y.astype(x.dtype if out_dtype is None else out_dtype)
-    if out_dtype is None or jnp.dtype(out_dtype) == x.dtype:
-        return jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
-    return jnp.einsum("...i,io->...o", x, w.astype(x.dtype), preferred_element_type=out_dtype)
+        y = y.astype(x.dtype if out_dtype is None else out_dtype)
+    elif out_dtype is None or jnp.dtype(out_dtype) == x.dtype:
+        y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
+    else:
+        y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype), preferred_element_type=out_dtype)
+    return y if residual is None else residual + y.astype(residual.dtype)
 
 
 def _and(a, b):
     return a if b is None else (b if a is None else a & b)
 
 
-def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool, scaled: bool):
+def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool, scaled: bool, norm: bool,
+            eps: float, residual: bool):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
-    x_ref [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w_ref [K, BN]
-    (columns >= n masked in the last block only), o_ref [BM + TM, BN] (or the part's float32
-    partial). Rows [0, BM) are one tile, rows [BM, BM + TM) the tail tile; each weight tile
-    loaded feeds both dots. swiglu_in: x_ref is [BM + TM, 2K] = [gate ; up], and the x tile is
-    silu(gate) * up, computed in float32 and rounded to x's dtype (as the XLA fusion does).
-    scaled: w_ref holds int8 values and scale_ref [BN] their per-column float32 scales, applied
-    to the accumulated columns before the store.
+    Refs: x [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w [K, BN]
+    (columns >= n masked in the last block only), then scale [BN] (scaled), norm_w [K] (norm),
+    residual [BM + TM, BN] (residual); out [BM + TM, BN] (or the part's float32 partial). Rows
+    [0, BM) are one tile, rows [BM, BM + TM) the tail tile; each weight tile loaded feeds both.
+    swiglu_in: x is [BM + TM, 2K] = [gate ; up] and the x tile is silu(gate) * up, in float32
+    rounded to x's dtype (as the XLA fusion). scaled: w holds int8 values and scale their
+    per-column float32 scales, applied to the accumulated columns. norm: the x tile is x * norm_w
+    (rounded to x's dtype) and the accumulated rows are scaled by rsqrt(mean(x^2) + eps), the
+    mean taken over the K columns this program streams anyway (RMSNorm's scale is per row, so it
+    commutes with the product; split_k must be 1). residual: out = residual + (the product
+    rounded to the output dtype), rounded again (the models' `x + linear(...)`).
     """
-    x_ref, w_ref, scale_ref, o_ref = refs if scaled else (refs[0], refs[1], None, refs[2])
+    refs = list(refs)
+    x_ref, w_ref = refs.pop(0), refs.pop(0)
+    scale_ref = refs.pop(0) if scaled else None
+    nw_ref = refs.pop(0) if norm else None
+    r_ref = refs.pop(0) if residual else None
+    o_ref = refs.pop(0)
     bm, tm, bn, bk = plan.block_m, plan.tail_m, plan.block_n, plan.block_k
     tiles = [(0, bm)] + ([(bm, tm)] if tm else [])
     rows_ok = [(jnp.arange(r0, r0 + h, dtype=jnp.int32) < m)[:, None] if r0 + h > m else None for r0, h in tiles]
@@ -234,40 +257,61 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
     k0 = pl.program_id(1) * (plan.steps * bk)
     k_total = w_ref.shape[0]
 
-    def step(i, accs):
+    def step(i, carry):
+        accs, sss = carry
         ks = pl.ds(pl.multiple_of(k0 + i * bk, bk), bk)
         wt = pltriton.load(w_ref.at[ks, :], mask=cols_ok, other=None if cols_ok is None else 0.0)
-        out = []
-        for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
+        nw = nw_ref[ks].astype(jnp.float32) if norm else None
+        out, out_ss = [], []
+        for (r0, h), ok, acc, ss in zip(tiles, rows_ok, accs, sss):
             xt = pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok, other=None if ok is None else 0.0)
             if swiglu_in:
                 ks_up = pl.ds(pl.multiple_of(k_total + k0 + i * bk, bk), bk)
                 up = pltriton.load(x_ref.at[pl.ds(r0, h), ks_up], mask=ok, other=None if ok is None else 0.0)
                 g32 = xt.astype(jnp.float32)
                 xt = (g32 / (1.0 + jnp.exp(-g32)) * up.astype(jnp.float32)).astype(xt.dtype)
+            if norm:
+                x32 = xt.astype(jnp.float32)
+                ss = ss + jnp.sum(x32 * x32, axis=1)
+                xt = (x32 * nw[None, :]).astype(xt.dtype)
             out.append(acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
                                              precision=precision, preferred_element_type=jnp.float32))
-        return tuple(out)
+            out_ss.append(ss)
+        return tuple(out), tuple(out_ss)
 
-    accs = lax.fori_loop(0, plan.steps, step, tuple(jnp.zeros((h, bn), jnp.float32) for _, h in tiles))
+    zeros = (tuple(jnp.zeros((h, bn), jnp.float32) for _, h in tiles),
+             tuple(jnp.zeros((h,), jnp.float32) for _, h in tiles))
+    accs, sss = lax.fori_loop(0, plan.steps, step, zeros)
     if scaled:
         col_scale = pltriton.load(scale_ref, mask=None if cols_ok is None else cols_ok[0],
                                   other=None if cols_ok is None else 0.0)
         accs = tuple(acc * col_scale[None, :] for acc in accs)
+    if norm:
+        accs = tuple(acc * lax.rsqrt(ss / k_total + eps)[:, None] for acc, ss in zip(accs, sss))
     for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
-        pltriton.store(o_ref.at[pl.ds(r0, h), :], acc.astype(o_ref.dtype), mask=_and(ok, cols_ok))
+        mask = _and(ok, cols_ok)
+        y = acc.astype(o_ref.dtype)
+        if residual:
+            r = pltriton.load(r_ref.at[pl.ds(r0, h), :], mask=mask, other=None if mask is None else 0.0)
+            y = (r.astype(jnp.float32) + y.astype(jnp.float32)).astype(o_ref.dtype)
+        pltriton.store(o_ref.at[pl.ds(r0, h), :], y, mask=mask)
 
 
 def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bool,
-                   prologue: str | None = None):
+                   prologue: str | None = None, norm_w=None, eps: float = 1e-6, residual=None):
     m, kx = x2.shape
     k, n = w.shape
     plan = matmul_plan(m, k, n, cfg)
     bm, bn = plan.block_m + plan.tail_m, plan.block_n
     split = plan.split_k > 1
     scaled = isinstance(w, Int8Weight)
+    norm = prologue == "rmsnorm"
+    if norm and split:
+        raise ValueError("the rmsnorm prologue needs split_k = 1 (each program's K range is the whole row)")
+    fuse_residual = residual is not None and not split
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
-                                   swiglu_in=prologue == "swiglu", scaled=scaled)
+                                   swiglu_in=prologue == "swiglu", scaled=scaled, norm=norm, eps=eps,
+                                   residual=fuse_residual)
     if split:
         out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
@@ -277,19 +321,31 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     params = None
     if not interpret:
         params = pltriton.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    specs = [pl.BlockSpec((bm, kx), lambda j, s: (0, 0)),      # all rows: wider than m, masked
+             pl.BlockSpec((k, bn), lambda j, s: (0, j))]
+    args = [x2] + ([w.q, w.scale] if scaled else [w])
+    if scaled:
+        specs.append(pl.BlockSpec((bn,), lambda j, s: (j,)))
+    if norm:
+        specs.append(pl.BlockSpec((k,), lambda j, s: (0,)))
+        args.append(norm_w)
+    if fuse_residual:
+        specs.append(pl.BlockSpec((bm, bn), lambda j, s: (0, j)))
+        args.append(residual)
     y = pl.pallas_call(
         kernel,
         grid=(plan.col_blocks, plan.split_k),
-        in_specs=[pl.BlockSpec((bm, kx), lambda j, s: (0, 0)),      # all rows: wider than m, masked
-                  pl.BlockSpec((k, bn), lambda j, s: (0, j))]
-                 + ([pl.BlockSpec((bn,), lambda j, s: (j,))] if scaled else []),
+        in_specs=specs,
         out_specs=out_spec,
         out_shape=out_shape,
         compiler_params=params,
         interpret=interpret,
         name="skinny_matmul_int8" if scaled else "skinny_matmul",
-    )(x2, *((w.q, w.scale) if scaled else (w,)))
-    return y.sum(axis=0).astype(out_dtype) if split else y
+    )(*args)
+    if not split:
+        return y
+    y = y.sum(axis=0).astype(out_dtype)
+    return y if residual is None else residual + y.astype(residual.dtype)
 
 
 def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None,
@@ -313,12 +369,39 @@ def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None,
     return ("xla" if impl != "xla" and _unsupported(m, k, n, cfg) else impl), cfg
 
 
+def _plan_call(x_shape, w, impl: str, config: MatmulConfig | None, prologue: str | None):
+    """(path, config, m, k, n, kx) of a call, after the argument checks."""
+    k, n = w.shape
+    if prologue not in PROLOGUES:
+        raise ValueError(f"unknown matmul prologue {prologue!r}; one of {PROLOGUES}")
+    kx = 2 * k if prologue == "swiglu" else k
+    if x_shape[-1] != kx:
+        raise ValueError(f"matmul: x [..., {x_shape[-1]}] does not match w [{k}, {n}]"
+                         + (" (swiglu takes [gate ; up]: 2K columns)" if prologue == "swiglu" else ""))
+    m = math.prod(x_shape[:-1])
+    path, cfg = _resolve(impl, m, k, n, config, prologue, "int8" if isinstance(w, Int8Weight) else None)
+    if path != "xla" and prologue == "rmsnorm" and cfg.split_k > 1:
+        cfg = dataclasses.replace(cfg, split_k=1)  # the row's mean of squares needs all of K
+    return path, cfg, m, k, n, kx
+
+
+def kernel_path(x_shape, w, *, impl: str = "auto", config: MatmulConfig | None = None,
+                prologue: str | None = None) -> str:
+    """"xla", "pallas" or "pallas_interpret": the path `matmul` takes for these arguments (the
+    models fuse norms and residual adds into the product only where it is the kernel's)."""
+    return _plan_call(x_shape, w, impl, config, prologue)[0]
+
+
 def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: str = "auto",
-           config: MatmulConfig | None = None, prologue: str | None = None) -> jax.Array:
+           config: MatmulConfig | None = None, prologue: str | None = None, norm_w: jax.Array | None = None,
+           eps: float = 1e-6, residual: jax.Array | None = None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
 
     prologue "swiglu": x is [..., 2K] = [gate ; up] and the product is swiglu(x) @ w (the MLP's
     down projection straight from the gate_up output: the activation is never written).
+    prologue "rmsnorm": the product is rms_norm(x, norm_w, eps) @ w (the normed activation is
+    never written; in the kernel the row scale is applied to the accumulated product).
+    residual [..., N]: residual + the product, in residual's dtype (a decoder's residual add).
 
     impl: "auto" (on NVIDIA GPUs the kernel where the tuned table says it is faster, with the
     table's config; else XLA) | "xla" | "pallas" (= "triton") | "pallas_interpret" (CPU tests):
@@ -327,20 +410,17 @@ def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: s
     config: overrides the table and the default.
     """
     out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
-    k, n = w.shape
-    if prologue not in (None, "swiglu"):
-        raise ValueError(f"unknown matmul prologue {prologue!r}; None or 'swiglu'")
-    kx = 2 * k if prologue == "swiglu" else k
-    if x.shape[-1] != kx:
-        raise ValueError(f"matmul: x [..., {x.shape[-1]}] does not match w [{k}, {n}]"
-                         + (" (swiglu takes [gate ; up]: 2K columns)" if prologue else ""))
+    if (prologue == "rmsnorm") != (norm_w is not None):
+        raise ValueError("matmul: norm_w goes with prologue='rmsnorm' (and only with it)")
+    path, cfg, m, k, n, kx = _plan_call(x.shape, w, impl, config, prologue)
     lead = x.shape[:-1]
-    m = math.prod(lead)
-    path, cfg = _resolve(impl, m, k, n, config, prologue, "int8" if isinstance(w, Int8Weight) else None)
+    if residual is not None and residual.shape != (*lead, n):
+        raise ValueError(f"matmul: residual {residual.shape} does not match the output {(*lead, n)}")
     if path == "xla":
-        return matmul_reference(x, w, out_dtype, prologue)
+        return matmul_reference(x, w, out_dtype, prologue, norm_w=norm_w, eps=eps, residual=residual)
     if not isinstance(w, Int8Weight):
         w = w.astype(x.dtype)
     y = _matmul_pallas(x.reshape(m, kx), w, out_dtype, cfg, interpret=path == "pallas_interpret",
-                       prologue=prologue)
+                       prologue=prologue, norm_w=norm_w, eps=eps,
+                       residual=None if residual is None else residual.reshape(m, n))
     return y.reshape(*lead, n)

@@ -93,6 +93,54 @@ def test_int8_weights(m, k, n, cfg, prologue, out):
     assert rel_err(got, ref) < tol
 
 
+@pytest.mark.parametrize("m,k,n,cfg,prologue,residual,int8", [
+    (1, 128, 64, mm.MatmulConfig(block_n=32, block_k=64), "rmsnorm", False, False),
+    (65, 256, 96, mm.MatmulConfig(block_n=32, block_k=64, split_k=2), "rmsnorm", True, False),  # split forced to 1
+    (17, 64, 200, mm.MatmulConfig(block_n=64, block_k=32), None, True, False),                # ragged columns
+    (65, 128, 64, mm.MatmulConfig(block_n=32, block_k=32, split_k=4), None, True, False),     # residual after a split
+    (16, 64, 96, mm.MatmulConfig(block_n=32, block_k=32), "swiglu", True, False),             # an MLP's down + residual
+    (5, 128, 64, mm.MatmulConfig(block_n=64, block_k=64), "rmsnorm", True, True),
+])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_norm_prologue_and_residual_epilogue(m, k, n, cfg, prologue, residual, int8, dtype):
+    """The decoder's fusions: rms_norm(x) @ w with the row scale applied after the product, and
+    residual + product; the kernel against XLA's path and the float64 math."""
+    rng = np.random.default_rng(m * 31 + n + k)
+    x = rand(rng, (m, 2 * k if prologue == "swiglu" else k), dtype) * 2.0
+    w = rand(rng, (k, n), jnp.float32)
+    w = mm.quantize_int8(w) if int8 else w.astype(dtype)
+    nw = (1.0 + 0.3 * rand(rng, (k,), jnp.float32)).astype(dtype) if prologue == "rmsnorm" else None
+    r = rand(rng, (m, n), dtype) if residual else None
+    kw = dict(prologue=prologue, norm_w=nw, eps=1e-6, residual=r)
+    got = mm.matmul(x, w, impl="pallas_interpret", config=cfg, **kw)
+    ref = mm.matmul(x, w, impl="xla", **kw)
+    x64 = np.asarray(x, np.float64)
+    if prologue == "rmsnorm":
+        x64 = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * np.asarray(nw, np.float64)
+    elif prologue == "swiglu":
+        g, u = np.split(x64, 2, axis=-1)
+        x64 = g / (1 + np.exp(-g)) * u
+    w64 = (np.asarray(w.q, np.float64) * np.asarray(w.scale, np.float64)) if int8 else np.asarray(w, np.float64)
+    exact = x64 @ w64 + (0 if r is None else np.asarray(r, np.float64))
+    assert got.shape == (m, n) and got.dtype == dtype
+    tol = 1e-5 if dtype == jnp.float32 else 1.2e-2
+    assert rel_err(got, exact) < tol and rel_err(ref, exact) < tol
+    assert rel_err(got, ref) < tol
+
+
+def test_fusion_arguments_are_checked():
+    x, w = jnp.ones((2, 64)), jnp.ones((64, 32))
+    with pytest.raises(ValueError, match="norm_w goes with"):
+        mm.matmul(x, w, prologue="rmsnorm")
+    with pytest.raises(ValueError, match="unknown matmul prologue"):
+        mm.matmul(x, w, prologue="gelu")
+    with pytest.raises(ValueError, match="residual"):
+        mm.matmul(x, w, residual=jnp.ones((2, 31)))
+    assert mm.kernel_path((2, 64), w, impl="pallas_interpret") == "pallas_interpret"
+    assert mm.kernel_path((200, 64), w, impl="pallas_interpret") == "xla"      # more rows than a tile
+    assert mm.kernel_path((2, 64), w) == "xla"                                 # auto on the CPU
+
+
 def test_float32_output_and_leading_dims():
     """The LM head's form: bf16 operands, float32 logits, [Bt, T, H] rows flattened."""
     rng = np.random.default_rng(0)
@@ -218,3 +266,48 @@ def test_shipped_table_is_valid():
             for m in (lo, hi):
                 mm.matmul_plan(m, e["k"], e["n"], cfg)
             assert e["us"] < e["xla_us"], (kind, e)   # only measured wins are in the table
+
+
+@pytest.mark.skipif(mm.pltriton is None, reason="this jax has no Pallas Triton lowering")
+@pytest.mark.parametrize("m,k,n,prologue,residual", [
+    (65, 4096, 6144, "rmsnorm", False), (1, 4096, 24576, "rmsnorm", False),
+    (65, 4096, 4096, None, True), (16, 12288, 4096, "swiglu", True)])
+def test_triton_lowering_of_the_fusions(monkeypatch, m, k, n, prologue, residual):
+    modules = _verified_triton_modules(monkeypatch)
+    sds, bf = jax.ShapeDtypeStruct, jnp.bfloat16
+    cfg = mm.MatmulConfig(block_n=64, block_k=128)
+
+    def fn(x, w, nw, r):
+        return mm.matmul(x, w, impl="pallas", config=cfg, prologue=prologue,
+                         norm_w=nw if prologue == "rmsnorm" else None, residual=r if residual else None)
+    try:
+        jax.jit(fn).trace(sds((m, 2 * k if prologue == "swiglu" else k), bf), sds((k, n), bf), sds((k,), bf),
+                          sds((m, n), bf)).lower(lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert len(modules) == 1 and modules[0].operation.verify()
+
+
+def test_fused_layers_match_the_unfused_forward():
+    """target.forward with every projection in the kernel runs the fused layers (norms and
+    residual adds inside the products); in float32 it matches the XLA forward: hidden, taps, K/V."""
+    from ddtree_jax.models import target as tmodel
+    from ddtree_jax.models.layers import KVCache
+    from tiny import tiny_pair
+
+    pair = tiny_pair(layers=3)
+    tc, tp = pair.target_cfg, tmodel.fuse_params(pair.target_params)
+    rng = np.random.default_rng(0)
+    cache = KVCache([jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 3,
+                    [jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 3)
+    tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (2, 9)), jnp.int32)
+    length = jnp.asarray([5, 11], jnp.int32)
+    pos = length[:, None] + jnp.arange(9, dtype=jnp.int32)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((9, 9), bool)), (2, 9, 9))
+    assert tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), "pallas_interpret")
+    assert not tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), "xla")
+    assert not tmodel._fused_layers(tp, tc, (2, 200, tc.hidden_size), "pallas_interpret")   # a prompt's rows
+    outs = [tmodel.forward(tp, tc, tokens, pos, cache, length, mask, taps=(0, 2), matmul_impl=impl)
+            for impl in ("xla", "pallas_interpret")]
+    for a, b in zip(jax.tree_util.tree_leaves(outs[0]), jax.tree_util.tree_leaves(outs[1])):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-5)

@@ -29,7 +29,7 @@ from ddtree_jax.models.layers import (
     split_heads,
 )
 from pallas_kernels import attention
-from pallas_kernels.matmul import matmul
+from pallas_kernels.matmul import kernel_path, matmul
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
@@ -99,6 +99,9 @@ def forward(
     # The residual add that ends a layer is fused with the next of them, so h always holds the
     # normed input of what comes next and x the residual stream.
     norm_ws = [p["attn_norm"] for p in layers] + [params["norm"]]
+    if _fused_layers(params, cfg, x.shape, mm):
+        return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, attn_impl=attn_impl,
+                              norm_impl=norm_impl, mm=mm)
     h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
@@ -114,6 +117,58 @@ def forward(
             x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
             if i in taps:
                 tapped[i] = x
+    tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
+    return h, tap_out, (new_k, new_v)
+
+
+def _fused_layers(params: dict, cfg: TargetConfig, x_shape, mm: str) -> bool:
+    """Whether the layers run the fused form (_forward_fused): every projection of a layer takes
+    the skinny-matmul kernel (pallas_kernels.matmul.kernel_path) for these rows, the weights are
+    fused (qkv, gate_up) and no o bias needs adding between the product and the residual."""
+    if mm == "xla" or not params["layers"]:
+        return False
+    p = params["layers"][0]
+    if "qkv" not in p or "gate_up" not in p or "o_bias" in p:
+        return False
+    lead = x_shape[:-1]
+    calls = [((*lead, cfg.hidden_size), p["qkv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
+             ((*lead, cfg.hidden_size), p["gate_up"], "rmsnorm"), ((*lead, p["gate_up"].shape[1]), p["down"], "swiglu")]
+    return all(kernel_path(shape, w, impl=mm, prologue=pro) != "xla" for shape, w, pro in calls)
+
+
+def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new_mask, *, taps, attn_impl, norm_impl,
+                   mm):
+    """forward's layers with the norms and residual adds inside the projections: per layer the
+    q/k/v product normalises its input (attention norm) and the o product adds the residual; the
+    gate/up product normalises (MLP norm) and the down product takes silu(gate)*up and adds the
+    residual: 6 kernels a layer (q/k/v, q/k norm + RoPE, attention, o, gate/up, down) instead of
+    9, and no normed activation is written. The same math as the unfused layers; the kernel
+    scales a row by its RMS after the product, not before, so bf16 results can differ in the
+    last bit."""
+    eps = cfg.rms_eps
+    scale = cfg.head_dim**-0.5
+    tapped, new_k, new_v = {}, [], []
+    for i, p in enumerate(params["layers"]):
+        with jax.named_scope(f"layer{i}"):
+            qkv = matmul(x, p["qkv"], impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=eps)
+            if "qkv_bias" in p:
+                qkv = qkv + p["qkv_bias"].astype(qkv.dtype)
+            norm = cfg.qk_norm
+            q, k, v = qk_norm_rope(qkv, p["q_norm"] if norm else None, p["k_norm"] if norm else None, cos, sin,
+                                   num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                                   eps=eps, impl=norm_impl)
+            new_k.append(k)
+            new_v.append(v)
+            if cache is None:
+                o = masked_attention(q, k, v, new_mask, scale)
+            else:
+                o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
+            x = matmul(o.reshape(*o.shape[:2], -1), p["o"], impl=mm, residual=x)
+            gate_up = matmul(x, p["gate_up"], impl=mm, prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
+            x = matmul(gate_up, p["down"], impl=mm, prologue="swiglu", residual=x)
+            if i in taps:
+                tapped[i] = x
+    h = rms_norm_kernel(x, params["norm"], eps, impl=norm_impl)
     tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
     return h, tap_out, (new_k, new_v)
 
