@@ -40,13 +40,25 @@ def fuse_params(params: dict) -> dict:
     return {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
 
 
+def _heads(p: dict, cfg: TargetConfig, qkv: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
+    """The fused q/k/v projection's output split into heads, q/k-normed and RoPE'd: one kernel on
+    the Pallas path."""
+    norm = cfg.qk_norm
+    return qk_norm_rope(qkv, p["q_norm"] if norm else None, p["k_norm"] if norm else None, cos, sin,
+                        num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                        eps=cfg.rms_eps, impl=norm_impl)
+
+
+def _attend(q, k, v, cache: KVCache | None, i: int, cache_len, new_mask, scale: float, attn_impl: str):
+    """Layer i's attention of the new tokens over the cache's prefix and each other."""
+    if cache is None:
+        return masked_attention(q, k, v, new_mask, scale)
+    return attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
+
+
 def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str, mm: str):
-    if "qkv" in p:  # the split into heads, q/k norms and RoPE: one kernel on the Pallas path
-        norm = cfg.qk_norm
-        return qk_norm_rope(linear(h, p["qkv"], p.get("qkv_bias"), impl=mm), p["q_norm"] if norm else None,
-                            p["k_norm"] if norm else None, cos, sin, num_heads=cfg.num_heads,
-                            num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps,
-                            impl=norm_impl)
+    if "qkv" in p:
+        return _heads(p, cfg, linear(h, p["qkv"], p.get("qkv_bias"), impl=mm), cos, sin, norm_impl)
     q, k, v = (linear(h, p[n], p.get(f"{n}_bias"), impl=mm) for n in ("q", "k", "v"))
     q = split_heads(q, cfg.num_heads, cfg.head_dim)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
@@ -108,10 +120,7 @@ def forward(
             q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
             new_k.append(k)
             new_v.append(v)
-            if cache is None:
-                o = masked_attention(q, k, v, new_mask, scale)
-            else:
-                o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
+            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
             x, h = add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), impl=mm),
                                 p["mlp_norm"], eps, impl=norm_impl)
             x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
@@ -153,16 +162,10 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
             qkv = matmul(x, p["qkv"], impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=eps)
             if "qkv_bias" in p:
                 qkv = qkv + p["qkv_bias"].astype(qkv.dtype)
-            norm = cfg.qk_norm
-            q, k, v = qk_norm_rope(qkv, p["q_norm"] if norm else None, p["k_norm"] if norm else None, cos, sin,
-                                   num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                                   eps=eps, impl=norm_impl)
+            q, k, v = _heads(p, cfg, qkv, cos, sin, norm_impl)
             new_k.append(k)
             new_v.append(v)
-            if cache is None:
-                o = masked_attention(q, k, v, new_mask, scale)
-            else:
-                o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, new_mask, scale=scale, impl=attn_impl)
+            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
             x = matmul(o.reshape(*o.shape[:2], -1), p["o"], impl=mm, residual=x)
             gate_up = matmul(x, p["gate_up"], impl=mm, prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
             x = matmul(gate_up, p["down"], impl=mm, prologue="swiglu", residual=x)
