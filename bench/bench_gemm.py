@@ -108,6 +108,24 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
     return out
 
 
+def summary_table(rows: list[dict]) -> str:
+    """Markdown: per shape and M, XLA's wall time, the best kernel variant's, their ratio and the
+    kernel's TB/s (what RESULTS.md records)."""
+    lines = ["| shape | M | bytes floor us | XLA us | best kernel | kernel us | XLA / kernel | kernel TB/s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for shape, m in sorted({(r["shape"], r["m"]) for r in rows}, key=lambda sm: (sm[1] != 65, sm)):
+        mine = [r for r in rows if r["shape"] == shape and r["m"] == m]
+        xla = next((r for r in mine if r["variant"] == "xla"), None)
+        ker = [r for r in mine if r.get("config")]
+        best = min(ker, key=lambda r: r["wall_us"]) if ker else None
+        cells = [shape, str(m), f"{mine[0]['floor_us']:.1f}", f"{xla['wall_us']:.1f}" if xla else "-",
+                 best["variant"] if best else "-", f"{best['wall_us']:.1f}" if best else "-",
+                 f"{xla['wall_us'] / best['wall_us']:.2f}" if xla and best else "-",
+                 f"{best['tbps']:.2f}" if best else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_table(path: Path, device: str, entries: list[dict]) -> None:
     """Merge entries into the table at path: this device's entries for the same shapes are replaced."""
     table = json.loads(path.read_text()) if path.exists() else {}
@@ -251,6 +269,7 @@ def main(argv=None) -> int:
                 if out:
                     (out / "bench_gemm.json").write_text(json.dumps(result, indent=1))
     del weights
+    print(summary_table(result["rows"]))
     print(f"[bench_gemm] done in {time.perf_counter() - t_start:.0f}s; {len(result['errors'])} errors")
     for e in result["errors"]:
         print("  ", e)
