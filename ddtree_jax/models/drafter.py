@@ -140,7 +140,7 @@ def extend_cache(
             k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
             ks.append(k)
             vs.append(v)
-    if cache_impl != "xla":
+    if cache_impl not in ("xla", "auto"):  # "auto" is XLA's writes until the kernel is timed
         rows = jnp.broadcast_to(jnp.arange(taps.shape[1], dtype=jnp.int32), taps.shape[:2])
         return append(cache, ks, vs, cache_len, rows, impl=cache_impl)
     return KVCache([write_rows(c, k, cache_len) for c, k in zip(cache.k, ks)],

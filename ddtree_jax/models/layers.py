@@ -140,7 +140,7 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
     be compacted afterwards. impl: pallas_kernels.cache_write's for a `rows` write (all layers'
     arrays in one kernel); a whole-prompt write (rows None) is XLA's.
     """
-    if rows is not None and impl != "xla":
+    if rows is not None and impl not in ("xla", "auto"):  # "auto" is XLA's writes until the kernel is timed
         n = len(cache.k)
         out = write_cache_rows(cache.k + cache.v, list(new_k) + list(new_v), start, rows, impl=impl)
         return KVCache(out[:n], out[n:])
