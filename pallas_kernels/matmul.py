@@ -5,11 +5,17 @@ product is a read of the weight (memory-bound: 2 x rows FLOP per 2 weight bytes 
 H200's ~200 FLOP/byte ridge). The libraries' kernels are built for large M: on the H200 cuBLAS
 read the 8B shape's q/k/v and o weights at 2.4-2.6 TB/s for 65 rows (bench/RESULTS.md, session
 2), against ~4.0 TB/s for one row. Here every program owns a column slab of ``w`` and all the
-rows of ``x`` (padded to a power of two, masked, so padding moves no bytes), streams its slab
-through shared memory ``block_k`` rows at a time (Triton's software pipeline, ``num_stages``
-deep) and stores its output tile once: each weight byte is read exactly once, and with
-``split_k > 1`` the K range is cut into parts whose float32 partials one XLA reduction adds
-(for narrow N, where column slabs alone give too few programs to keep HBM busy).
+rows of ``x`` (a power-of-two row tile, plus a 16-row tail tile for rows just above it; rows
+past M are masked, so padding moves no bytes), streams its slab through shared memory
+``block_k`` rows at a time (Triton's software pipeline, ``num_stages`` deep) and stores its
+output tile once: each weight byte is read exactly once. With ``split_k > 1`` the K range is cut
+into parts whose float32 partials one XLA reduction adds (for narrow N, where column slabs alone
+give too few programs to keep HBM busy).
+
+What can ride along, so that a decoder layer needs fewer kernels: a prologue on x (``swiglu``:
+silu(gate) * up of a gate_up output; ``rmsnorm``: the RMSNorm of x, its per-row scale applied
+to the accumulated product), a residual add on the output, and int8 weights with per-column
+scales (``Int8Weight``, a quantized drafter's).
 
 Numerics: float32 accumulation, one rounding to the output dtype (as XLA's bf16 dot with
 float32 accumulation); the summation order differs from cuBLAS', so bf16 results can differ in
@@ -18,9 +24,10 @@ the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
 the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA's dot on
 this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
-entries ``{k, n, prologue and weight ("swiglu", "int8"; absent: none), rows: [lo, hi],
-config: [MatmulConfig's fields in order], us, xla_us}``, written by ``python -m bench.bench_gemm --write-table``), or the file named by
-``$DDTREE_MATMUL_TABLE``. Everything else is the XLA dot.
+entries ``{k, n, prologue ("swiglu", "rmsnorm") and weight ("int8"), both absent for none,
+rows: [lo, hi], config: [MatmulConfig's fields in order], us, xla_us}``, written by
+``python -m bench.bench_gemm --write-table``), or the file named by ``$DDTREE_MATMUL_TABLE``.
+Everything else is the XLA dot.
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
-__all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig", "default_matmul_config", "matmul_plan", "tuned_config"]
+__all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
+           "default_matmul_config", "matmul_plan", "tuned_config"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
