@@ -317,7 +317,7 @@ def compile_ahead(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOption
     function may both compile it when they run side by side (JAX does not merge those)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ddtree_jax.generate import Generator, _bucket
+    from ddtree_jax.generate import _bucket
 
     reps = {}  # one prompt per length bucket: shapes (and so executables) depend on the bucket only
     for p in prompts:
@@ -362,7 +362,7 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
     with the rows so far (without their token lists), to save partial results."""
     from tqdm import tqdm
 
-    from ddtree_jax.generate import Executables, Generator
+    from ddtree_jax.generate import Executables
 
     executables = Executables()  # one prefill per cache size and sampling, whatever the tree
     ahead = None

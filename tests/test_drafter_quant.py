@@ -2,8 +2,6 @@
 drafts nearly as well as the full one."""
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
