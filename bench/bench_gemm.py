@@ -184,6 +184,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-shapes", default="", help="shapes the sweep runs on (default: all)")
     ap.add_argument("--cold-mb", type=float, default=400.0, help="weight copies per chain hold at least this")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--trace", default="base", choices=("base", "all", "none"),
+                    help="which variants also get the profiler's kernel time (a trace costs ~1 s)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--small", action="store_true", help="tiny shapes, interpret mode (CPU smoke run)")
@@ -253,7 +255,8 @@ def main(argv=None) -> int:
                         jax.block_until_ready(comp(x, ws))
                         times.append((time.perf_counter() - t0) * 1e6 / copies)
                     wall = statistics.median(times)
-                    kus, kname = (float("nan"), "") if args.small else kernel_us(comp, (x, ws), copies)
+                    traced = not args.small and (args.trace == "all" or (args.trace == "base" and v in base))
+                    kus, kname = kernel_us(comp, (x, ws), copies) if traced else (float("nan"), "")
                 except Exception as e:  # a config that does not compile is a result, not a crash
                     result["errors"].append(f"{sname} M={m} {v}: {type(e).__name__}: {str(e)[:300]}")
                     print(f"{sname:8s} {m:4d} {v:28s} FAILED {type(e).__name__}: {str(e)[:120]}", flush=True)
