@@ -33,7 +33,7 @@ from ddtree_jax.models.layers import (
     write_rows,
 )
 from pallas_kernels import attention
-from pallas_kernels.matmul import quantize_int8
+from pallas_kernels.matmul import kernel_path, matmul, quantize_int8
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
@@ -174,13 +174,48 @@ def draft_hidden(
     layers = dparams["layers"]
     # As in target.forward: a layer's last residual add is fused with the next norm.
     norm_ws = [p["attn_norm"] for p in layers] + [dparams["norm"]]
-    h = rms_norm_kernel(x, norm_ws[0], cfg.rms_eps, impl=norm_impl)
+    fused = _fused_layers(dparams, cfg, x.shape, matmul_impl)
+    h = None if fused else rms_norm_kernel(x, norm_ws[0], cfg.rms_eps, impl=norm_impl)
     for i, p in enumerate(layers):
         with jax.named_scope(f"draft_layer{i}"):
-            q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
+            if fused:  # as target._forward_fused: the norms and residual adds inside the products
+                q, k, v = _block_qkv_fused(p, cfg, x, cos, sin, norm_impl, matmul_impl)
+            else:
+                q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
             window = cfg.sliding_windows[i]
             kv_start = None if window is None else jnp.maximum(cache_len + bs - window, 0)
             o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, full, scale=scale,
                           kv_start=kv_start, impl=attn_impl)
-            x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl, matmul_impl=matmul_impl)
-    return h
+            if fused:
+                mm = matmul_impl
+                x = matmul(o.reshape(*o.shape[:2], -1), p["o"], impl=mm, residual=x)
+                gate_up = matmul(x, p["gate_up"], impl=mm, prologue="rmsnorm", norm_w=p["mlp_norm"], eps=cfg.rms_eps)
+                x = matmul(gate_up, p["down"], impl=mm, prologue="swiglu", residual=x)
+            else:
+                x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl, matmul_impl=matmul_impl)
+    return rms_norm_kernel(x, dparams["norm"], cfg.rms_eps, impl=norm_impl) if fused else h
+
+
+def _fused_layers(dparams: dict, cfg: DrafterConfig, x_shape, mm: str) -> bool:
+    """Whether draft_hidden runs its layers fused (see target._fused_layers): every product of a
+    layer in the skinny-matmul kernel, fused k/v and gate/up weights, no biases."""
+    if mm == "xla" or not dparams["layers"]:
+        return False
+    p = dparams["layers"][0]
+    if "kv" not in p or "gate_up" not in p or any(b in p for b in ("q_bias", "kv_bias", "o_bias")):
+        return False
+    lead = x_shape[:-1]
+    h = cfg.hidden_size
+    calls = [((*lead, h), p["q"], "rmsnorm"), ((*lead, h), p["kv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
+             ((*lead, h), p["gate_up"], "rmsnorm"), ((*lead, p["gate_up"].shape[1]), p["down"], "swiglu")]
+    return all(kernel_path(shape, w, impl=mm, prologue=pro) != "xla" for shape, w, pro in calls)
+
+
+def _block_qkv_fused(p: dict, cfg: DrafterConfig, x, cos, sin, norm_impl: str, mm: str):
+    """block_qkv with the input layernorm inside the q and k/v products."""
+    kw = dict(impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=cfg.rms_eps)
+    q, _, _ = qk_norm_rope(matmul(x, p["q"], **kw), p["q_norm"], None, cos, sin, num_heads=cfg.num_heads,
+                           num_kv_heads=0, head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
+    _, k, v = qk_norm_rope(matmul(x, p["kv"], **kw), None, p["k_norm"], cos, sin, num_heads=0,
+                           num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
+    return q, k, v
