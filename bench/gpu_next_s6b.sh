@@ -10,13 +10,18 @@
 # ~9 min: the 8B weights now build in seconds (init per layer, jitted once).
 # Usage (device tool): bash bench/gpu_next_s6b.sh -> $OUT/s6b.tar.xz
 source bench/gpu_step.sh
+# The tuned table must hold this GPU's entries (committed after gpu_next_s6a.sh); without them
+# "auto" is XLA's dots again, so the kernel is forced (default configs) instead.
+N=$(python3 -c "import json, jax; print(len(json.load(open('pallas_kernels/matmul_configs.json')).get(jax.devices()[0].device_kind, [])))")
+MM=auto; if [ "${N:-0}" = "0" ]; then MM=pallas; echo "=== WARNING: no tuned matmul entries for this GPU: --matmul-impl pallas"; fi
+echo "=== $N tuned matmul entries; new-kernel rows use --matmul-impl $MM" | tee "$R/matmul_table.txt"
 step round_xla 140 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ar,dflash,ddtree \
   --budgets 64,256 --rounds 32 --repeats 3 --stage-repeats 0 --matmul-impl xla --cache-impl xla \
   --out "$R/round_xla"
 step round_new 270 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ar,dflash,ddtree \
-  --budgets 64,256 --rounds 32 --repeats 3 --stage-repeats 2 --verify-loop --matmul-impl auto --cache-impl pallas \
+  --budgets 64,256 --rounds 32 --repeats 3 --stage-repeats 2 --verify-loop --matmul-impl $MM --cache-impl pallas \
   --out "$R/round_new"
 step ab 150 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ddtree --budgets 64 \
-  --rounds 32 --repeats 3 --stage-repeats 0 --matmul-impl auto --cache-impl xla,pallas --drafter-quant none,int8 \
+  --rounds 32 --repeats 3 --stage-repeats 0 --matmul-impl $MM --cache-impl xla,pallas --drafter-quant none,int8 \
   --out "$R/ab"
 finish s6b
