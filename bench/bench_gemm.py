@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench.bench_round import xla_options
 from pallas_kernels import matmul as mm
 
 HBM_BPS = 3.3e12
@@ -63,7 +64,7 @@ def parse_variant(v: str):
     """'xla' | 'xla:K=V' | 'pallas' | 'pallas:64x128x4x4x1' -> (kind, options or MatmulConfig|None)."""
     kind, _, rest = v.partition(":")
     if kind == "xla":
-        return "xla", (dict([rest.split("=", 1)]) if rest else None)
+        return "xla", (xla_options([rest]) if rest else None)
     if kind == "pallas":
         if not rest:
             return "pallas", None

@@ -45,6 +45,25 @@ SHAPES = {
 }
 
 
+def xla_options(items) -> dict | None:
+    """KEY=VALUE strings -> XLA compiler options with typed values: XLA rejects the string 'true'
+    for a bool option ("'true' is not a valid bool value"), so true/false become bools and
+    integers ints; anything else (an empty value too) stays a string."""
+    if items is None:
+        return None
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        low = value.strip().lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+        elif low.lstrip("-").isdigit():
+            out[key] = int(low)
+        else:
+            out[key] = value
+    return out
+
+
 def build(model: str, dtype) -> types.SimpleNamespace:
     from ddtree_jax.models.config import RopeConfig
 
@@ -253,7 +272,7 @@ def main(argv=None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     runs = [(m, 0) for m in ("ar", "dflash") if m in methods]
     runs += [("ddtree", int(b)) for b in args.budgets.split(",") if b and "ddtree" in methods]
-    opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
+    opts = xla_options(args.xla_option)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
         "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,

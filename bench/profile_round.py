@@ -27,7 +27,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from bench.bench_round import SHAPES, build, fused_times, setup_request
+from bench.bench_round import SHAPES, build, fused_times, setup_request, xla_options
 from ddtree_jax import engine
 from ddtree_jax.generate import Generator
 
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     for m in [x for x in args.methods.split(",") if x]:
         m, _, u = m.partition("/")
         method, _, b = m.partition(":")
-        opts = None if args.xla_option is None else dict(o.split("=", 1) for o in args.xla_option)
+        opts = xla_options(args.xla_option)
         gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl, unroll=int(u or 0),
                         compiler_options=opts, matmul_impl=args.matmul_impl,
                         cache_impl=args.cache_impl)

@@ -224,3 +224,13 @@ def test_bench_round_a_failing_row_does_not_stop_the_others(tmp_path, monkeypatc
     assert len(data["errors"]) == 1 and "no kernel for you" in data["errors"][0]
     # --verify-loop: the verify pass alone, in a device loop
     assert data["rows"][0]["verify_ms_steady"] is not None and len(data["rows"][0]["verify_ms_steady_all"]) == 1
+
+
+def test_xla_options_are_typed():
+    from bench.bench_round import xla_options
+
+    assert xla_options(None) is None
+    assert xla_options(["xla_gpu_exhaustive_tiling_search=true", "xla_gpu_enable_command_buffer=",
+                        "xla_gpu_autotune_level=4", "xla_dump_to=/tmp/x"]) == {
+        "xla_gpu_exhaustive_tiling_search": True, "xla_gpu_enable_command_buffer": "",
+        "xla_gpu_autotune_level": 4, "xla_dump_to": "/tmp/x"}
