@@ -274,6 +274,13 @@ def main(argv=None) -> int:
                     (out / "bench_gemm.json").write_text(json.dumps(result, indent=1))
     del weights
     print(summary_table(result["rows"]))
+    if out and result["rows"]:
+        try:
+            from bench.plots import gemm_bandwidth
+        except ImportError as e:  # matplotlib is not on every device image
+            print(f"[bench_gemm] no plot ({e})")
+        else:
+            print(f"[bench_gemm] plot: {gemm_bandwidth(result, out / 'gemm_bandwidth.png')}")
     print(f"[bench_gemm] done in {time.perf_counter() - t_start:.0f}s; {len(result['errors'])} errors")
     for e in result["errors"]:
         print("  ", e)

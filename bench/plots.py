@@ -12,6 +12,9 @@ round_latency.png          (with --round-latency, or from a bench_round JSON) th
                            beside it, and the break-even acceptance (round / AR step)
 
     python -m bench.plots results/.../round_qwen3-8b_auto.json    # bench.bench_round's JSON too
+
+gemm_bandwidth.png         (bench.bench_gemm) weight-read TB/s per matmul shape, XLA's dot against
+                           the best kernel config, one panel per row count
 """
 from __future__ import annotations
 
@@ -181,6 +184,34 @@ def round_latency(rl: dict, path):
     ax.set_ylabel("tokens per round to match AR")
     ax.set_title("break-even acceptance (round / AR step)")
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def gemm_bandwidth(result: dict, path):
+    """bench_gemm's rows: achieved weight-read TB/s per shape, XLA's dot against the best kernel
+    config, one panel per row count, with the HBM copy rates as reference lines."""
+    rows = result["rows"]
+    ms = sorted({r["m"] for r in rows}, key=lambda m: (m != 65, -m))  # the DDTree-64 verify first
+    fig, axes = _panels(len(ms) or 1, f"skinny matmuls, weight read rate ({result.get('device', '?')})")
+    for ax, m in zip(axes, ms):
+        shapes = sorted({r["shape"] for r in rows if r["m"] == m})
+        xla, ker = [], []
+        for sh in shapes:
+            mine = [r for r in rows if r["m"] == m and r["shape"] == sh]
+            wb = lambda r: r["floor_us"] * 3.3 / max(r["wall_us"], 1e-9)  # noqa: E731  weight TB/s from the wall time
+            xla.append(max((wb(r) for r in mine if r["variant"] == "xla"), default=0.0))
+            ker.append(max((wb(r) for r in mine if r.get("config")), default=0.0))
+        x = range(len(shapes))
+        ax.bar([i - 0.2 for i in x], xla, width=0.4, label="XLA dot")
+        ax.bar([i + 0.2 for i in x], ker, width=0.4, label="kernel, best config")
+        for ref, name in ((3.3, "JAX copy 3.3 TB/s"), (4.3, "PyTorch copy 4.3 TB/s")):
+            ax.axhline(ref, color="gray", ls=":", lw=1)
+            ax.text(len(shapes) - 0.5, ref, name, ha="right", va="bottom", fontsize=7, color="gray")
+        ax.set_xticks(list(x), shapes, rotation=30, ha="right")
+        ax.set_ylabel("weight bytes / wall time (TB/s)")
+        ax.set_title(f"{m} rows")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
 

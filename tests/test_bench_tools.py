@@ -186,6 +186,7 @@ def test_bench_gemm_smoke_and_table(tmp_path):
     res = json.loads((tmp_path / "bench_gemm.json").read_text())
     assert {(r["shape"], r["m"], r["variant"]) for r in res["rows"]} == {
         (s, m, v) for s in bg.SMALL for m in (1, 16) for v in ("xla", "pallas")}
+    assert (tmp_path / "gemm_bandwidth.png").read_bytes()[:4] == b"\x89PNG"
     written = json.loads(table.read_text())
     assert "other GPU" in written and len(written[res["device"]]) == 2 * len(bg.SMALL)
 
