@@ -243,12 +243,15 @@ def main(argv=None) -> int:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        print(f"bench.plots: cannot read {path} as JSON ({type(e).__name__}); give a bench.json or a "
-              "bench_round JSON", file=sys.stderr)
+        print(f"bench.plots: cannot read {path} as JSON ({type(e).__name__}); give a bench.json, a "
+              "bench_round or a bench_gemm JSON", file=sys.stderr)
         return 2
     if not isinstance(data, dict) or ("runs" not in data and "rows" not in data):
         print(f"bench.plots: {path} is neither a bench.json (runs) nor a bench_round JSON (rows)", file=sys.stderr)
         return 2
+    if "runs" not in data and data["rows"] and "variant" in data["rows"][0]:  # a bench.bench_gemm JSON
+        print(gemm_bandwidth(data, path.parent / "gemm_bandwidth.png"))
+        return 0
     if "runs" not in data and "rows" in data:  # a bench.bench_round JSON
         print(round_latency(data, path.parent / "round_latency.png"))
         return 0
