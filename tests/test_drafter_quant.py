@@ -33,11 +33,11 @@ def test_quantize_params_layout(pair):
 
 
 def test_int8_drafter_is_lossless(pair):
-    """DFlash through XLA's dequantizing path, DDTree through the kernel (interpret mode)."""
-    want = [r.token_ids for r in Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=24)]
-    for method, budget, matmul_impl in (("dflash", 0, "xla"), ("ddtree", 24, "pallas_interpret")):
-        gen = Generator(pair, method=method, budget=budget or 64, drafter_quant="int8", matmul_impl=matmul_impl)
-        assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=24)] == want, method
+    """DDTree with the int8 drafter through the kernel (interpret mode) gives the AR tokens; XLA's
+    dequantizing path is checked on the shipped pair below."""
+    want = [r.token_ids for r in Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=20)]
+    gen = Generator(pair, method="ddtree", budget=24, drafter_quant="int8", matmul_impl="pallas_interpret")
+    assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=20)] == want
 
 
 def test_int8_drafter_bad_uses(pair):
