@@ -11,7 +11,9 @@ Contract (as ``ddtree_jax.models.layers.append`` with ``rows``): caches ``[Bt, H
 new ``[Bt, T, Hkv, Dh]``; cache row ``start[b] + p`` of batch row b gets new entry
 ``rows[b, p]`` (p < P), cast to the cache dtype. Writes reaching past S are outside the contract
 (the engine sizes its caches so that it never makes them; XLA's path would move them back to
-fit, the kernel drops them). ``impl="auto"`` is the XLA path until the kernel is timed on a GPU.
+fit, the kernel drops them). ``impl="auto"`` is the kernel on NVIDIA GPUs with a Triton lowering
+(measured on the H200, session 6: DDTree-64's 8B round 7.90 -> 7.25 ms, XLA's dots; bench/RESULTS.md)
+and XLA's path elsewhere.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from jax.experimental import pallas as pl
 
 from .norms import _pow2_at_least, pltriton
 
-__all__ = ["write_cache_rows", "write_cache_rows_reference", "MAX_ROWS"]
+__all__ = ["write_cache_rows", "write_cache_rows_reference", "resolve_impl", "MAX_ROWS"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 64      # path rows a program holds in one [rows, Dh] tile
@@ -107,20 +109,31 @@ def _unsupported(caches, news, rows) -> str | None:
     return None
 
 
+def resolve_impl(impl: str) -> str:
+    """The path a write takes: "auto" is "pallas" where the attention kernels' auto is (NVIDIA
+    GPUs with a Triton lowering), "xla" elsewhere; "triton" is "pallas"."""
+    if impl not in _IMPLS:
+        raise ValueError(f"unknown cache-write impl {impl!r}; choose one of {_IMPLS}")
+    if impl == "auto":
+        from .tree_attention import auto_impl
+        return "pallas" if auto_impl() == "pallas" else "xla"
+    return "pallas" if impl == "triton" else impl
+
+
 def write_cache_rows(caches: list[jax.Array], news: list[jax.Array], start: jax.Array, rows: jax.Array, *,
                      impl: str = "auto") -> list[jax.Array]:
     """New caches with rows[b, p] of each new array written at start[b] + p (see the module doc).
 
-    impl: "auto" (XLA until timed on a GPU) | "xla" | "pallas" (= "triton") | "pallas_interpret";
+    impl: "auto" (resolve_impl: the kernel on NVIDIA GPUs) | "xla" | "pallas" (= "triton") |
+    "pallas_interpret";
     the Pallas impls take XLA's path for what the kernel cannot take (more than MAX_ROWS rows,
     arrays of different shapes, odd head dims).
     """
-    if impl not in _IMPLS:
-        raise ValueError(f"unknown cache-write impl {impl!r}; choose one of {_IMPLS}")
+    impl = resolve_impl(impl)
     if len(caches) != len(news):
         raise ValueError(f"{len(caches)} caches but {len(news)} new arrays")
-    if impl in ("auto", "xla") or _unsupported(caches, news, rows):
+    if impl == "xla" or _unsupported(caches, news, rows):
         return write_cache_rows_reference(caches, news, start, rows)
-    if impl in ("pallas", "triton") and pltriton is None:
+    if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
     return list(_write_pallas(caches, news, start, rows, interpret=impl == "pallas_interpret"))

@@ -94,3 +94,16 @@ def test_engine_with_the_kernel_is_lossless(monkeypatch):
     assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == want
     # traced: the commit's target (4 arrays) and drafter (2 arrays) writes
     assert traced == [4, 2], traced
+
+
+def test_auto_takes_the_kernel_where_the_attention_kernels_run(monkeypatch):
+    """impl="auto": the kernel on NVIDIA GPUs (measured faster there), XLA's path elsewhere."""
+    from pallas_kernels import tree_attention
+
+    assert cw.resolve_impl("auto") == ("pallas" if tree_attention.auto_impl() == "pallas" else "xla")
+    monkeypatch.setattr(tree_attention, "auto_impl", lambda device=None: "pallas")
+    assert cw.resolve_impl("auto") == "pallas" and cw.resolve_impl("triton") == "pallas"
+    monkeypatch.setattr(tree_attention, "auto_impl", lambda device=None: "xla")
+    assert cw.resolve_impl("auto") == "xla" and cw.resolve_impl("pallas_interpret") == "pallas_interpret"
+    with pytest.raises(ValueError, match="unknown cache-write impl"):
+        cw.resolve_impl("cuda")

@@ -33,6 +33,7 @@ from ddtree_jax.models.layers import (
     write_rows,
 )
 from pallas_kernels import attention
+from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl
 from pallas_kernels.matmul import kernel_path, matmul, quantize_int8
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
@@ -140,7 +141,7 @@ def extend_cache(
             k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
             ks.append(k)
             vs.append(v)
-    if cache_impl not in ("xla", "auto"):  # "auto" is XLA's writes until the kernel is timed
+    if resolve_cache_impl(cache_impl) != "xla":
         rows = jnp.broadcast_to(jnp.arange(taps.shape[1], dtype=jnp.int32), taps.shape[:2])
         return append(cache, ks, vs, cache_len, rows, impl=cache_impl)
     return KVCache([write_rows(c, k, cache_len) for c, k in zip(cache.k, ks)],

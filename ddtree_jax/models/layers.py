@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
-from pallas_kernels.cache_write import write_cache_rows
+from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl, write_cache_rows
 from pallas_kernels.matmul import Int8Weight, matmul
 
 
@@ -140,7 +140,7 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
     be compacted afterwards. impl: pallas_kernels.cache_write's for a `rows` write (all layers'
     arrays in one kernel); a whole-prompt write (rows None) is XLA's.
     """
-    if rows is not None and impl not in ("xla", "auto"):  # "auto" is XLA's writes until the kernel is timed
+    if rows is not None and resolve_cache_impl(impl) != "xla":
         n = len(cache.k)
         out = write_cache_rows(cache.k + cache.v, list(new_k) + list(new_v), start, rows, impl=impl)
         return KVCache(out[:n], out[n:])
