@@ -124,6 +124,11 @@ def test_round_latency_plot_from_a_bench_round_json(tmp_path):
     out.mkdir()
     assert [p.name for p in plots.draw_all(dict(runs=[], round_latency=dict(model="m", rows=rows)), out)] == [
         "round_latency.png"]
+    # rows with the verify alone and no stages (bench_round --verify-loop): verify + the rest
+    verify_rows = [dict(r, stage_ms={}, verify_ms_steady=r["round_ms_steady"] - 1.0) for r in rows]
+    src.write_text(json.dumps(dict(model="qwen3-8b", device="GPU", rows=verify_rows)))
+    png.unlink()
+    assert plots.main([str(src)]) == 0 and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
