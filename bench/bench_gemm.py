@@ -6,10 +6,16 @@
 Every variant runs in a jitted chain over several copies of the weight, the copies holding
 >= --cold-mb together, so each call reads its weight from HBM as the layers of a forward do
 (the H200's L2 is 50 MB). Call l's output, cut or tiled to K columns, is call l+1's input (one
-small fusion between calls, the same for every variant; none when N = K). Two figures per
-variant: wall (the chain's time / calls, median of --reps) and kernel (the device time of the
-chain's largest kernel per call, from a profiler trace: the GEMM alone). Bytes floor: the
-weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s achieved.
+small fusion between calls, the same for every variant; none when N = K; with the swiglu
+prologue it also rescales the rows, or the values square call after call and overflow). Figures
+per variant: device (all kernels of the chain per call, from a profiler trace: the GEMM and the
+small fusion; what the table and the plot rank by), kernel (the chain's costliest kernel name
+per call: only meaningful where every call runs a kernel of one name, as the Pallas kernel and
+cuBLAS's nvjet_* do; XLA names its own gemm fusions once per call) and wall (the chain's time /
+calls, median of --reps: it includes one host dispatch and sync per chain, ~50-200 us, split over
+only 2-16 calls for the large shapes, so it is not a GEMM time; session 6 ranked by it and chose
+wrong). Bytes floor: the weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s
+achieved (from the device figure).
 
 Shapes: the projections of one layer (qkv, o, gate_up, down); down_swiglu (the down projection
 from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue);
@@ -24,7 +30,9 @@ the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
 best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
-the wall figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges.
+the device figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges. A
+table entry is a candidate, not a verdict: check it end to end (bench_round --matmul-impl
+auto,xla) before committing it; session 6's isolated wins made the 8B round slower.
 """
 from __future__ import annotations
 
@@ -78,6 +86,12 @@ def bucket(m: int) -> tuple[int, int]:
     return (1 if hi == 16 else hi // 2 + 1), hi
 
 
+def time_us(r: dict) -> float:
+    """The figure a row is ranked by: its device time per call where traced, else its wall."""
+    d = r.get("device_us")
+    return d if d is not None and np.isfinite(d) else r["wall_us"]
+
+
 def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
     """Table entries from measured rows: per shape and measured M, the fastest kernel config if it
     beat "xla" by more than min_gain (a fraction). An entry covers the rows of M's row tile from
@@ -88,18 +102,18 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
         mine = [r for r in rows if r["shape"] == shape]
         ms = sorted({r["m"] for r in mine})
         for m in ms:
-            xla = [r["wall_us"] for r in mine if r["m"] == m and r["variant"] == "xla"]
+            xla = [time_us(r) for r in mine if r["m"] == m and r["variant"] == "xla"]
             ker = [r for r in mine if r["m"] == m and r.get("config")]
             if not xla or not ker:
                 continue
-            best = min(ker, key=lambda r: r["wall_us"])
-            if best["wall_us"] >= xla[0] * (1.0 - min_gain):
+            best = min(ker, key=time_us)
+            if time_us(best) >= xla[0] * (1.0 - min_gain):
                 continue
             lo, hi = bucket(m)
             same = [x for x in ms if bucket(x) == (lo, hi)]
             below = [x for x in same if x < m]
             entry = dict(k=k, n=n, rows=[max(below) + 1 if below else lo, hi if m == max(same) else m],
-                         config=best["config"], us=round(best["wall_us"], 2), xla_us=round(xla[0], 2),
+                         config=best["config"], us=round(time_us(best), 2), xla_us=round(xla[0], 2),
                          shape=shape, measured_m=m)
             if prologue_of(shape):
                 entry["prologue"] = prologue_of(shape)
@@ -110,18 +124,18 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
 
 
 def summary_table(rows: list[dict]) -> str:
-    """Markdown: per shape and M, XLA's wall time, the best kernel variant's, their ratio and the
-    kernel's TB/s (what RESULTS.md records)."""
+    """Markdown: per shape and M, XLA's time (time_us: device time where traced), the best kernel
+    variant's, their ratio and the kernel's TB/s (what RESULTS.md records)."""
     lines = ["| shape | M | bytes floor us | XLA us | best kernel | kernel us | XLA / kernel | kernel TB/s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for shape, m in sorted({(r["shape"], r["m"]) for r in rows}, key=lambda sm: (sm[1] != 65, sm)):
         mine = [r for r in rows if r["shape"] == shape and r["m"] == m]
         xla = next((r for r in mine if r["variant"] == "xla"), None)
         ker = [r for r in mine if r.get("config")]
-        best = min(ker, key=lambda r: r["wall_us"]) if ker else None
-        cells = [shape, str(m), f"{mine[0]['floor_us']:.1f}", f"{xla['wall_us']:.1f}" if xla else "-",
-                 best["variant"] if best else "-", f"{best['wall_us']:.1f}" if best else "-",
-                 f"{xla['wall_us'] / best['wall_us']:.2f}" if xla and best else "-",
+        best = min(ker, key=time_us) if ker else None
+        cells = [shape, str(m), f"{mine[0]['floor_us']:.1f}", f"{time_us(xla):.1f}" if xla else "-",
+                 best["variant"] if best else "-", f"{time_us(best):.1f}" if best else "-",
+                 f"{time_us(xla) / time_us(best):.2f}" if xla and best else "-",
                  f"{best['tbps']:.2f}" if best else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -145,6 +159,9 @@ def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None):
     def step(x, w):
         y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
                       norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)
+        if prologue == "swiglu":  # silu(g) * u squares the values: rescale the rows, or they overflow
+            yf = y.astype(jnp.float32)
+            y = (yf * jax.lax.rsqrt(jnp.mean(yf * yf, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype)
         if n == kx:
             return y
         return y[:, :kx] if n > kx else jnp.tile(y, (1, -(-kx // n)))[:, :kx]
@@ -157,8 +174,9 @@ def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None):
     return chain
 
 
-def kernel_us(fn, args, calls: int) -> tuple[float, str]:
-    """(mean device time per call of the chain's costliest kernel name, that name) from a trace."""
+def kernel_us(fn, args, calls: int) -> tuple[float, float, str]:
+    """From a trace of one chain: (device time of all its kernels per call, the device time per
+    call of its costliest kernel name, that name)."""
     from bench.profile_round import device_events
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,9 +188,10 @@ def kernel_us(fn, args, calls: int) -> tuple[float, str]:
     for e in events:
         by.setdefault(e["name"], []).append(e["dur"])
     if not by:
-        return float("nan"), ""
+        return float("nan"), float("nan"), ""
     name, durs = max(by.items(), key=lambda kv: sum(kv[1]))
-    return sum(durs) / 1e3 / calls, name[:60]
+    total = sum(sum(d) for d in by.values())
+    return total / 1e3 / calls, sum(durs) / 1e3 / calls, name[:60]
 
 
 def main(argv=None) -> int:
@@ -185,8 +204,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-shapes", default="", help="shapes the sweep runs on (default: all)")
     ap.add_argument("--cold-mb", type=float, default=400.0, help="weight copies per chain hold at least this")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--trace", default="base", choices=("base", "all", "none"),
-                    help="which variants also get the profiler's kernel time (a trace costs ~1 s)")
+    ap.add_argument("--trace", default="all", choices=("base", "all", "none"),
+                    help="which variants get the profiler's device time (a trace costs ~1 s); the "
+                         "others are ranked by their wall time, which is not comparable")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--small", action="store_true", help="tiny shapes, interpret mode (CPU smoke run)")
@@ -213,7 +233,8 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    print(f"{'shape':8s} {'M':>4s} {'variant':28s} {'wall us':>8s} {'kernel us':>9s} {'floor':>6s} {'TB/s':>5s}  kernel")
+    print(f"{'shape':8s} {'M':>4s} {'variant':28s} {'wall us':>8s} {'device us':>9s} {'kernel us':>9s} {'floor':>6s} "
+          f"{'TB/s':>5s}  kernel")
     key = jax.random.key(0, impl="unsafe_rbg") if not args.small else jax.random.key(0)
     weights = {}  # every shape's copies up front: the rows loop is outermost (the first rows matter most)
     for sname, (k, n) in shapes.items():
@@ -257,18 +278,18 @@ def main(argv=None) -> int:
                         times.append((time.perf_counter() - t0) * 1e6 / copies)
                     wall = statistics.median(times)
                     traced = not args.small and (args.trace == "all" or (args.trace == "base" and v in base))
-                    kus, kname = kernel_us(comp, (x, ws), copies) if traced else (float("nan"), "")
+                    dus, kus, kname = kernel_us(comp, (x, ws), copies) if traced else (float("nan"),) * 2 + ("",)
                 except Exception as e:  # a config that does not compile is a result, not a crash
                     result["errors"].append(f"{sname} M={m} {v}: {type(e).__name__}: {str(e)[:300]}")
                     print(f"{sname:8s} {m:4d} {v:28s} FAILED {type(e).__name__}: {str(e)[:120]}", flush=True)
                     continue
                 floor = wbytes / HBM_BPS * 1e6
-                best = kus if np.isfinite(kus) else wall
-                row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, kernel_us=kus, kernel=kname,
-                           floor_us=floor, tbps=wbytes / best / 1e6, copies=copies,
+                row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, device_us=dus, kernel_us=kus,
+                           kernel=kname, floor_us=floor, copies=copies,
                            config=(list(dataclasses.astuple(opt)) if kind == "pallas" else None))
+                row["tbps"] = wbytes / time_us(row) / 1e6
                 result["rows"].append(row)
-                print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",
+                print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {dus:9.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",
                       flush=True)
                 if out:
                     (out / "bench_gemm.json").write_text(json.dumps(result, indent=1))

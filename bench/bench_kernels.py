@@ -195,6 +195,8 @@ def main():
                     help="prefixes of the num_splits sweep (default 1024,4096); empty skips it")
     ap.add_argument("--splits", type=int_list, default=None,
                     help="num_splits values of the split sweep (default 1,2,4,8,16,32,64)")
+    ap.add_argument("--no-correctness", action="store_true",
+                    help="skip the on-device correctness stage (its compiles can take a short step's budget)")
     ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
@@ -278,6 +280,8 @@ def main():
                       dict(bt=2, t=9, s=100, dtype=jnp.float32, cache_len=(100, 7),
                            kv_start=(60, 0), cfg=dict(num_splits=3)),
                       dict(bt=1, t=4, s=70, dtype=jnp.bfloat16, cache_len=(33,))]
+    if args.no_correctness:
+        corr_cases = []
     for i, c in enumerate(corr_cases):
         c = dict(c)
         dtype = c.pop("dtype")

@@ -134,7 +134,7 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
 
 
 def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1,
-            verify_loop: bool = False) -> dict:
+            verify_loop: bool = False, stage_loop: bool = False) -> dict:
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
     req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
@@ -148,55 +148,106 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         compiler_options=gen.compiler_options)
 
     fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
-    verify = verify_times(gen, spec, prefill(*pre_args()), knobs, rounds, repeats) if verify_loop else []
+    loops = {}
+    if stage_loop or verify_loop:
+        loops = stage_loop_times(gen, spec, prefill(*pre_args()), knobs, rounds, repeats,
+                                 only=None if stage_loop else ("verify",))
+    if stage_loop:
+        stages = {k: statistics.median(v) for k, v in loops.items()}
+    else:
+        stages = stage_times(gen, spec, lambda: prefill(*pre_args()), knobs, stage_repeats)
     return {
-        "verify_ms_steady": statistics.median(verify) if verify else None,
-        "verify_ms_steady_all": verify,
+        "verify_ms_steady": statistics.median(loops["verify"]) if loops else None,
+        "verify_ms_steady_all": loops.get("verify", []),
         "round_ms_median": statistics.median(fused),
         "round_ms_all": fused,
         "round_ms_steady": statistics.median(steady),
         "round_ms_steady_all": steady,
         "prefill_ms": prefill_ms[1],
         "prefill_first_ms": prefill_ms[0],
-        "stage_ms": stage_times(gen, spec, lambda: prefill(*pre_args()), knobs, stage_repeats),
+        "stage_ms": stages,
+        "stage_timing": "device loop" if stage_loop else "synced calls" if stages else None,
         "nodes": engine.num_nodes(spec, gen.dcfg),
         "cache_size": spec.cache_size,
     }
 
 
-def verify_times(gen: Generator, spec, state, knobs, rounds: int, repeats: int) -> list[float]:
-    """The verify pass alone, as the fused loop runs it: steady ms per pass (a device loop of
-    2R passes minus one of R, over R), per repeat. The pass is the round's verify scope (the
-    target forward over root + tree, the LM head, the token choice) on one fixed tree; each pass
-    depends on the one before through an optimization barrier, so XLA can neither hoist it out of
-    the loop nor drop it. round_ms_steady minus this is the round's overhead beyond the verify."""
-    fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
+def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: int,
+                     only: tuple[str, ...] | None = None) -> dict[str, list[float]]:
+    """Each stage of the round alone in a device loop, as the fused loop runs it: steady ms per
+    stage (a loop of 2R passes minus one of R, over R), one per repeat. No host dispatch per
+    pass (the synced stage_times pays one per stage call: ~800 parameter buffers for the 8B
+    pair, so its figures are host-bound). The stages run on one round's intermediates (draft ->
+    tree -> verify + choose -> walk -> commit, made once from `state`); every pass depends on the
+    one before through an optimization barrier over its inputs and its outputs, so XLA can
+    neither hoist it out of the loop nor drop any of it. Commit carries the state from pass to
+    pass (its writes land where the next round's would). verify = the target forward over root +
+    tree, the LM head and the token choice: round_ms_steady minus it is the round's overhead
+    beyond the verify."""
+    tcfg, dcfg = gen.tcfg, gen.dcfg
+    bar = jax.lax.optimization_barrier
+    fns = engine.stage_functions(tcfg, dcfg, spec)
     if spec.speculative:
-        tree = jax.block_until_ready(fns["tree"](fns["draft"](gen.tparams, gen.dparams, state), state))
+        logp = fns["draft"](gen.tparams, gen.dparams, state)
+        tree = fns["tree"](logp, state)
     else:
-        tree = engine.root_tree(state)
+        logp, tree = None, engine.root_tree(state)
+    logits, tapped, new_kv = fns["verify"](gen.tparams, state, tree)
+    target_tokens = fns["choose"](logits, state.key, knobs)
+    result = jax.block_until_ready(fns["walk"](tree, target_tokens))
+    del logits
+    depth = dcfg.depth if spec.speculative else 0
+    slots = engine.num_nodes(spec, dcfg) + 1
+    f32 = jnp.float32
 
-    def passes(tparams, state, tree, knobs, n):
-        def body(_, acc):
-            tokens, _ = jax.lax.optimization_barrier((tree.tokens, acc))
-            t = dataclasses.replace(tree, tokens=tokens)
-            logits, _, _ = engine.verify_stage(tparams, state, t, tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
-            return acc + engine.choose_tokens(state.key, logits, spec.sampling, knobs.temperature, knobs.top_p).sum()
-        return jax.lax.fori_loop(0, n, body, jnp.int32(0))
+    def draft(acc, tp, dp, st):
+        st, acc = bar((st, acc))
+        return acc + bar(engine.draft_stage(tp, dp, st, tcfg=tcfg, dcfg=dcfg, spec=spec))[0, 0, 0]
 
-    run = jax.jit(passes).lower(gen.tparams, state, tree, knobs, jnp.int32(rounds)).compile(
-        compiler_options=gen.compiler_options)
+    def tree_(acc, lp, st):
+        lp, acc = bar((lp, acc))
+        return acc + bar(engine.tree_stage(lp, st, spec=spec)).tokens[0, 0].astype(f32)
 
-    def call(n: int) -> float:
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(gen.tparams, state, tree, knobs, jnp.int32(n)))
-        return 1e3 * (time.perf_counter() - t0)
+    def verify(acc, tp, st, tr, kn):
+        tr, acc = bar((tr, acc))
+        lg, _, _ = engine.verify_stage(tp, st, tr, tcfg=tcfg, dcfg=dcfg, spec=spec)
+        return acc + bar(engine.choose_tokens(st.key, lg, spec.sampling, kn.temperature, kn.top_p))[0, 0].astype(f32)
 
-    call(rounds), call(2 * rounds)
-    out = []
-    for _ in range(repeats):
-        t1, t2 = call(rounds), call(2 * rounds)
-        out.append((t2 - t1) / rounds)
+    def walk_(acc, tr, tt):
+        tt, acc = bar((tt, acc))
+        return acc + bar(engine.walk(tr, tt, depth)).num_accepted[0].astype(f32)
+
+    def commit(st, dp, kv, tp_, res, kn):
+        (kv, tp_, res), st = bar(((kv, tp_, res), st))
+        return engine.commit_stage(dp, st, kv, tp_, res, kn, dcfg=dcfg, spec=spec, slots=slots)
+
+    zero = jnp.float32(0)
+    stages = {"draft": (draft, zero, (gen.tparams, gen.dparams, state)), "tree": (tree_, zero, (logp, state))}
+    if not spec.speculative:
+        stages = {}
+    stages.update(verify=(verify, zero, (gen.tparams, state, tree, knobs)), walk=(walk_, zero, (tree, target_tokens)),
+                  commit=(commit, state, (gen.dparams, new_kv, tapped, result, knobs)))
+    out = {}
+    for name, (step, carry, consts) in stages.items():
+        if only is not None and name not in only:
+            continue
+
+        def passes(n, carry, *consts, step=step):
+            return jax.lax.fori_loop(0, n, lambda _, c: step(c, *consts), carry)
+
+        run = jax.jit(passes).lower(jnp.int32(rounds), carry, *consts).compile(compiler_options=gen.compiler_options)
+
+        def call(n: int) -> float:
+            t0 = time.perf_counter()
+            jax.block_until_ready(run(jnp.int32(n), carry, *consts))
+            return 1e3 * (time.perf_counter() - t0)
+
+        call(rounds), call(2 * rounds)
+        times = []
+        for _ in range(repeats):
+            t1, t2 = call(rounds), call(2 * rounds)
+            times.append((t2 - t1) / rounds)
+        out[name] = times
     return out
 
 
@@ -249,6 +300,10 @@ def main(argv=None) -> int:
     ap.add_argument("--verify-loop", action="store_true",
                     help="also time the verify pass alone in a device loop (verify_ms_steady: the round's "
                          "overhead beyond it is round_ms_steady - verify_ms_steady; one more compile a row)")
+    ap.add_argument("--stage-loop", action="store_true",
+                    help="the stage breakdown from each stage alone in a device loop (stage_loop_times; "
+                         "verify included), instead of synced stage calls (host-bound on large models); "
+                         "four or five more compiles a row")
     ap.add_argument("--attn-impl", default="auto", help="attention impl(s), comma-separated, e.g. pallas,xla")
     ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
@@ -302,7 +357,7 @@ def main(argv=None) -> int:
                                 compiler_options=opts)
                 try:
                     r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch,
-                                verify_loop=args.verify_loop)
+                                verify_loop=args.verify_loop, stage_loop=args.stage_loop)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
                     msg = (f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
                            f"{type(e).__name__}: {e}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jax.numpy as jnp
 import pytest
@@ -123,6 +124,11 @@ def test_round_latency_plot_from_a_bench_round_json(tmp_path):
     out.mkdir()
     assert [p.name for p in plots.draw_all(dict(runs=[], round_latency=dict(model="m", rows=rows)), out)] == [
         "round_latency.png"]
+    # rows with the verify alone and no stages (bench_round --verify-loop): verify + the rest
+    verify_rows = [dict(r, stage_ms={}, verify_ms_steady=r["round_ms_steady"] - 1.0) for r in rows]
+    src.write_text(json.dumps(dict(model="qwen3-8b", device="GPU", rows=verify_rows)))
+    png.unlink()
+    assert plots.main([str(src)]) == 0 and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
@@ -225,6 +231,21 @@ def test_bench_round_a_failing_row_does_not_stop_the_others(tmp_path, monkeypatc
     assert len(data["errors"]) == 1 and "no kernel for you" in data["errors"][0]
     # --verify-loop: the verify pass alone, in a device loop
     assert data["rows"][0]["verify_ms_steady"] is not None and len(data["rows"][0]["verify_ms_steady_all"]) == 1
+
+
+def test_bench_round_stage_loop(tmp_path):
+    """--stage-loop: every stage alone in a device loop, the breakdown the row reports."""
+    from bench import bench_round
+
+    assert bench_round.main(["--model", "tiny", "--prompt-len", "24", "--methods", "ar,ddtree", "--budgets", "8",
+                             "--rounds", "2", "--repeats", "1", "--stage-loop", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "round_tiny_auto.json").read_text())["rows"]
+    assert [(r["method"], sorted(r["stage_ms"]), r["stage_timing"]) for r in rows] == [
+        ("ar", ["commit", "verify", "walk"], "device loop"),
+        ("ddtree", ["commit", "draft", "tree", "verify", "walk"], "device loop")]
+    for r in rows:
+        assert r["verify_ms_steady"] == r["stage_ms"]["verify"]
+        assert all(math.isfinite(v) for v in r["stage_ms"].values())
 
 
 def test_xla_options_are_typed():
