@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--hf-target", help="HF target directory for --torch-baseline (default: from the checkpoint)")
     ap.add_argument("--round-latency", metavar="MODEL",
                     help="also run bench.bench_round's round latency on MODEL's shape (random weights, prompt of "
-                         "--prompt-tokens, first policy, all budgets; qwen3-8b: GPU only)")
+                         "--prompt-tokens, first policy, all budgets; each stage alone in a device loop, so the overhead "
+                         "beyond the verify is measured; qwen3-8b: GPU only)")
     ap.add_argument("--compile-workers", type=int, default=1,
                     help="> 1: compile every row's executables before anything is timed, this many rows at a time "
                          "in threads (1: each row compiles in turn, just before it runs)")

@@ -386,3 +386,22 @@ def test_commit_override(monkeypatch, tmp_path):
     assert git_commit(tmp_path) == {"commit": "abc1234", "dirty": None}
     monkeypatch.delenv("DDTREE_COMMIT")
     assert git_commit(tmp_path)["commit"] is None  # not a git checkout
+
+
+def test_round_latency_part_times_the_stages_in_device_loops(monkeypatch):
+    """The suite's --round-latency rows take bench_round's device-loop stages (synced stage calls
+    are host-bound on the large shapes) and report the overhead beyond the verify."""
+    from bench import bench_round, suite
+
+    calls = []
+
+    def measure(gen, prompt_len, rounds, repeats, stage_repeats=5, batch=1, verify_loop=False, stage_loop=False):
+        calls.append((gen.method, stage_repeats, stage_loop))
+        return dict(round_ms_median=2.0, round_ms_steady=2.0, verify_ms_steady=1.5, stage_ms=dict(verify=1.5))
+
+    monkeypatch.setattr(bench_round, "measure", measure)
+    lines = []
+    out = suite.round_latency("tiny", [4], ["ddtree"], repeats=1, prompt_len=16, rounds=2, log=lines.append)
+    assert calls == [("ar", 0, True), ("dflash", 0, True), ("ddtree", 0, True)]
+    assert [(r["method"], r["budget"]) for r in out["rows"]] == [("ar", 0), ("dflash", 7), ("ddtree", 4)]
+    assert all(line.endswith("beyond the verify 25 %") for line in lines)
