@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--torch-device", default="auto", choices=("auto", "cpu", "cuda"),
                     help="where the baseline runs (auto: the GPU when torch sees one)")
     ap.add_argument("--hf-target", help="HF target directory for --torch-baseline (default: from the checkpoint)")
+    ap.add_argument("--verify-loop", action="store_true",
+                    help="also time each row's verify pass alone in a device loop: overhead_beyond_verify = "
+                         "1 - verify alone / timed round (the profiled stages pay a host sync each)")
     ap.add_argument("--round-latency", metavar="MODEL",
                     help="also run bench.bench_round's round latency on MODEL's shape (random weights, prompt of "
                          "--prompt-tokens, first policy, all budgets; each stage alone in a device loop, so the overhead "
@@ -253,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               stop_ids=stop, profile_prompts=min(args.profile_prompts, len(prompts)),
                               profile_temperatures=v["profile_temperatures"],
                               attn_impl=args.attn_impl, matmul_impl=args.matmul_impl, cache_impl=args.cache_impl,
-                              drafter_quant=args.drafter_quant, compile_workers=args.compile_workers)
+                              drafter_quant=args.drafter_quant, compile_workers=args.compile_workers,
+                              verify_loop=args.verify_loop)
     env = suite.environment()
     log(f"[bench] {len(configs)} configs x {len(opts.temperatures)} temperatures on {len(prompts)} prompts, "
         f"{args.repeats} repeats, {env['device_kind']} ({env['platform']}), commit {env['commit']}; "
@@ -290,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "all rounds of all prompts; acceptance_histogram[k] = rounds that committed k + 1 tokens",
                 "stage_ms: ms per round from a separate profiled pass (each stage jitted and synced on its own); "
                 "overhead_fraction = (profiled round - verify) / profiled round",
+                "verify_alone_ms (--verify-loop): the verify pass alone in a device loop; overhead_beyond_verify = "
+                "1 - verify_alone_ms / time_per_round_ms median (the fused rounds of the timed passes)",
                 "row_timing: the suite's own wall time per row (s): warm-up (with compiles unless compiled ahead), "
                 "timed passes (timed_generate_s of it inside generate's clock), profiled pass, compiles seen",
             ],

@@ -91,15 +91,16 @@ def nbytes(tree) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
-def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1) -> types.SimpleNamespace:
+def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1, *,
+                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> types.SimpleNamespace:
     """`batch` random prompts (one length) for gen: its spec, static args, knobs, a factory of fresh prefill
-    arguments (new donated caches each call) and the compiled prefill."""
-    spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig())
+    arguments (new donated caches each call) and the compiled prefill. Greedy unless a temperature is given."""
+    spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig.make(temperature, top_k))
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
     prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(batch, prompt_len)), jnp.int32)
     lens = jnp.full((batch,), prompt_len, jnp.int32)
-    knobs = engine.make_knobs()
+    knobs = engine.make_knobs(temperature, top_p)
     max_new = jnp.full((batch,), max_new_tokens, jnp.int32)
     dtype = gen.tparams["embed"].dtype
 

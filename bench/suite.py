@@ -67,6 +67,7 @@ class SuiteOptions:
     cache_impl: str = "auto"
     drafter_quant: str = "none"  # the speculative rows' drafter weights (AR has none)
     compile_workers: int = 1  # > 1: compile every row's executables first, in that many threads
+    verify_loop: bool = False  # also time each row's verify pass alone in a device loop (overhead_beyond_verify)
 
 
 def matrix(methods: Sequence[str], policies: Sequence[str], budgets: Sequence[int]) -> list[RunConfig]:
@@ -244,6 +245,8 @@ def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda
             tick()
         stage_ms = {k: v / max(profiled_rounds, 1) for k, v in totals.items()}
     round_ms = sum(stage_ms.values()) if stage_ms else None
+    verify_ms = verify_alone_ms(gen, len(prompts[0].ids), temperature, opts) if opts.verify_loop else None
+    per_round = [1e3 * d / max(rounds, 1) for d in decode]
     t3 = time.perf_counter()
     # where the row's wall time went (compile_s: inside any phase, the warm-up's and the profiled
     # pass's first calls; timed_s: the repeats, which never compile unless a prompt length does;
@@ -258,7 +261,7 @@ def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda
         "num_prompts": len(prompts), "repeats": opts.repeats, "output_tokens": tokens, "rounds": rounds,
         "tokens_per_s": spread(tps),
         "decode_tokens_per_s": spread([tokens / d for d in decode]),
-        "time_per_round_ms": spread([1e3 * d / max(rounds, 1) for d in decode]),
+        "time_per_round_ms": spread(per_round),
         "prefill_ms": 1e3 * statistics.median(r.prefill_s for ps in passes for r in ps),
         "mean_acceptance": float(np.mean(accept)) if accept else 0.0,
         "acceptance_histogram": hist,  # hist[k] = rounds that committed k + 1 tokens
@@ -266,10 +269,26 @@ def run_config(gen, prompts, temperature: float, opts: SuiteOptions, tick=lambda
         "profiled_round_ms": round_ms,
         # what a round costs beyond the target's verify pass (draft, tree, walk, commit)
         "overhead_fraction": (round_ms - stage_ms["verify"]) / round_ms if round_ms else None,
+        # the same from the fused rounds: 1 - the verify pass alone (a device loop) / the timed round
+        "verify_alone_ms": verify_ms,
+        "overhead_beyond_verify": 1 - verify_ms / statistics.median(per_round) if verify_ms else None,
         "per_prompt": per_prompt,
         "row_timing": timing,
         "_tokens": [r.token_ids for r in ref],
     }
+
+
+def verify_alone_ms(gen, prompt_len: int, temperature: float, opts: SuiteOptions, rounds: int = 16,
+                    repeats: int = 3) -> float:
+    """The row's verify pass (target forward over root + tree, LM head, token choice) alone in a
+    device loop after a prompt of prompt_len random tokens: bench_round.stage_loop_times."""
+    from bench.bench_round import setup_request, stage_loop_times
+
+    req = setup_request(gen, prompt_len, opts.max_new_tokens, temperature=temperature, top_k=opts.top_k,
+                        top_p=opts.top_p)
+    state = req.prefill(*req.pre_args())
+    times = stage_loop_times(gen, req.spec, state, req.knobs, rounds, repeats, only=("verify",))["verify"]
+    return statistics.median(times)
 
 
 def compare_with_baseline(row: dict, base: dict) -> None:
@@ -440,17 +459,21 @@ def summary_line(row: dict) -> str:
 
 def markdown_table(rows: Sequence[dict]) -> str:
     head = ("| method | policy | budget | nodes | temperature | mean acceptance | tokens/s (median [min-max]) "
-            "| speedup vs AR | round ms (profiled) | overhead beyond verify | lossless |")
+            "| speedup vs AR | round ms (profiled) | overhead beyond verify (profiled) "
+            "| round ms (timed) | verify alone ms | beyond verify (fused) | lossless |")
     lines = [head, "| " + " | ".join(["---"] * (head.count("|") - 1)) + " |"]
     for r in rows:
         tps = r["tokens_per_s"]
         ok = {True: "yes", False: "**NO**", None: "n/a (sampled)"}[r["lossless"]]
         rnd = f"{r['profiled_round_ms']:.1f}" if r["profiled_round_ms"] else "-"
         ov = f"{100 * r['overhead_fraction']:.0f}%" if r["overhead_fraction"] is not None else "-"
+        timed = f"{r['time_per_round_ms']['median']:.2f}" if r.get("time_per_round_ms") else "-"
+        va = f"{r['verify_alone_ms']:.2f}" if r.get("verify_alone_ms") else "-"
+        fo = f"{100 * r['overhead_beyond_verify']:.0f}%" if r.get("overhead_beyond_verify") is not None else "-"
         lines.append(f"| {r['method']} | {r['policy'] if r['method'] == 'ddtree' else '-'} | {r['budget']} | "
                      f"{r['nodes']} | {r['temperature']:g} | {r['mean_acceptance']:.2f} | "
                      f"{tps['median']:.1f} [{tps['min']:.1f}-{tps['max']:.1f}] | {r['speedup_vs_ar']:.2f} | "
-                     f"{rnd} | {ov} | {ok} |")
+                     f"{rnd} | {ov} | {timed} | {va} | {fo} | {ok} |")
     return "\n".join(lines) + "\n"
 
 def summary_markdown(bench: dict) -> str:

@@ -112,6 +112,35 @@ def test_run_config_bookkeeping(tmp_path):
         assert data[:8] == PNG and len(data) > 5000, name
 
 
+def test_run_config_verify_loop(monkeypatch):
+    """--verify-loop: the row's verify pass alone (a device loop) against its timed fused rounds."""
+    from bench import suite
+    from bench.prompts import Prompt
+
+    seen = []
+    monkeypatch.setattr(suite, "verify_alone_ms", lambda gen, n, t, opts: seen.append((n, t)) or 1.0)
+    prompts = [Prompt(0, "a", (1, 2)), Prompt(1, "b", (3,))]
+    row = suite.run_config(_FakeGenerator(), prompts, 0.5, suite.SuiteOptions(max_new_tokens=9, repeats=1,
+                                                                             profile_prompts=0, verify_loop=True))
+    assert seen == [(2, 0.5)] and row["verify_alone_ms"] == 1.0
+    assert row["overhead_beyond_verify"] == pytest.approx(1 - 1.0 / row["time_per_round_ms"]["median"])
+    row.update(speedup_vs_ar=1.0, lossless=None)
+    assert f"| 1.00 | {100 * row['overhead_beyond_verify']:.0f}% |" in suite.markdown_table([row])
+
+
+def test_verify_alone_on_the_tiny_pair_sampled():
+    """verify_alone_ms compiles and runs the sampled verify pass in a device loop."""
+    import math
+
+    from bench.suite import SuiteOptions, verify_alone_ms
+    from ddtree_jax.generate import Generator
+    from tiny import tiny_pair
+
+    gen = Generator(tiny_pair(vocab=64, layers=2), method="ddtree", budget=4)
+    ms = verify_alone_ms(gen, 8, 1.0, SuiteOptions(max_new_tokens=16, top_p=0.9), rounds=2, repeats=1)
+    assert math.isfinite(ms)
+
+
 def test_lossless_check_flags_a_mismatch():
     from bench.suite import compare_with_baseline, first_mismatch
 
