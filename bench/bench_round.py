@@ -188,15 +188,15 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     tcfg, dcfg = gen.tcfg, gen.dcfg
     bar = jax.lax.optimization_barrier
     fns = engine.stage_functions(tcfg, dcfg, spec)
-    if spec.speculative:
-        logp = fns["draft"](gen.tparams, gen.dparams, state)
-        tree = fns["tree"](logp, state)
-    else:
-        logp, tree = None, engine.root_tree(state)
-    logits, tapped, new_kv = fns["verify"](gen.tparams, state, tree)
-    target_tokens = fns["choose"](logits, state.key, knobs)
-    result = jax.block_until_ready(fns["walk"](tree, target_tokens))
-    del logits
+    names = [n for n in (("draft", "tree") if spec.speculative else ()) + ("verify", "walk", "commit")
+             if only is None or n in only]
+    logp = fns["draft"](gen.tparams, gen.dparams, state) if spec.speculative else None
+    tree = fns["tree"](logp, state) if spec.speculative else engine.root_tree(state)
+    if "walk" in names or "commit" in names:  # their inputs: one verify, token choice and walk
+        logits, tapped, new_kv = fns["verify"](gen.tparams, state, tree)
+        target_tokens = fns["choose"](logits, state.key, knobs)
+        result = jax.block_until_ready(fns["walk"](tree, target_tokens))
+        del logits
     depth = dcfg.depth if spec.speculative else 0
     slots = engine.num_nodes(spec, dcfg) + 1
     f32 = jnp.float32
@@ -223,15 +223,16 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
         return engine.commit_stage(dp, st, kv, tp_, res, kn, dcfg=dcfg, spec=spec, slots=slots)
 
     zero = jnp.float32(0)
-    stages = {"draft": (draft, zero, (gen.tparams, gen.dparams, state)), "tree": (tree_, zero, (logp, state))}
-    if not spec.speculative:
-        stages = {}
-    stages.update(verify=(verify, zero, (gen.tparams, state, tree, knobs)), walk=(walk_, zero, (tree, target_tokens)),
-                  commit=(commit, state, (gen.dparams, new_kv, tapped, result, knobs)))
+    setups = {  # name: (one pass, the loop's initial carry, the loop-invariant inputs)
+        "draft": lambda: (draft, zero, (gen.tparams, gen.dparams, state)),
+        "tree": lambda: (tree_, zero, (logp, state)),
+        "verify": lambda: (verify, zero, (gen.tparams, state, tree, knobs)),
+        "walk": lambda: (walk_, zero, (tree, target_tokens)),
+        "commit": lambda: (commit, state, (gen.dparams, new_kv, tapped, result, knobs)),
+    }
     out = {}
-    for name, (step, carry, consts) in stages.items():
-        if only is not None and name not in only:
-            continue
+    for name in names:
+        step, carry, consts = setups[name]()
 
         def passes(n, carry, *consts, step=step):
             return jax.lax.fori_loop(0, n, lambda _, c: step(c, *consts), carry)

@@ -201,15 +201,11 @@ def round_latency(rl: dict, path):
     return _save(fig, path)
 
 
-def _gemm_us(r: dict) -> float:
-    """bench_gemm.time_us without importing jax: the device time per call where traced, else wall."""
-    d = r.get("device_us")
-    return d if isinstance(d, (int, float)) and d == d else r["wall_us"]
-
-
 def gemm_bandwidth(result: dict, path):
     """bench_gemm's rows: achieved weight-read TB/s per shape, XLA's dot against the best kernel
     config, one panel per row count, with the HBM copy rates as reference lines."""
+    from bench.bench_gemm import time_us
+
     rows = result["rows"]
     ms = sorted({r["m"] for r in rows}, key=lambda m: (m != 65, -m))  # the DDTree-64 verify first
     fig, axes = _panels(len(ms) or 1, f"skinny matmuls, weight read rate ({result.get('device', '?')})")
@@ -218,7 +214,7 @@ def gemm_bandwidth(result: dict, path):
         xla, ker = [], []
         for sh in shapes:
             mine = [r for r in rows if r["m"] == m and r["shape"] == sh]
-            wb = lambda r: r["floor_us"] * 3.3 / max(_gemm_us(r), 1e-9)  # noqa: E731  weight TB/s
+            wb = lambda r: r["floor_us"] * 3.3 / max(time_us(r), 1e-9)  # noqa: E731  weight TB/s
             xla.append(max((wb(r) for r in mine if r["variant"] == "xla"), default=0.0))
             ker.append(max((wb(r) for r in mine if r.get("config")), default=0.0))
         x = range(len(shapes))
