@@ -33,8 +33,6 @@ Everything else is the XLA dot.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import math
 import os
 from pathlib import Path
@@ -45,7 +43,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision
-from .tree_attention import auto_impl
+from .tree_attention import auto_impl, read_device_table
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton
@@ -105,20 +103,6 @@ def quantize_int8(w: jax.Array) -> Int8Weight:
     return Int8Weight(q, scale)
 
 
-@functools.lru_cache(maxsize=8)
-def _read_table(path: str) -> dict:
-    try:
-        with open(path) as f:
-            table = json.load(f)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"unreadable matmul table {path}: {e}; fix it or unset ${TABLE_ENV}") from None
-    if not isinstance(table, dict):
-        raise ValueError(f"matmul table {path} must map device kinds to lists of entries")
-    return table
-
-
 def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
                  prologue: str | None = None, weight: str | None = None) -> MatmulConfig | None:
     """The measured-faster config for x [m, k] @ w [k, n] (with that prologue; weight "int8"
@@ -126,7 +110,7 @@ def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
     timed). Device kind: jax.devices()[0]'s by default."""
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
-    for e in _read_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
+    for e in read_device_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH), "matmul", TABLE_ENV).get(device_kind, ()):
         lo, hi = e["rows"]
         if (e["k"], e["n"], e.get("prologue"), e.get("weight")) == (k, n, prologue, weight) and lo <= m <= hi:
             return MatmulConfig(*e["config"])

@@ -46,7 +46,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
+import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +65,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
-    "KernelConfig", "default_config", "launch_plan", "LaunchPlan",
+    "KernelConfig", "default_config", "tuned_attention_config", "launch_plan", "LaunchPlan",
 ]
 
 _LOG2E = math.log2(math.e)
@@ -75,6 +78,9 @@ _MAX_SPLITS = 255
 # (T / 128 of them), and a prompt-sized T (8192 on the H200) compiled for minutes. The engine
 # prefills long prompts in pieces of 1024 (DecodeSpec.prefill_chunk), so it stays below this.
 AUTO_MAX_NEW_TOKENS = 2048
+# Measured per-device tiles that beat default_config end to end (see tuned_attention_config).
+TABLE_PATH = Path(__file__).with_name("attention_configs.json")
+TABLE_ENV = "DDTREE_ATTENTION_TABLE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +149,55 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
                             num_stages=3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
                         num_stages=3, min_chunk=1024)
+
+
+@functools.lru_cache(maxsize=16)
+def read_device_table(path: str, what: str, env: str) -> dict:
+    """A tuned-config table (JSON: device kind -> list of entries) from path; {} if there is none.
+    Shared by the attention and matmul tables; `what` and `env` only word the errors."""
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"unreadable {what} table {path}: {e}; fix it or unset ${env}") from None
+    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+        raise ValueError(f"{what} table {path} must map device kinds to lists of entries")
+    return table
+
+
+def _attention_table(path: str) -> dict:
+    table = read_device_table(path, "attention", TABLE_ENV)
+    fields = {f.name for f in dataclasses.fields(KernelConfig)}
+    for kind, entries in table.items():
+        for e in entries:
+            if not isinstance(e, dict) or not {"t", "g", "dh", "config"} <= set(e) \
+                    or set(e["config"]) - fields:
+                raise ValueError(f"attention table {path}, {kind}: entry {e} needs t [lo, hi], g, dh and a "
+                                 f"config of KernelConfig fields ({sorted(fields)}); fix the entry")
+    return table
+
+
+def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2,
+                           device_kind: str | None = None) -> KernelConfig | None:
+    """The tiles measured faster than :func:`default_config` for T new tokens, G query heads per
+    kv head and head dim dh on this device kind, or None.
+
+    The table (``attention_configs.json`` beside this file, or the file named by
+    ``$DDTREE_ATTENTION_TABLE``) maps a device kind to entries ``{t: [lo, hi], g, dh, itemsize
+    (default 2), config: {KernelConfig fields}}``; fields an entry leaves out come from
+    default_config. An entry goes in only when a round run with it beat the default end to end
+    (bench/RESULTS.md): a kernel sweep alone, with its caches cold and nothing around it, has
+    ranked tiles differently from the round.
+    """
+    if device_kind is None:
+        device_kind = jax.devices()[0].device_kind
+    for e in _attention_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
+        lo, hi = e["t"]
+        if lo <= t <= hi and (e["g"], e["dh"], e.get("itemsize", 2)) == (g, dh, itemsize):
+            return dataclasses.replace(default_config(t, g, dh, itemsize), **e["config"])
+    return None
 
 
 def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:
@@ -479,7 +534,9 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton);"
                            " use impl='xla'")
-    cfg = config or default_config(t, g, dh, jnp.dtype(q.dtype).itemsize)
+    itemsize = jnp.dtype(q.dtype).itemsize
+    cfg = config or (None if interpret else tuned_attention_config(t, g, dh, itemsize)) \
+        or default_config(t, g, dh, itemsize)
     plan = launch_plan(bt, t, hkv, g, dh, s, cfg)
     cache_len = cache_len.astype(jnp.int32)
     if kv_start is not None:

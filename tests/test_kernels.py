@@ -7,7 +7,9 @@ lowered for CUDA (Triton dialect) and its modules verified, which needs no GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 import sys
 
@@ -309,6 +311,35 @@ def test_float32_keeps_small_tiles():
 def test_default_splits_for_an_8b_layer(t, s, splits):
     """The chunk counts the H200 split sweeps chose (default_config's docstring), Hq=32, Hkv=8."""
     assert launch_plan(1, t, 8, 4, 128, s, default_config(t, 4, 128)).num_splits == splits
+
+
+def test_tuned_table_overrides_the_default_tiles(tmp_path, monkeypatch):
+    """An entry of $DDTREE_ATTENTION_TABLE for this device kind replaces the fields it names (the
+    rest stay default_config's), only for its T range, G, head dim and itemsize; a malformed
+    entry is a one-line error naming the file."""
+    from pallas_kernels import tree_attention as ta
+    table = {"NVIDIA H200": [{"t": [60, 70], "g": 4, "dh": 128, "config": {"num_splits": 1, "block_m": 32}}],
+             "other": [{"t": [1, 9999], "g": 4, "dh": 128, "config": {"block_k": 16}}]}
+    path = tmp_path / "attn.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv(ta.TABLE_ENV, str(path))
+    cfg = ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200")
+    assert cfg == dataclasses.replace(default_config(65, 4, 128), num_splits=1, block_m=32)
+    assert ta.tuned_attention_config(71, 4, 128, device_kind="NVIDIA H200") is None      # T range
+    assert ta.tuned_attention_config(65, 8, 128, device_kind="NVIDIA H200") is None      # G
+    assert ta.tuned_attention_config(65, 4, 128, 4, device_kind="NVIDIA H200") is None   # float32
+    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA A100") is None      # kind
+    # the shipped table parses, and its entries are KernelConfigs
+    monkeypatch.delenv(ta.TABLE_ENV)
+    for kind, entries in json.loads(ta.TABLE_PATH.read_text()).items():
+        for e in entries:
+            assert isinstance(ta.tuned_attention_config(e["t"][0], e["g"], e["dh"], e.get("itemsize", 2),
+                                                        device_kind=kind), KernelConfig)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"NVIDIA H200": [{"t": [1, 2], "g": 4, "dh": 128, "config": {"block_q": 8}}]}))
+    monkeypatch.setenv(ta.TABLE_ENV, str(bad))
+    with pytest.raises(ValueError, match="block_q.*needs t"):
+        ta.tuned_attention_config(1, 4, 128, device_kind="NVIDIA H200")
 
 
 def _verified_triton_modules(monkeypatch):

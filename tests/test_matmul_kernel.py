@@ -247,10 +247,10 @@ def test_tuned_table(tmp_path, monkeypatch):
     assert mm.tuned_config(65, 4096, 6144) is None                      # this CPU
     assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200", prologue="swiglu") is None  # another kernel
     path.write_text("{not json")
-    mm._read_table.cache_clear()
+    mm.read_device_table.cache_clear()
     with pytest.raises(ValueError, match="unreadable matmul table"):
         mm.tuned_config(65, 4096, 6144, "NVIDIA H200")
-    mm._read_table.cache_clear()
+    mm.read_device_table.cache_clear()
 
 
 def test_shipped_table_is_valid():
