@@ -24,8 +24,8 @@ kernel's norm prologue); the LM head (float32 logits); the drafter's k/v and fc;
 same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
 (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
 xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
-"pallas:BNxBKxWxSxSPLIT[xTAIL]" configs (block_n, block_k, num_warps, num_stages, split_k,
-tail_rows 1/0: pallas_kernels.matmul.MatmulConfig's fields in order); --sweep adds variants for
+"pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]" configs (block_n, block_k, num_warps, num_stages, split_k,
+tail_rows 1/0, swap_ab 1/0: pallas_kernels.matmul.MatmulConfig's fields in order); --sweep adds variants for
 the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the

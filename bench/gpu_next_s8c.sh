@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Prepared in session 7 (~5 min; after gpu_next_s8b.sh, if its (1) favours t2): t2's single
+# Prepared in session 7 (~8 min; after gpu_next_s8a/b.sh). (1) The rounds without XLA's split-K
+# autotuning (s8a's gemm_no_splitk shows the products alone). (2) If s8b's (1) favours t2: t2's single
 # prefix part at a long prefix, where one part per row block and head serialises the cache read
 # (prefix 8192, DDTree-256, default vs t2, back to back). If t2 loses here, a table entry for it
 # needs a cache-capacity bound (tuned_attention_config keys on T, G, head dim only).
 # Usage (device tool): bash bench/gpu_next_s8c.sh -> $OUT/s8c.tar.xz
 source bench/gpu_step.sh
+step no_splitk 150 env XLA_FLAGS=--xla_gpu_enable_split_k_autotuning=false python3 -m bench.bench_round \
+  --model qwen3-8b --prompt-len 512 --methods ar,ddtree --budgets 64,256 --rounds 32 --repeats 3 --verify-loop \
+  --out "$R/no_splitk"
 cat > "$R/attn_t2.json" <<'EOT'
 {"NVIDIA H200": [{"t": [257, 257], "g": 4, "dh": 128, "config": {"block_k": 64, "num_stages": 4, "num_splits": 1}}]}
 EOT

@@ -10,7 +10,9 @@ past M are masked, so padding moves no bytes), streams its slab through shared m
 ``block_k`` rows at a time (Triton's software pipeline, ``num_stages`` deep) and stores its
 output tile once: each weight byte is read exactly once. With ``split_k > 1`` the K range is cut
 into parts whose float32 partials one XLA reduction adds (for narrow N, where column slabs alone
-give too few programs to keep HBM busy).
+give too few programs to keep HBM busy). ``swap_ab`` accumulates w_tile^T @ x_tile^T instead,
+so the weight tile fills the MMA's 64-row side and the few rows of x its narrow side (added in
+session 7, not yet timed on a GPU: `bench/gpu_next_s8a.sh` sweeps it).
 
 What can ride along, so that a decoder layer needs fewer kernels: a prologue on x (``swiglu``:
 silu(gate) * up of a gate_up output; ``rmsnorm``: the RMSNorm of x, its per-row scale applied
@@ -70,6 +72,15 @@ class MatmulConfig:
     # Rows just above a power of two (65 = 64 + 1: a budget-64 verify) as that power's tile plus
     # a 16-row tail tile, both fed by each weight tile: 80 rows of MMA work instead of 128.
     tail_rows: bool = True
+    # Swap the operands: each step accumulates w_tile^T @ x_tile^T ([block_n, rows]) and the
+    # accumulator is transposed once at the end. The weight tile then fills the MMA's M side
+    # (Hopper's wgmma is 64 rows a warpgroup; 16-row x tiles waste most of it) and the few rows
+    # of x its N side (multiples of 8): cuBLAS's skinny kernels do the same ("swap AB").
+    swap_ab: bool = False
+
+    def __post_init__(self):  # tables store the flags as 0/1
+        object.__setattr__(self, "tail_rows", bool(self.tail_rows))
+        object.__setattr__(self, "swap_ab", bool(self.swap_ab))
 
 
 @jax.tree_util.register_dataclass
@@ -219,7 +230,7 @@ def _and(a, b):
 
 
 def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool, scaled: bool, norm: bool,
-            eps: float, residual: bool):
+            eps: float, residual: bool, swap: bool = False):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
     Refs: x [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w [K, BN]
@@ -232,7 +243,8 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
     (rounded to x's dtype) and the accumulated rows are scaled by rsqrt(mean(x^2) + eps), the
     mean taken over the K columns this program streams anyway (RMSNorm's scale is per row, so it
     commutes with the product; split_k must be 1). residual: out = residual + (the product
-    rounded to the output dtype), rounded again (the models' `x + linear(...)`).
+    rounded to the output dtype), rounded again (the models' `x + linear(...)`). swap: the
+    accumulators are [BN, rows] (w_tile^T @ x_tile^T), transposed once after the K loop.
     """
     refs = list(refs)
     x_ref, w_ref = refs.pop(0), refs.pop(0)
@@ -266,14 +278,20 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
                 x32 = xt.astype(jnp.float32)
                 ss = ss + jnp.sum(x32 * x32, axis=1)
                 xt = (x32 * nw[None, :]).astype(xt.dtype)
-            out.append(acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
-                                             precision=precision, preferred_element_type=jnp.float32))
+            if swap:   # [BN, h] += w_tile^T @ x_tile^T
+                out.append(acc + lax.dot_general(wt.astype(xt.dtype), xt, (((0,), (1,)), ((), ())),
+                                                 precision=precision, preferred_element_type=jnp.float32))
+            else:
+                out.append(acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
+                                                 precision=precision, preferred_element_type=jnp.float32))
             out_ss.append(ss)
         return tuple(out), tuple(out_ss)
 
-    zeros = (tuple(jnp.zeros((h, bn), jnp.float32) for _, h in tiles),
+    zeros = (tuple(jnp.zeros((bn, h) if swap else (h, bn), jnp.float32) for _, h in tiles),
              tuple(jnp.zeros((h,), jnp.float32) for _, h in tiles))
     accs, sss = lax.fori_loop(0, plan.steps, step, zeros)
+    if swap:
+        accs = tuple(acc.T for acc in accs)
     if scaled:
         col_scale = pltriton.load(scale_ref, mask=None if cols_ok is None else cols_ok[0],
                                   other=None if cols_ok is None else 0.0)
@@ -303,7 +321,7 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     fuse_residual = residual is not None and not split
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
                                    swiglu_in=prologue == "swiglu", scaled=scaled, norm=norm, eps=eps,
-                                   residual=fuse_residual)
+                                   residual=fuse_residual, swap=cfg.swap_ab)
     if split:
         out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)

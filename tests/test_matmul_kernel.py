@@ -3,6 +3,8 @@ CUDA lowering, and the models' wiring (matmul_impl)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,6 +47,46 @@ def test_kernel_matches_xla(m, k, n, cfg, dtype):
     assert rel_err(out, ref) < (1e-6 if dtype == jnp.float32 else 4e-3)
     xla = mm.matmul(x, w, impl="xla")
     assert rel_err(out, xla) < (1e-6 if dtype == jnp.float32 else 4e-3)
+
+
+SWAP = dict(swap_ab=True)
+
+
+# swap_ab: the accumulator is [block_n, rows] (w_tile^T @ x_tile^T), transposed after the K loop;
+# the same cases of every fusion the kernel has, so the transposed path is exercised with each
+@pytest.mark.parametrize("m,k,n,cfg,dtype,prologue,residual,int8", [
+    (1, 256, 128, mm.MatmulConfig(block_n=64, block_k=64, **SWAP), jnp.bfloat16, None, False, False),
+    (65, 128, 130, mm.MatmulConfig(block_n=128, block_k=32, **SWAP), jnp.float32, None, False, False),  # tail tile
+    (65, 128, 64, mm.MatmulConfig(block_n=64, block_k=32, tail_rows=False, **SWAP), jnp.bfloat16, None, True, False),
+    (17, 512, 64, mm.MatmulConfig(block_n=64, block_k=64, split_k=4, **SWAP), jnp.float32, None, True, False),
+    (16, 64, 96, mm.MatmulConfig(block_n=32, block_k=32, **SWAP), jnp.bfloat16, "swiglu", True, False),
+    (65, 256, 96, mm.MatmulConfig(block_n=32, block_k=64, **SWAP), jnp.float32, "rmsnorm", False, False),
+    (15, 64, 300, mm.MatmulConfig(block_n=128, block_k=64, **SWAP), jnp.bfloat16, None, False, True),  # int8
+    (65, 128, 96, mm.MatmulConfig(block_n=32, block_k=64, **SWAP), jnp.bfloat16, "swiglu", False, True),
+])
+def test_swapped_operands(m, k, n, cfg, dtype, prologue, residual, int8):
+    """MatmulConfig(swap_ab=True) gives the unswapped kernel's product (float32: to summation
+    order; bf16: one rounding) and XLA's, with every prologue, the residual, split-K, int8."""
+    rng = np.random.default_rng(m * 13 + n + k)
+    x = rand(rng, (m, 2 * k if prologue == "swiglu" else k), dtype)
+    w = rand(rng, (k, n), jnp.float32)
+    w = mm.quantize_int8(w) if int8 else w.astype(dtype)
+    nw = (1.0 + 0.3 * rand(rng, (k,), jnp.float32)).astype(dtype) if prologue == "rmsnorm" else None
+    kw = dict(prologue=prologue, norm_w=nw, eps=1e-6, residual=rand(rng, (m, n), dtype) if residual else None)
+    got = mm.matmul(x, w, impl="pallas_interpret", config=cfg, **kw)
+    plain = mm.matmul(x, w, impl="pallas_interpret", config=dataclasses.replace(cfg, swap_ab=False), **kw)
+    ref = mm.matmul(x, w, impl="xla", **kw)
+    assert got.shape == (m, n) and got.dtype == dtype and np.isfinite(np.asarray(got, np.float32)).all()
+    tol = 1e-5 if dtype == jnp.float32 else 1.2e-2
+    assert rel_err(got, plain) < tol and rel_err(got, ref) < tol
+
+
+def test_config_flags_from_a_table_row():
+    """Tables store MatmulConfig's fields in order, flags as 0/1 (bench_gemm's pallas:BNxBKx...
+    variants too): they come back as bools, and a 6-field row (before swap_ab) still reads."""
+    assert mm.MatmulConfig(64, 128, 4, 4, 2, 1, 1) == mm.MatmulConfig(64, 128, 4, 4, 2, True, True)
+    assert mm.MatmulConfig(*[64, 128, 4, 4, 2, True]).swap_ab is False
+    assert dataclasses.astuple(mm.MatmulConfig(swap_ab=1))[-1] is True
 
 
 @pytest.mark.parametrize("m,k,n,cfg,dtype", [
@@ -200,16 +242,19 @@ def test_bad_shapes_and_impls():
 
 
 @pytest.mark.skipif(mm.pltriton is None, reason="this jax has no Pallas Triton lowering")
-@pytest.mark.parametrize("m,k,n,dtype,out,prologue", [
-    (1, 4096, 6144, jnp.bfloat16, None, None), (65, 4096, 4096, jnp.bfloat16, None, None),
-    (16, 12288, 4096, jnp.bfloat16, None, "swiglu"), (65, 12288, 4096, jnp.bfloat16, None, "swiglu"),
-    (65, 4096, 151936, jnp.bfloat16, jnp.float32, None), (17, 256, 1000, jnp.float32, None, None)])
-def test_triton_lowering_verifies(monkeypatch, m, k, n, dtype, out, prologue):
+@pytest.mark.parametrize("m,k,n,dtype,out,prologue,swap", [
+    (1, 4096, 6144, jnp.bfloat16, None, None, False), (65, 4096, 4096, jnp.bfloat16, None, None, False),
+    (16, 12288, 4096, jnp.bfloat16, None, "swiglu", False), (65, 12288, 4096, jnp.bfloat16, None, "swiglu", False),
+    (65, 4096, 151936, jnp.bfloat16, jnp.float32, None, False), (17, 256, 1000, jnp.float32, None, None, False),
+    (65, 4096, 4096, jnp.bfloat16, None, None, True), (16, 4096, 24576, jnp.bfloat16, None, None, True),
+    (65, 12288, 4096, jnp.bfloat16, None, "swiglu", True)])
+def test_triton_lowering_verifies(monkeypatch, m, k, n, dtype, out, prologue, swap):
     """The GPU path lowers for CUDA (no GPU needed) into one verified Triton module."""
     modules = _verified_triton_modules(monkeypatch)
     sds = jax.ShapeDtypeStruct
+    cfg = dataclasses.replace(mm.default_matmul_config(m, k, n), swap_ab=True) if swap else None
     try:
-        jax.jit(lambda a, b: mm.matmul(a, b, out_dtype=out, impl="pallas", prologue=prologue)).trace(
+        jax.jit(lambda a, b: mm.matmul(a, b, out_dtype=out, impl="pallas", prologue=prologue, config=cfg)).trace(
             sds((m, 2 * k if prologue else k), dtype), sds((k, n), dtype)).lower(lowering_platforms=("cuda",))
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax
         pytest.skip(f"cannot lower for CUDA here: {e}")
