@@ -63,6 +63,9 @@ def main(argv=None) -> int:
                          "default: the backend's setting)")
     ap.add_argument("--count-max", default="1024,0",
                     help="ddtree.RANK_BY_COUNT_MAX values to compare (pairwise ranking vs sort)")
+    ap.add_argument("--select-barrier", default="",
+                    help="ddtree.SELECT_BARRIER values to compare, e.g. 0,1 (default: the backend's "
+                         "setting); rows gain build_ms_countN_barrierB")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
@@ -93,10 +96,20 @@ def main(argv=None) -> int:
         if args.stage1 and saved_topk:
             ddtree.VOCAB_TOPK[backend] = dict(saved_topk, stage1=args.stage1)
         r["stage1"] = (ddtree.VOCAB_TOPK.get(backend) or {}).get("stage1", "xla")
+        saved_barrier = ddtree.SELECT_BARRIER.get(backend)
+        barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
         for c in [int(x) for x in args.count_max.split(",") if x]:
             ddtree.RANK_BY_COUNT_MAX[backend] = c
-            r[f"build_ms_count{c}"] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
+            for bar in barriers:
+                if bar is not None:
+                    ddtree.SELECT_BARRIER[backend] = bar
+                name = f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
+                r[name] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
         ddtree.RANK_BY_COUNT_MAX[backend] = saved
+        if saved_barrier is None:
+            ddtree.SELECT_BARRIER.pop(backend, None)
+        else:
+            ddtree.SELECT_BARRIER[backend] = saved_barrier
         if saved_topk:
             ddtree.VOCAB_TOPK[backend] = saved_topk
         rows.append(r)

@@ -230,6 +230,17 @@ def test_ddtree_equals_heap_both_selection_branches(case, kind, count_limit, mon
     check_ddtree_against_heap(case, kind, seed=sum(case) * 7 + len(kind) + count_limit, fresh_trace=True)
 
 
+@pytest.mark.parametrize("count_limit", [0, 4096])
+def test_ddtree_select_barrier_keeps_the_tree(count_limit, monkeypatch):
+    """ddtree.SELECT_BARRIER (each selection's inputs materialized) changes the program, not the
+    tree: with it on, both selection branches still build the heap's tree."""
+    from ddtree_jax.trees import ddtree
+
+    monkeypatch.setitem(ddtree.SELECT_BARRIER, jax.default_backend(), True)
+    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, jax.default_backend(), count_limit)
+    check_ddtree_against_heap((2, 6, 300, 64), "ties", seed=5 + count_limit, fresh_trace=True)
+
+
 @pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, stage1, monkeypatch):

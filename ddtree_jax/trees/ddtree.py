@@ -20,6 +20,7 @@ Slots come out in that same best-first order (slot 1 = best path), which is topo
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,23 @@ RANK_BY_COUNT_MAX = {"gpu": 8192, "cpu": 0}
 
 def _count_limit() -> int:
     return RANK_BY_COUNT_MAX.get(jax.default_backend(), 0)
+
+
+# Per backend: materialize each selection's inputs (an optimization barrier on the candidate
+# scores and keys) before ranking them. Found in session 7's H200 HLO (DDTree-64): XLA fuses
+# every depth's gather chain back to depth 1 into that depth's pairwise comparison and writes the
+# [P, P] comparison out before summing it (the fusions grow from 2.6 to 5.7 us a depth); with the
+# inputs materialized the comparison's producers are two [P] arrays. Off until timed
+# (`python -m bench.bench_tree --select-barrier 0,1`; a whole round with it:
+# DDTREE_SELECT_BARRIER=1 in the environment turns it on for every backend); the values are the
+# same either way.
+SELECT_BARRIER: dict[str, bool] = (dict.fromkeys(("gpu", "cpu", "tpu"), True)
+                                   if os.environ.get("DDTREE_SELECT_BARRIER") == "1" else {})
+
+
+def _materialized(*xs):
+    """xs as they are, behind an optimization barrier where SELECT_BARRIER says so."""
+    return jax.lax.optimization_barrier(xs) if SELECT_BARRIER.get(jax.default_backend(), False) else xs
 
 
 def select_best(scores: Array, keys: Array, n: int) -> Array:
@@ -164,9 +182,10 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
         cand = score[:, rows] + vals[:, d, cols]
         key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
+        cand, key = _materialized(cand, key)
         sel = select_best(cand, key, min(width, len(pairs)))
-        score = jnp.take_along_axis(cand, sel, axis=-1)
-        lex = _lex_rank(jnp.take_along_axis(key, sel, axis=-1))
+        score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
+        lex = _lex_rank(chosen)
         scores.append(score)
         lexes.append(lex)
         parents.append(jnp.asarray(rows)[sel])
@@ -184,6 +203,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     token_of = jnp.concatenate(tokens, axis=1)
 
     n = min(n, all_scores.shape[1])
+    all_scores, all_keys = _materialized(all_scores, all_keys)
     sel = select_best(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
