@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 7 for the next session's first call (~7.5 min). Session 7's profile (bench/
+# Prepared in session 7 for the next session's first call (~8.5 min). Session 7's profile (bench/
 # RESULTS.md, "Session 7") put the DDTree-64 round's largest removable terms at: o and down as
 # XLA Triton split-K GEMMs + a reduce each (1.9-3.0 TB/s, ~0.6 ms a round over gate_up's 3.9
 # TB/s), the tree attention (0.50 ms at 64, 1.15 at 256: 7-10x its floor), and the int8 drafter's
@@ -26,6 +26,10 @@ step gemm_swap 100 python3 -m bench.bench_gemm --out "$R/gemm_swap" --budget-s 9
   --shapes qkv,o,gate_up,down --variants xla,pallas --sweep-rows 65 \
   --sweep pallas:64x128x4x4x2x1x1,pallas:128x128x4x4x1x1x1,pallas:128x64x4x4x1x1x1,pallas:128x128x8x3x1x1x1,pallas:64x128x4x4x1x1x1 \
   --write-table "$R/matmul_swap.json"
+# the fused prologues (rmsnorm in qkv, swiglu in down: 0.4-1.0 TB/s in session 6) with swap_ab
+step gemm_prologue_swap 70 python3 -m bench.bench_gemm --out "$R/gemm_prologue_swap" --budget-s 65 --rows 16 \
+  --shapes qkv_norm,down_swiglu --variants xla,pallas --sweep-rows 16 \
+  --sweep pallas:64x128x4x4x1x1x1,pallas:128x128x4x4x1x1x1
 step int8_table 100 env DDTREE_MATMUL_TABLE="$R/matmul_int8.json" python3 -m bench.bench_round --model qwen3-8b \
   --prompt-len 512 --methods ddtree --budgets 64 --rounds 32 --repeats 3 --stage-loop --drafter-quant int8 \
   --matmul-impl auto --out "$R/int8_table"
