@@ -6,7 +6,8 @@
 Runs `engine.run_rounds` (the on-device while_loop) under `jax.profiler.trace`, reads the trace
 back with `jax.profiler.ProfileData`, and attributes every device kernel to its round stage
 (draft / tree / verify / walk / commit, from the `jax.named_scope`s the engine sets, through the
-compiled HLO's op metadata). Per method it reports wall time per round, kernel-busy time per round
+compiled HLO's op metadata; kernels without it, cuBLAS's and Pallas', take the stage of the
+tagged kernels around them when those agree). Per method it reports wall time per round, kernel-busy time per round
 (the union of kernel intervals: the rest is launch gaps and host sync), kernels per round, and per
 stage and per kernel kind (matmul, attention, fusion, ...) their time and count. DIR gets
 profile_<model>.json and, per method, the optimized HLO text (hlo_<method>.txt.xz).
@@ -127,14 +128,37 @@ def busy_ns(events: list[dict]) -> float:
     return total
 
 
+def infer_stages(stages: list[str]) -> tuple[list[str], int]:
+    """Stages for kernels in time order, untagged ones ("other": cuBLAS and Pallas kernels carry
+    no scope metadata) filled in where the nearest tagged kernels before and after them agree
+    (a cuBLAS GEMM between two verify fusions is the verify's). Returns (stages, how many were
+    filled). Kernels between two stages, or before the first / after the last tag, stay "other"."""
+    out = list(stages)
+    prev = [None] * len(out)
+    last = None
+    for i, s in enumerate(stages):
+        if s != "other":
+            last = s
+        prev[i] = last
+    filled, nxt = 0, None
+    for i in range(len(out) - 1, -1, -1):
+        if stages[i] != "other":
+            nxt = stages[i]
+        elif prev[i] is not None and prev[i] == nxt:
+            out[i] = nxt
+            filled += 1
+    return out, filled
+
+
 def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     by_stage = collections.defaultdict(lambda: [0.0, 0])
     by_kind = collections.defaultdict(lambda: [0.0, 0])
     by_op = collections.defaultdict(lambda: [0.0, 0, ""])
-    for e in events:
+    events = sorted(events, key=lambda e: e["start"])
+    stages, inferred = infer_stages([stage_of(scopes.get(op_of(e, scopes), "")) for e in events])
+    for e, st in zip(events, stages):
         op = op_of(e, scopes)
-        scope = scopes.get(op, "")
-        st = stage_of(scope)
+        scope = scopes.get(op, "") or f"({st}, by position)"
         kd = f"{st}:{kind_of(e['name'], op)}"
         for table, key in ((by_stage, st), (by_kind, kd)):
             table[key][0] += e["dur"]
@@ -157,8 +181,8 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
             n_big += b == ">50us"
         end = max(end, e["start"] + e["dur"])
     t0 = ev[0]["start"] if ev else 0
-    timeline = [(e["name"][:48], round((e["start"] - t0) / 1e3, 2), round(e["dur"] / 1e3, 2),
-                 stage_of(scopes.get(op_of(e, scopes), ""))) for e in ev[:4000]]
+    timeline = [(e["name"][:48], round((e["start"] - t0) / 1e3, 2), round(e["dur"] / 1e3, 2), st)
+                for e, st in zip(ev[:4000], stages)]
     top = sorted(by_op.items(), key=lambda kv: -kv[1][0])[:40]
     return {
         "kernels_per_round": len(events) / rounds,
@@ -166,6 +190,7 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
         "busy_ms_per_round": per(busy_ns(events)),
         "stages_ms": {k: per(v[0]) for k, v in sorted(by_stage.items())},
         "stages_kernels": {k: v[1] / rounds for k, v in sorted(by_stage.items())},
+        "stage_inferred_kernels_per_round": inferred / rounds,
         "kinds_ms": {k: per(v[0]) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
         "kinds_kernels": {k: v[1] / rounds for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
         "gaps_ms_per_round": {k: per(v) for k, v in gaps.items()},
@@ -244,7 +269,8 @@ def main(argv=None) -> int:
         print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round, steady {r['steady_ms_per_round']:.3f} (compile {r['compile_s']:.0f}s), busy {r.get('busy_ms_per_round', 0):.3f}, "
               f"kernel sum {r.get('kernel_sum_ms_per_round', 0):.3f}, {r.get('kernels_per_round', 0):.0f} kernels/round, "
               f"command_buffer mentions {r['command_buffers']}", flush=True)
-        print(f"    gaps ms/round: {r.get('gaps_ms_per_round')} ({r.get('gaps_over_50us_per_round', 0):.1f} over 50us)")
+        print(f"    gaps ms/round: {r.get('gaps_ms_per_round')} ({r.get('gaps_over_50us_per_round', 0):.1f} over 50us); "
+              f"{r.get('stage_inferred_kernels_per_round', 0):.0f} kernels/round without scope took the stage around them")
         for k, v in r.get("stages_ms", {}).items():
             print(f"    stage {k:8s} {v:8.3f} ms  {r['stages_kernels'][k]:7.1f} kernels")
         for k, v in list(r.get("kinds_ms", {}).items())[:14]:

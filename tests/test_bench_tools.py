@@ -31,6 +31,23 @@ def test_profile_parser_pieces():
     assert s["gaps_over_50us_per_round"] == 1 and s["kernels_per_round"] == 2
 
 
+def test_untagged_kernels_take_the_stage_around_them():
+    """cuBLAS / Pallas kernels have no scope: between two kernels of one stage they are that
+    stage's; between two stages, or outside every tag, they stay "other"."""
+    got, n = pr.infer_stages(["other", "draft", "other", "draft", "other", "verify", "other", "other",
+                              "verify", "other"])
+    assert got == ["other", "draft", "draft", "draft", "other", "verify", "verify", "verify", "verify", "other"]
+    assert n == 3
+    assert pr.infer_stages(["other", "other"]) == (["other", "other"], 0)
+    scopes = {"loop_add_fusion_3": "jit(f)/while/body/verify/add"}
+    events = [dict(name=n, start=t, dur=1000, hlo_op=op) for n, t, op in (
+        ("loop_add_fusion_3", 0, "loop_add_fusion_3"), ("nvjet_sm90_tst_1", 2000, ""),
+        ("loop_add_fusion_3", 4000, "loop_add_fusion_3"))]
+    s = pr.summarize(events, scopes, rounds=1)
+    assert s["stages_ms"] == {"verify": 0.003} and s["kinds_ms"]["verify:matmul"] == 0.001
+    assert s["stage_inferred_kernels_per_round"] == 1 and [t[3] for t in s["timeline"]] == ["verify"] * 3
+
+
 def test_profile_round_smoke(tmp_path):
     assert pr.main(["--model", "tiny", "--methods", "ar,ddtree:8/2", "--rounds", "2", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "profile_tiny.json").read_text())["results"]
