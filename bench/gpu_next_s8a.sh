@@ -30,7 +30,7 @@ step gemm_swap 100 python3 -m bench.bench_gemm --out "$R/gemm_swap" --budget-s 9
 step gemm_prologue_swap 70 python3 -m bench.bench_gemm --out "$R/gemm_prologue_swap" --budget-s 65 --rows 16 \
   --shapes qkv_norm,down_swiglu --variants xla,pallas --sweep-rows 16 \
   --sweep pallas:64x128x4x4x1x1x1,pallas:128x128x4x4x1x1x1
-step int8_table 100 env DDTREE_MATMUL_TABLE="$R/matmul_int8.json" python3 -m bench.bench_round --model qwen3-8b \
+step int8_table 130 env DDTREE_MATMUL_TABLE="$R/matmul_int8.json" python3 -m bench.bench_round --model qwen3-8b \
   --prompt-len 512 --methods ddtree --budgets 64 --rounds 32 --repeats 3 --stage-loop --drafter-quant int8 \
   --matmul-impl auto --out "$R/int8_table"
 finish s8a

@@ -19,16 +19,16 @@ cat > "$R/attn_split2.json" <<'EOT'
 {"NVIDIA H200": [{"t": [65, 65], "g": 4, "dh": 128, "config": {"num_splits": 2}},
                  {"t": [257, 257], "g": 4, "dh": 128, "config": {"num_splits": 2}}]}
 EOT
-round() {  # round NAME TABLE|none ROUNDS BUDGETS
-  local name=$1 table=$2 rounds=$3 budgets=$4
-  step "$name" 100 env DDTREE_ATTENTION_TABLE="$([ "$table" = none ] || echo "$R/$table")" python3 -m bench.bench_round \
+round() {  # round NAME TABLE|none ROUNDS BUDGETS SECONDS
+  local name=$1 table=$2 rounds=$3 budgets=$4 secs=$5
+  step "$name" "$secs" env DDTREE_ATTENTION_TABLE="$([ "$table" = none ] || echo "$R/$table")" python3 -m bench.bench_round \
     --model qwen3-8b --prompt-len 512 --methods ddtree --budgets "$budgets" --rounds "$rounds" --repeats 3 \
     --stage-repeats 0 --verify-loop --out "$R/$name"
 }
-round r32_default none 32 256
-round r32_t2 attn_t2.json 32 256
-round r8_default none 8 64,256
-round r8_split2 attn_split2.json 8 64,256
+round r32_default none 32 256 90
+round r32_t2 attn_t2.json 32 256 90
+round r8_default none 8 64,256 130
+round r8_split2 attn_split2.json 8 64,256 130
 step profile_table 120 env DDTREE_MATMUL_TABLE=bench/results/session7/s7a/matmul_configs.json \
   python3 -m bench.profile_round --model qwen3-8b --methods ddtree:64 --rounds 8 --matmul-impl auto --out "$R/profile_table"
 finish s8b
