@@ -502,6 +502,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
     try:
         make_policy(args.tree_policy)
+        from pallas_kernels import check_tuned_tables
+
+        check_tuned_tables()  # a bad $DDTREE_*_TABLE now, not after loading the model
     except ValueError as e:
         raise UserError(str(e)) from None
     prompts = _load_prompts(args)

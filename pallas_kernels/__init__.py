@@ -5,7 +5,17 @@ from .tree_attention import (KernelConfig, attention, attention_pallas, auto_imp
                              auto_impl_for_kind, available_impls, default_config)
 from .norms import add_rms_norm, norm_impl_for, qk_norm_rope, rms_norm  # noqa: F401
 
+
+def check_tuned_tables() -> None:
+    """Read and check the tuned-config tables in effect now (the shipped ones, or the files that
+    $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE name), so that a bad one is reported before a
+    model is loaded rather than while a program compiles. Raises ValueError naming the file."""
+    from . import matmul, tree_attention
+    tree_attention.attention_table()
+    matmul.matmul_table()
+
+
 __all__ = [
     "attention", "attention_reference", "attention_pallas", "available_impls", "auto_impl",
-    "auto_impl_for_kind", "KernelConfig", "default_config",
+    "auto_impl_for_kind", "KernelConfig", "default_config", "check_tuned_tables",
 ]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from pathlib import Path
 
 import jax
@@ -45,7 +44,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision
-from .tree_attention import auto_impl, read_device_table
+from .tree_attention import auto_impl, read_device_table, table_path
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton
@@ -114,6 +113,24 @@ def quantize_int8(w: jax.Array) -> Int8Weight:
     return Int8Weight(q, scale)
 
 
+def matmul_table() -> dict:
+    """The skinny-matmul table in effect ($DDTREE_MATMUL_TABLE's file, else the shipped one),
+    every entry checked; ValueError names the file and what is wrong."""
+    path, named = table_path(TABLE_ENV, TABLE_PATH)
+    table = read_device_table(path, "matmul", TABLE_ENV, named)
+    nfields = len(dataclasses.fields(MatmulConfig))
+    for kind, entries in table.items():
+        for e in entries:
+            ok = isinstance(e, dict) and {"k", "n", "rows", "config"} <= set(e) and len(e["rows"]) == 2 \
+                and 1 <= len(e["config"]) <= nfields and e.get("prologue") in PROLOGUES \
+                and e.get("weight") in (None, "int8")
+            if not ok:
+                raise ValueError(f"matmul table {path}, {kind}: entry {e} needs k, n, rows [lo, hi] and a config "
+                                 f"of at most {nfields} MatmulConfig fields in order (prologue {PROLOGUES[1:]} and "
+                                 "weight 'int8' optional); fix the entry")
+    return table
+
+
 def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
                  prologue: str | None = None, weight: str | None = None) -> MatmulConfig | None:
     """The measured-faster config for x [m, k] @ w [k, n] (with that prologue; weight "int8"
@@ -121,7 +138,7 @@ def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
     timed). Device kind: jax.devices()[0]'s by default."""
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
-    for e in read_device_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH), "matmul", TABLE_ENV).get(device_kind, ()):
+    for e in matmul_table().get(device_kind, ()):
         lo, hi = e["rows"]
         if (e["k"], e["n"], e.get("prologue"), e.get("weight")) == (k, n, prologue, weight) and lo <= m <= hi:
             return MatmulConfig(*e["config"])

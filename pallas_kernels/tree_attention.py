@@ -151,14 +151,23 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
                         num_stages=3, min_chunk=1024)
 
 
+def table_path(env: str, shipped: Path) -> tuple[str, bool]:
+    """(path, named): the file `$env` names, else the shipped table beside the kernel."""
+    named = os.environ.get(env)
+    return (named, True) if named else (str(shipped), False)
+
+
 @functools.lru_cache(maxsize=16)
-def read_device_table(path: str, what: str, env: str) -> dict:
-    """A tuned-config table (JSON: device kind -> list of entries) from path; {} if there is none.
+def read_device_table(path: str, what: str, env: str, named: bool = False) -> dict:
+    """A tuned-config table (JSON: device kind -> list of entries) from path. A missing shipped
+    table is empty; a missing file that `$env` names (named) is an error, not silently no table.
     Shared by the attention and matmul tables; `what` and `env` only word the errors."""
     try:
         with open(path) as f:
             table = json.load(f)
     except FileNotFoundError:
+        if named:
+            raise ValueError(f"${env} names {path}, which does not exist; fix the path or unset ${env}") from None
         return {}
     except (OSError, ValueError) as e:
         raise ValueError(f"unreadable {what} table {path}: {e}; fix it or unset ${env}") from None
@@ -167,8 +176,11 @@ def read_device_table(path: str, what: str, env: str) -> dict:
     return table
 
 
-def _attention_table(path: str) -> dict:
-    table = read_device_table(path, "attention", TABLE_ENV)
+def attention_table() -> dict:
+    """The attention tile table in effect ($DDTREE_ATTENTION_TABLE's file, else the shipped one),
+    every entry checked; ValueError names the file and what is wrong."""
+    path, named = table_path(TABLE_ENV, TABLE_PATH)
+    table = read_device_table(path, "attention", TABLE_ENV, named)
     fields = {f.name for f in dataclasses.fields(KernelConfig)}
     for kind, entries in table.items():
         for e in entries:
@@ -193,7 +205,7 @@ def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2,
     """
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
-    for e in _attention_table(os.environ.get(TABLE_ENV) or str(TABLE_PATH)).get(device_kind, ()):
+    for e in attention_table().get(device_kind, ()):
         lo, hi = e["t"]
         if lo <= t <= hi and (e["g"], e["dh"], e.get("itemsize", 2)) == (g, dh, itemsize):
             return dataclasses.replace(default_config(t, g, dh, itemsize), **e["config"])

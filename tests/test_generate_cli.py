@@ -88,6 +88,18 @@ def test_hf_directory_is_not_a_converted_checkpoint(qwen3_pair):
     _fails(gen("--ckpt", qwen3_pair.hf_target, "--prompt", "x"), "convert")
 
 
+def test_bad_tuned_tables_fail_before_loading(tmp_path):
+    """A malformed, or missing, file named by $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE is a
+    one-line error before any checkpoint is read (this checkpoint path does not even exist)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"NVIDIA H200": [{"t": [1, 2], "config": {}}]}')
+    ck = ("--ckpt", tmp_path / "nope", "--prompt", "x")
+    _fails(gen(*ck, env={"DDTREE_ATTENTION_TABLE": str(bad)}), "attention table", "needs t")
+    _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(tmp_path / "typo.json")}), "DDTREE_MATMUL_TABLE", "does not exist")
+    bad.write_text('{"NVIDIA H200": [{"k": 1, "n": 2, "rows": [1, 16], "config": [1, 2, 3, 4, 5, 6, 7, 8]}]}')
+    _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(bad)}), "matmul table", "MatmulConfig")
+
+
 def test_prompt_files(qwen3_pair, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
