@@ -169,20 +169,19 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     per = lambda ns: ns / 1e6 / rounds  # noqa: E731  ms per round
     # idle gaps between consecutive kernels, bucketed: small ones are launch latency inside a
     # graph, large ones host round-trips (loop predicate, relaunch)
-    ev = sorted(events, key=lambda e: e["start"])
     gaps = {"<5us": 0.0, "5-50us": 0.0, ">50us": 0.0}
-    end = ev[0]["start"] if ev else 0
+    end = events[0]["start"] if events else 0
     n_big = 0
-    for e in ev:
+    for e in events:
         g = e["start"] - end
         if g > 0:
             b = "<5us" if g < 5e3 else "5-50us" if g < 5e4 else ">50us"
             gaps[b] += g
             n_big += b == ">50us"
         end = max(end, e["start"] + e["dur"])
-    t0 = ev[0]["start"] if ev else 0
+    t0 = events[0]["start"] if events else 0
     timeline = [(e["name"][:48], round((e["start"] - t0) / 1e3, 2), round(e["dur"] / 1e3, 2), st)
-                for e, st in zip(ev[:4000], stages)]
+                for e, st in zip(events[:4000], stages)]
     top = sorted(by_op.items(), key=lambda kv: -kv[1][0])[:40]
     return {
         "kernels_per_round": len(events) / rounds,

@@ -113,22 +113,21 @@ def quantize_int8(w: jax.Array) -> Int8Weight:
     return Int8Weight(q, scale)
 
 
+def _check_matmul_entry(path: str, kind: str, e) -> None:
+    nfields = len(dataclasses.fields(MatmulConfig))
+    ok = isinstance(e, dict) and {"k", "n", "rows", "config"} <= set(e) and len(e["rows"]) == 2 \
+        and 1 <= len(e["config"]) <= nfields and e.get("prologue") in PROLOGUES and e.get("weight") in (None, "int8")
+    if not ok:
+        raise ValueError(f"matmul table {path}, {kind}: entry {e} needs k, n, rows [lo, hi] and a config "
+                         f"of at most {nfields} MatmulConfig fields in order (prologue {PROLOGUES[1:]} and "
+                         "weight 'int8' optional); fix the entry")
+
+
 def matmul_table() -> dict:
     """The skinny-matmul table in effect ($DDTREE_MATMUL_TABLE's file, else the shipped one),
-    every entry checked; ValueError names the file and what is wrong."""
+    every entry checked (once per file); ValueError names the file and what is wrong."""
     path, named = table_path(TABLE_ENV, TABLE_PATH)
-    table = read_device_table(path, "matmul", TABLE_ENV, named)
-    nfields = len(dataclasses.fields(MatmulConfig))
-    for kind, entries in table.items():
-        for e in entries:
-            ok = isinstance(e, dict) and {"k", "n", "rows", "config"} <= set(e) and len(e["rows"]) == 2 \
-                and 1 <= len(e["config"]) <= nfields and e.get("prologue") in PROLOGUES \
-                and e.get("weight") in (None, "int8")
-            if not ok:
-                raise ValueError(f"matmul table {path}, {kind}: entry {e} needs k, n, rows [lo, hi] and a config "
-                                 f"of at most {nfields} MatmulConfig fields in order (prologue {PROLOGUES[1:]} and "
-                                 "weight 'int8' optional); fix the entry")
-    return table
+    return read_device_table(path, "matmul", TABLE_ENV, named, _check_matmul_entry)
 
 
 def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
@@ -295,12 +294,11 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
                 x32 = xt.astype(jnp.float32)
                 ss = ss + jnp.sum(x32 * x32, axis=1)
                 xt = (x32 * nw[None, :]).astype(xt.dtype)
-            if swap:   # [BN, h] += w_tile^T @ x_tile^T
-                out.append(acc + lax.dot_general(wt.astype(xt.dtype), xt, (((0,), (1,)), ((), ())),
-                                                 precision=precision, preferred_element_type=jnp.float32))
-            else:
-                out.append(acc + lax.dot_general(xt, wt.astype(xt.dtype), (((1,), (0,)), ((), ())),
-                                                 precision=precision, preferred_element_type=jnp.float32))
+            wx = wt.astype(xt.dtype)
+            # swap: [BN, h] += w_tile^T @ x_tile^T; else [h, BN] += x_tile @ w_tile
+            lhs, rhs, dims = (wx, xt, (((0,), (1,)), ((), ()))) if swap else (xt, wx, (((1,), (0,)), ((), ())))
+            out.append(acc + lax.dot_general(lhs, rhs, dims, precision=precision,
+                                             preferred_element_type=jnp.float32))
             out_ss.append(ss)
         return tuple(out), tuple(out_ss)
 

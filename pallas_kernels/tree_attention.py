@@ -158,10 +158,11 @@ def table_path(env: str, shipped: Path) -> tuple[str, bool]:
 
 
 @functools.lru_cache(maxsize=16)
-def read_device_table(path: str, what: str, env: str, named: bool = False) -> dict:
-    """A tuned-config table (JSON: device kind -> list of entries) from path. A missing shipped
-    table is empty; a missing file that `$env` names (named) is an error, not silently no table.
-    Shared by the attention and matmul tables; `what` and `env` only word the errors."""
+def read_device_table(path: str, what: str, env: str, named: bool = False, check=None) -> dict:
+    """A tuned-config table (JSON: device kind -> list of entries) from path, read and checked
+    once per (path, ...): check(path, kind, entry) raises ValueError for a bad entry. A missing
+    shipped table is empty; a missing file that `$env` names (named) is an error, not silently no
+    table. Shared by the attention and matmul tables; `what` and `env` only word the errors."""
     try:
         with open(path) as f:
             table = json.load(f)
@@ -173,22 +174,24 @@ def read_device_table(path: str, what: str, env: str, named: bool = False) -> di
         raise ValueError(f"unreadable {what} table {path}: {e}; fix it or unset ${env}") from None
     if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
         raise ValueError(f"{what} table {path} must map device kinds to lists of entries")
+    for kind, entries in table.items():
+        for e in entries if check else ():
+            check(path, kind, e)
     return table
+
+
+def _check_attention_entry(path: str, kind: str, e) -> None:
+    fields = {f.name for f in dataclasses.fields(KernelConfig)}
+    if not isinstance(e, dict) or not {"t", "g", "dh", "config"} <= set(e) or set(e["config"]) - fields:
+        raise ValueError(f"attention table {path}, {kind}: entry {e} needs t [lo, hi], g, dh and a "
+                         f"config of KernelConfig fields ({sorted(fields)}); fix the entry")
 
 
 def attention_table() -> dict:
     """The attention tile table in effect ($DDTREE_ATTENTION_TABLE's file, else the shipped one),
     every entry checked; ValueError names the file and what is wrong."""
     path, named = table_path(TABLE_ENV, TABLE_PATH)
-    table = read_device_table(path, "attention", TABLE_ENV, named)
-    fields = {f.name for f in dataclasses.fields(KernelConfig)}
-    for kind, entries in table.items():
-        for e in entries:
-            if not isinstance(e, dict) or not {"t", "g", "dh", "config"} <= set(e) \
-                    or set(e["config"]) - fields:
-                raise ValueError(f"attention table {path}, {kind}: entry {e} needs t [lo, hi], g, dh and a "
-                                 f"config of KernelConfig fields ({sorted(fields)}); fix the entry")
-    return table
+    return read_device_table(path, "attention", TABLE_ENV, named, _check_attention_entry)
 
 
 def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2,
