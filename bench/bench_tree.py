@@ -66,8 +66,15 @@ def main(argv=None) -> int:
     ap.add_argument("--select-barrier", default="",
                     help="ddtree.SELECT_BARRIER values to compare, e.g. 0,1 (default: the backend's "
                          "setting); rows gain build_ms_countN_barrierB")
+    ap.add_argument("--rank-impl", default="",
+                    help="ddtree.RANK_IMPL values to compare, e.g. xla,pallas (the pairwise-count "
+                         "branch by XLA or by pallas_kernels.rank_count; pallas_interpret on a CPU; "
+                         "default: the backend's setting); rows gain build_ms_countN[_barrierB]_rankI")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    bad = [x for x in args.rank_impl.split(",") if x and x not in ("xla", "pallas", "pallas_interpret")]
+    if bad:
+        ap.error(f"--rank-impl: unknown {', '.join(bad)}; choose from xla, pallas, pallas_interpret")
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
     policy = make_policy(args.policy)
     rows = []
@@ -94,18 +101,29 @@ def main(argv=None) -> int:
         saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
         saved_topk = ddtree.VOCAB_TOPK.get(backend)
         if args.stage1 and saved_topk:
-            ddtree.VOCAB_TOPK[backend] = dict(saved_topk, stage1=args.stage1)
-        r["stage1"] = (ddtree.VOCAB_TOPK.get(backend) or {}).get("stage1", "xla")
+            # forced at every K (the default rule keeps XLA's sort where a chunk keeps > pallas_keep_max)
+            ddtree.VOCAB_TOPK[backend] = dict(saved_topk, stage1=args.stage1, pallas_keep_max=1 << 30)
+        r["stage1"] = ddtree._vocab_top_k_settings(k)[2]
         saved_barrier = ddtree.SELECT_BARRIER.get(backend)
         barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
+        saved_rank = ddtree.RANK_IMPL.get(backend)
+        rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
         for c in [int(x) for x in args.count_max.split(",") if x]:
             ddtree.RANK_BY_COUNT_MAX[backend] = c
             for bar in barriers:
                 if bar is not None:
                     ddtree.SELECT_BARRIER[backend] = bar
-                name = f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
-                r[name] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
+                for ri in rank_impls:
+                    if ri is not None:
+                        ddtree.RANK_IMPL[backend] = ri
+                    name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
+                            + ("" if ri is None else f"_rank{ri}"))
+                    r[name] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
         ddtree.RANK_BY_COUNT_MAX[backend] = saved
+        if saved_rank is None:
+            ddtree.RANK_IMPL.pop(backend, None)
+        else:
+            ddtree.RANK_IMPL[backend] = saved_rank
         if saved_barrier is None:
             ddtree.SELECT_BARRIER.pop(backend, None)
         else:

@@ -72,6 +72,25 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     assert probe["weights_only_step_io"]["ms"] > 0
 
 
+def test_bench_tree_rank_impl_rows(tmp_path):
+    """--rank-impl times the build once per ddtree.RANK_IMPL value (rows gain a _rankI suffix) and
+    leaves the settings as they were."""
+    from bench import bench_tree
+    from ddtree_jax.trees import ddtree
+
+    before = dict(ddtree.RANK_IMPL), dict(ddtree.SELECT_BARRIER)
+    assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
+                            "--count-max", "1024", "--select-barrier", "1", "--rank-impl", "xla,pallas_interpret",
+                            "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
+    builds = sorted(k for k in row if k.startswith("build_ms"))
+    assert builds == ["build_ms_count1024_barrier1_rankpallas_interpret", "build_ms_count1024_barrier1_rankxla"]
+    assert all(row[k] > 0 for k in builds)
+    assert (ddtree.RANK_IMPL, ddtree.SELECT_BARRIER) == before
+    with pytest.raises(SystemExit):
+        bench_tree.main(["--rank-impl", "cuda"])
+
+
 def test_building_the_bench_model_leaves_the_prng_default_alone():
     """bench_round.build uses a fast generator for random weights through typed keys; the
     process-wide default (which generation's sampling uses) must not change."""

@@ -486,3 +486,15 @@ def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):
     got = ddtree.vocab_top_k(logp, 32, chunks=64, keep=8)
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+
+
+def test_vocab_top_k_settings_use_the_pallas_stage_only_for_short_keeps(monkeypatch):
+    """The first stage runs as the Pallas kernel only where a chunk keeps <= pallas_keep_max
+    (session 8: faster at 16 / 64 kept a chunk, slower at 256); keep applies from keep_from_k."""
+    from ddtree_jax.trees import ddtree
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
+                        dict(chunks=128, keep=64, keep_from_k=512, stage1="pallas", pallas_keep_max=64))
+    assert ddtree._vocab_top_k_settings(16) == (128, None, "pallas")
+    assert ddtree._vocab_top_k_settings(64) == (128, None, "pallas")
+    assert ddtree._vocab_top_k_settings(256) == (128, None, "xla")     # keeps all 256 a chunk
+    assert ddtree._vocab_top_k_settings(1024) == (128, 64, "pallas")   # keeps 64 a chunk

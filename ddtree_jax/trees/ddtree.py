@@ -28,6 +28,7 @@ import numpy as np
 
 from ddtree_jax.trees.base import Array, DraftTree, TreePolicy, check_budget, check_logp, register_policy, tree_from_nodes
 from pallas_kernels.chunk_topk import chunk_top_k
+from pallas_kernels.rank_count import rank_by_count
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -46,12 +47,29 @@ def _count_limit() -> int:
 # scores and keys) before ranking them. Found in session 7's H200 HLO (DDTree-64): XLA fuses
 # every depth's gather chain back to depth 1 into that depth's pairwise comparison and writes the
 # [P, P] comparison out before summing it (the fusions grow from 2.6 to 5.7 us a depth); with the
-# inputs materialized the comparison's producers are two [P] arrays. Off until timed
-# (`python -m bench.bench_tree --select-barrier 0,1`; a whole round with it:
-# DDTREE_SELECT_BARRIER=1 in the environment turns it on for every backend); the values are the
-# same either way.
-SELECT_BARRIER: dict[str, bool] = (dict.fromkeys(("gpu", "cpu", "tpu"), True)
-                                   if os.environ.get("DDTREE_SELECT_BARRIER") == "1" else {})
+# inputs materialized the comparison's producers are two [P] arrays. On the H200 (session 8,
+# bench_tree, one machine) the build with / without it: 0.376 / 0.403, 0.317 / 0.344,
+# 0.409 / 0.419, 0.681 / 0.675 ms at B = 16 / 64 / 256 / 1024 (XLA first stage), 0.196 / 0.214,
+# 0.271 / 0.315, 0.699 / 0.708, 0.619 / 0.615 (Pallas first stage): on for GPUs. The values are
+# the same either way; DDTREE_SELECT_BARRIER=0 or 1 in the environment overrides every backend.
+_BARRIER_ENV = os.environ.get("DDTREE_SELECT_BARRIER")
+SELECT_BARRIER: dict[str, bool] = (dict.fromkeys(("gpu", "cpu", "tpu"), _BARRIER_ENV == "1")
+                                   if _BARRIER_ENV in ("0", "1") else {"gpu": True})
+
+
+# Per backend: how the counting branch of select_best / _lex_rank ranks (absent: "xla", the
+# pairwise [P, P] comparison summed by XLA). On the H200 XLA writes that [P, P] pred out and sums
+# it in a second kernel (~50 MB a depth at B = 1024, P ~ 7100); "pallas"
+# (pallas_kernels.rank_count) counts in registers and writes only the [P] ranks. Off: with its
+# untuned default tiles the build was slower at every budget (session 8, H200: 0.313 / 0.478 /
+# 0.701 ms at B = 64 / 256 / 1024 against 0.269 / 0.404 / 0.617; `python -m bench.bench_tree
+# --rank-impl xla,pallas`); DDTREE_RANK_IMPL in the environment sets every backend.
+RANK_IMPL: dict[str, str] = (dict.fromkeys(("gpu", "cpu", "tpu"), os.environ["DDTREE_RANK_IMPL"])
+                             if os.environ.get("DDTREE_RANK_IMPL") else {})
+
+
+def _rank_impl() -> str:
+    return RANK_IMPL.get(jax.default_backend(), "xla")
 
 
 def _materialized(*xs):
@@ -66,6 +84,9 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
     """
     p = scores.shape[1]
     if p <= _count_limit():
+        impl = _rank_impl()
+        if impl != "xla":
+            return _invert(rank_by_count(scores, keys, impl=impl), n)
         si, sj = scores[:, :, None], scores[:, None, :]
         better = (sj > si) | ((sj == si) & (keys[:, None, :] < keys[:, :, None]))
         rank = better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
@@ -82,9 +103,12 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # second stage at 8192 candidates: 0.22 ms at K=256 and 1024 (session 4). That needs a lax.cond
 # (its exact fallback), which on a GPU may cost a host round-trip for the predicate, so it is
 # used from K >= 512 only (at K=256 it saved 0.03 ms). On the CPU the single top_k is faster.
-# stage1: "xla" (lax.top_k per chunk, a sort) or "pallas" (pallas_kernels.chunk_topk: no sort;
-# not yet timed on a GPU, so not the default).
-VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="xla")}
+# stage1: "xla" (lax.top_k per chunk, a sort) or "pallas" (pallas_kernels.chunk_topk: no sort,
+# `keep` max-reductions over the chunk), the latter only where a chunk keeps at most
+# `pallas_keep_max`: the whole build with it, session 8 (H200, with SELECT_BARRIER): 0.196 /
+# 0.271 / 0.699 / 0.619 ms at B = 16 / 64 / 256 / 1024 (keeping 16 / 64 / 256 / 64 a chunk)
+# against 0.376 / 0.317 / 0.409 / 0.681 with XLA's sort.
+VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="pallas", pallas_keep_max=64)}
 
 
 def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
@@ -92,8 +116,11 @@ def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
     cfg = VOCAB_TOPK.get(jax.default_backend())
     if not cfg:
         return None, None, "xla"
-    return (cfg["chunks"], (cfg["keep"] if k >= cfg.get("keep_from_k", 0) else None),
-            cfg.get("stage1", "xla"))
+    keep = cfg["keep"] if k >= cfg.get("keep_from_k", 0) else None
+    stage1 = cfg.get("stage1", "xla")
+    if min(k, keep or k) > cfg.get("pallas_keep_max", k):
+        stage1 = "xla"
+    return cfg["chunks"], keep, stage1
 
 
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
@@ -132,6 +159,9 @@ def _lex_rank(keys: Array) -> Array:
     """Rank of each of the distinct keys int32[Bt, n] among its row, ascending."""
     n = keys.shape[1]
     if n <= _count_limit():
+        impl = _rank_impl()
+        if impl != "xla":
+            return rank_by_count(jnp.zeros(keys.shape, jnp.float32), keys, impl=impl)
         return (keys[:, None, :] < keys[:, :, None]).sum(-1, dtype=jnp.int32)
     return _invert(jnp.argsort(keys, axis=-1).astype(jnp.int32), n)
 
