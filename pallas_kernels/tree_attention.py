@@ -185,6 +185,11 @@ def _check_attention_entry(path: str, kind: str, e) -> None:
     if not isinstance(e, dict) or not {"t", "g", "dh", "config"} <= set(e) or set(e["config"]) - fields:
         raise ValueError(f"attention table {path}, {kind}: entry {e} needs t [lo, hi], g, dh and a "
                          f"config of KernelConfig fields ({sorted(fields)}); fix the entry")
+    for key in ("t", "s"):
+        r = e.get(key, [0, 0])
+        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) and r[0] <= r[1]):
+            raise ValueError(f"attention table {path}, {kind}: entry {e} has {key} = {r!r}; "
+                             f"it must be [lo, hi] with integers lo <= hi; fix the entry")
 
 
 def attention_table() -> dict:
@@ -195,21 +200,27 @@ def attention_table() -> dict:
 
 
 def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2,
-                           device_kind: str | None = None) -> KernelConfig | None:
+                           device_kind: str | None = None, s: int | None = None) -> KernelConfig | None:
     """The tiles measured faster than :func:`default_config` for T new tokens, G query heads per
-    kv head and head dim dh on this device kind, or None.
+    kv head, head dim dh and a cache of capacity s (None: any) on this device kind, or None.
 
     The table (``attention_configs.json`` beside this file, or the file named by
     ``$DDTREE_ATTENTION_TABLE``) maps a device kind to entries ``{t: [lo, hi], g, dh, itemsize
-    (default 2), config: {KernelConfig fields}}``; fields an entry leaves out come from
-    default_config. An entry goes in only when a round run with it beat the default end to end
-    (bench/RESULTS.md): a kernel sweep alone, with its caches cold and nothing around it, has
-    ranked tiles differently from the round.
+    (default 2), s: [lo, hi] (optional: the cache capacities it was measured for), config:
+    {KernelConfig fields}}``; fields an entry leaves out come from default_config; the first
+    matching entry wins. The capacity bound exists because a tile's prefix-part count (a
+    `num_splits` of 1, say) that wins at a short cache serialises a long one. An entry goes in
+    only when a round run with it beat the default end to end (bench/RESULTS.md): a kernel sweep
+    alone, with its caches cold and nothing around it, has ranked tiles differently from the
+    round.
     """
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
     for e in attention_table().get(device_kind, ()):
         lo, hi = e["t"]
+        s_lo, s_hi = e.get("s", (0, 2**62))
+        if s is not None and not s_lo <= s <= s_hi:
+            continue
         if lo <= t <= hi and (e["g"], e["dh"], e.get("itemsize", 2)) == (g, dh, itemsize):
             return dataclasses.replace(default_config(t, g, dh, itemsize), **e["config"])
     return None
@@ -550,7 +561,7 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton);"
                            " use impl='xla'")
     itemsize = jnp.dtype(q.dtype).itemsize
-    cfg = config or (None if interpret else tuned_attention_config(t, g, dh, itemsize)) \
+    cfg = config or (None if interpret else tuned_attention_config(t, g, dh, itemsize, s=s)) \
         or default_config(t, g, dh, itemsize)
     plan = launch_plan(bt, t, hkv, g, dh, s, cfg)
     cache_len = cache_len.astype(jnp.int32)

@@ -329,6 +329,14 @@ def test_tuned_table_overrides_the_default_tiles(tmp_path, monkeypatch):
     assert ta.tuned_attention_config(65, 8, 128, device_kind="NVIDIA H200") is None      # G
     assert ta.tuned_attention_config(65, 4, 128, 4, device_kind="NVIDIA H200") is None   # float32
     assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA A100") is None      # kind
+    # an entry with a cache-capacity range applies only inside it; the next entry may then match
+    table["NVIDIA H200"].insert(0, {"t": [65, 65], "g": 4, "dh": 128, "s": [0, 4096],
+                                    "config": {"num_stages": 4}})
+    monkeypatch.setenv(ta.TABLE_ENV, str(tmp_path / "attn2.json"))
+    (tmp_path / "attn2.json").write_text(json.dumps(table))
+    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200", s=4096).num_stages == 4
+    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200", s=8192).block_m == 32
+    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200").num_stages == 4  # s unknown
     # the shipped table parses, and its entries are KernelConfigs
     monkeypatch.delenv(ta.TABLE_ENV)
     for kind, entries in json.loads(ta.TABLE_PATH.read_text()).items():
@@ -339,6 +347,10 @@ def test_tuned_table_overrides_the_default_tiles(tmp_path, monkeypatch):
     bad.write_text(json.dumps({"NVIDIA H200": [{"t": [1, 2], "g": 4, "dh": 128, "config": {"block_q": 8}}]}))
     monkeypatch.setenv(ta.TABLE_ENV, str(bad))
     with pytest.raises(ValueError, match="block_q.*needs t"):
+        ta.tuned_attention_config(1, 4, 128, device_kind="NVIDIA H200")
+    bad.write_text(json.dumps({"NVIDIA H200": [{"t": [1, 2], "g": 4, "dh": 128, "s": [9, 1], "config": {}}]}))
+    monkeypatch.setenv(ta.TABLE_ENV, str(bad))
+    with pytest.raises(ValueError, match=r"s = \[9, 1\].*lo <= hi"):
         ta.tuned_attention_config(1, 4, 128, device_kind="NVIDIA H200")
 
 
