@@ -146,7 +146,7 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         state = jax.block_until_ready(prefill(*args))
         prefill_ms.append(1e3 * (time.perf_counter() - t0))
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
-        compiler_options=gen.compiler_options)
+        compiler_options=gen.round_options(spec))
 
     fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
     loops = {}
@@ -237,7 +237,7 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
         def passes(n, carry, *consts, step=step):
             return jax.lax.fori_loop(0, n, lambda _, c: step(c, *consts), carry)
 
-        run = jax.jit(passes).lower(jnp.int32(rounds), carry, *consts).compile(compiler_options=gen.compiler_options)
+        run = jax.jit(passes).lower(jnp.int32(rounds), carry, *consts).compile(compiler_options=gen.round_options(spec))
 
         def call(n: int) -> float:
             t0 = time.perf_counter()

@@ -209,7 +209,7 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
     state = jax.block_until_ready(fresh_state())
     t0 = time.perf_counter()
     lowered = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static)
-    run = lowered.compile(compiler_options=gen.compiler_options)
+    run = lowered.compile(compiler_options=gen.round_options(spec))
     compile_s = time.perf_counter() - t0
     hlo = run.as_text() or ""
     if out is not None:

@@ -75,6 +75,34 @@ def num_nodes(spec: DecodeSpec, dcfg: DrafterConfig | None) -> int:
     return make_policy(spec.policy).num_nodes(spec.budget, dcfg.depth)
 
 
+# XLA options for the round's executable, per device kind, by the verify pass's row count (the
+# tree's nodes + the root): [((lo, hi), {option: value}), ...], the first matching range wins.
+# Why: at 65 rows XLA's Triton GEMM autotuner gives o and down split-K 8 (f32 partials written
+# and reduced by a second kernel, 1.9-3.0 TB/s; session 7's profile). Forcing split-K 1 for the
+# whole executable, session 8 on the H200 (one machine, 8B pair, prompt 512, bench_round 32
+# rounds, steady ms): DDTree-64 6.674 -> 6.295, DDTree-32 6.260 -> 6.097; DDTree-16 5.946 ->
+# 5.947 and DDTree-128 7.353 -> 7.338 (no change); DFlash (16 rows) 5.716 -> 5.922, DDTree-256
+# 10.067 -> 10.275 and AR 4.292 -> 4.507 (slower; split-K 2 at 64: 6.649). So only the row
+# counts measured to win get it (33-65 rows). The option name is JAX 0.11's XLA's (0.10's too);
+# an XLA without it rejects it at compile time, so only listed device kinds get it.
+ROUND_XLA_OPTIONS: dict[str, list[tuple[tuple[int, int], dict]]] = {
+    "NVIDIA H200": [((33, 65), {"xla_gpu_experimental_force_split_k": 1})],
+}
+
+
+def round_xla_options(spec: DecodeSpec, dcfg: DrafterConfig | None, device=None) -> dict:
+    """The measured XLA options (ROUND_XLA_OPTIONS) for the round executables of `spec` on
+    `device` (default: the first device): {} where none apply."""
+    device = device or jax.devices()[0]
+    if device.platform not in ("gpu", "cuda"):
+        return {}
+    rows = 1 + num_nodes(spec, dcfg)
+    for (lo, hi), opts in ROUND_XLA_OPTIONS.get(device.device_kind, ()):
+        if lo <= rows <= hi:
+            return dict(opts)
+    return {}
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class State:

@@ -162,3 +162,23 @@ def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
         assert runs[0] == runs[1]
         if temperature == 0.0:
             assert [r[0] for r in runs[1]] == ar_tokens
+
+
+def test_round_xla_options_by_device_kind_and_rows(pair, monkeypatch):
+    """The measured per-device XLA options go to the round executables whose verify row count
+    (tree nodes + root) is in range, nowhere else (other kinds, CPUs, other budgets), and the
+    constructor's compiler_options override them."""
+    import types
+
+    from ddtree_jax import engine
+    h200 = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")
+    monkeypatch.setattr(engine, "ROUND_XLA_OPTIONS", {"NVIDIA H200": [((65, 65), {"opt_a": 1}), ((2, 300), {"opt_b": 2})]})
+    dcfg = pair.drafter_cfg
+    at = lambda budget, dev=h200: engine.round_xla_options(engine.DecodeSpec(budget=budget), dcfg, dev)
+    assert at(64) == {"opt_a": 1}              # 65 rows: the first matching range wins
+    assert at(16) == {"opt_b": 2} and at(0) == {}  # AR: one row
+    assert at(64, types.SimpleNamespace(platform="gpu", device_kind="NVIDIA A100")) == {}
+    assert at(64, types.SimpleNamespace(platform="cpu", device_kind="cpu")) == {}
+    gen = Generator(pair, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0})
+    monkeypatch.setattr(engine, "round_xla_options", lambda spec, d, device=None: {"opt_a": 1, "opt_b": 2})
+    assert gen.round_options(engine.DecodeSpec(budget=64)) == {"opt_a": 5, "opt_b": 2, "opt_c": 0}
