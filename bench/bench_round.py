@@ -259,7 +259,7 @@ def stage_times(gen: Generator, spec, fresh_state, knobs, repeats: int) -> dict:
     (verify = the forward + the choose call)."""
     if repeats <= 0:
         return {}
-    fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec)
+    fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec, gen.round_options(spec))
     state = fresh_state()
     times: dict[str, list[float]] = {}
     for i in range(repeats + 1):

@@ -370,16 +370,18 @@ def prefill_spec(spec: DecodeSpec) -> DecodeSpec:
     return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll)
 
 
-def stage_functions(tcfg, dcfg, spec: DecodeSpec) -> dict[str, Any]:
+def stage_functions(tcfg, dcfg, spec: DecodeSpec, options: dict | None = None) -> dict[str, Any]:
     """The round's stages as separately jitted functions, for per-stage timing (--profile, bench).
 
     They are the functions `round_step` chains, so a profiled run commits the same tokens. Each
     stage is jitted once per spec without the fields that only other stages read (`_stage_key`),
     process-wide: specs that differ in those fields share it, and with it its executables per
     input shape. So greedy and sampled runs share every stage but `choose`, and configs whose
-    caches have one size share the draft (fewer compiles in the bench suite).
+    caches have one size share the draft (fewer compiles in the bench suite). options: XLA
+    options every stage is compiled with (the round's: `Generator.round_options`).
     """
-    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec))
+    opts = tuple(sorted((options or {}).items()))
+    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec), opts)
             for name in ("draft", "tree", "verify", "choose", "walk", "commit")}
 
 
@@ -405,26 +407,27 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra):
+def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = ()):
+    jit = functools.partial(jax.jit, compiler_options=dict(options) or None)
     if name == "draft":
-        return jax.jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+        return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "tree":
-        return jax.jit(functools.partial(tree_stage, spec=spec))
+        return jit(functools.partial(tree_stage, spec=spec))
     if name == "verify":
-        return jax.jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+        return jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "choose":
         def _choose(logits, key, knobs):
             return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
 
-        return jax.jit(_choose)
+        return jit(_choose)
     if name == "walk":
         def _walk(tree_, target_tokens):
             return walk(tree_, target_tokens, extra)
 
-        return jax.jit(_walk)
+        return jit(_walk)
     if name == "commit":
         def _commit(dparams, state, new_kv, tapped, result, knobs):
             return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=extra)
 
-        return jax.jit(_commit, donate_argnums=(1,))
+        return jit(_commit, donate_argnums=(1,))
     raise ValueError(name)

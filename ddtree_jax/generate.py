@@ -352,7 +352,7 @@ class Generator:
 
     def _profiled_rounds(self, state, knobs, spec, on_tokens, emitted):
         """Host loop over separately jitted stages with a sync after each, to time them."""
-        fns = engine.stage_functions(self.tcfg, self.dcfg, spec)
+        fns = engine.stage_functions(self.tcfg, self.dcfg, spec, self.round_options(spec))
         totals = {k: 0.0 for k in ("draft", "tree", "verify", "walk", "commit")}
         rounds = 0
 
