@@ -67,14 +67,17 @@ def main(argv=None) -> int:
                     help="ddtree.SELECT_BARRIER values to compare, e.g. 0,1 (default: the backend's "
                          "setting); rows gain build_ms_countN_barrierB")
     ap.add_argument("--rank-impl", default="",
-                    help="ddtree.RANK_IMPL values to compare, e.g. xla,pallas (the pairwise-count "
-                         "branch by XLA or by pallas_kernels.rank_count; pallas_interpret on a CPU; "
+                    help="ddtree.RANK_IMPL values to compare, e.g. xla,pallas,pallas:64x256x8 (the "
+                         "pairwise-count branch by XLA or by pallas_kernels.rank_count, optionally with "
+                         "its tiles BIxBJ[xWARPS]; pallas_interpret on a CPU; "
                          "default: the backend's setting); rows gain build_ms_countN[_barrierB]_rankI")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    bad = [x for x in args.rank_impl.split(",") if x and x not in ("xla", "pallas", "pallas_interpret")]
-    if bad:
-        ap.error(f"--rank-impl: unknown {', '.join(bad)}; choose from xla, pallas, pallas_interpret")
+    for x in args.rank_impl.split(","):
+        try:
+            x and ddtree.rank_impl_args(x)
+        except ValueError as e:
+            ap.error(f"--rank-impl: {e}")
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
     policy = make_policy(args.policy)
     rows = []

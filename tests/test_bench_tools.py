@@ -80,15 +80,16 @@ def test_bench_tree_rank_impl_rows(tmp_path):
 
     before = dict(ddtree.RANK_IMPL), dict(ddtree.SELECT_BARRIER)
     assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
-                            "--count-max", "1024", "--select-barrier", "1", "--rank-impl", "xla,pallas_interpret",
+                            "--count-max", "1024", "--select-barrier", "1", "--rank-impl", "xla,pallas_interpret:8x16",
                             "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
     builds = sorted(k for k in row if k.startswith("build_ms"))
-    assert builds == ["build_ms_count1024_barrier1_rankpallas_interpret", "build_ms_count1024_barrier1_rankxla"]
+    assert builds == ["build_ms_count1024_barrier1_rankpallas_interpret:8x16", "build_ms_count1024_barrier1_rankxla"]
     assert all(row[k] > 0 for k in builds)
     assert (ddtree.RANK_IMPL, ddtree.SELECT_BARRIER) == before
-    with pytest.raises(SystemExit):
-        bench_tree.main(["--rank-impl", "cuda"])
+    for bad in ("cuda", "pallas:8", "xla:8x8"):
+        with pytest.raises(SystemExit):
+            bench_tree.main(["--rank-impl", bad])
 
 
 def test_building_the_bench_model_leaves_the_prng_default_alone():

@@ -150,3 +150,15 @@ def test_rank_impl_env_sets_every_backend():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[('cpu', 'pallas'), ('gpu', 'pallas'), ('tpu', 'pallas')]"
+
+
+def test_rank_impl_values_name_the_kernel_tiles():
+    """A RANK_IMPL value is an impl, optionally with the kernel's tiles (BIxBJ[xWARPS])."""
+    from ddtree_jax.trees import ddtree
+    assert ddtree.rank_impl_args("xla") == {"impl": "xla"}
+    assert ddtree.rank_impl_args("pallas:64x256") == {"impl": "pallas", "block_i": 64, "block_j": 256}
+    assert ddtree.rank_impl_args("pallas:64x256x8") == {"impl": "pallas", "block_i": 64, "block_j": 256,
+                                                        "num_warps": 8}
+    for bad in ("cuda", "pallas:64", "pallas:axb", "xla:8x8", "pallas:1x2x3x4"):
+        with pytest.raises(ValueError, match="rank impl"):
+            ddtree.rank_impl_args(bad)

@@ -63,13 +63,29 @@ SELECT_BARRIER: dict[str, bool] = (dict.fromkeys(("gpu", "cpu", "tpu"), _BARRIER
 # (pallas_kernels.rank_count) counts in registers and writes only the [P] ranks. Off: with its
 # untuned default tiles the build was slower at every budget (session 8, H200: 0.313 / 0.478 /
 # 0.701 ms at B = 64 / 256 / 1024 against 0.269 / 0.404 / 0.617; `python -m bench.bench_tree
-# --rank-impl xla,pallas`); DDTREE_RANK_IMPL in the environment sets every backend.
+# --rank-impl xla,pallas`); DDTREE_RANK_IMPL in the environment sets every backend. A value
+# may name the kernel's tiles: "pallas:BIxBJ" or "pallas:BIxBJxWARPS" (e.g. pallas:64x256x8).
 RANK_IMPL: dict[str, str] = (dict.fromkeys(("gpu", "cpu", "tpu"), os.environ["DDTREE_RANK_IMPL"])
                              if os.environ.get("DDTREE_RANK_IMPL") else {})
 
 
 def _rank_impl() -> str:
     return RANK_IMPL.get(jax.default_backend(), "xla")
+
+
+def rank_impl_args(value: str) -> dict:
+    """rank_by_count's keyword arguments for a RANK_IMPL value ("pallas", "pallas:64x256x8", ...)."""
+    impl, _, tiles = value.partition(":")
+    if impl not in ("xla", "pallas", "pallas_interpret"):
+        raise ValueError(f"rank impl {value!r}: choose xla, pallas or pallas_interpret, "
+                         "optionally with :BIxBJ[xWARPS] tiles")
+    try:
+        sizes = [int(x) for x in tiles.split("x")] if tiles else []
+    except ValueError:
+        sizes = None
+    if sizes is None or len(sizes) not in (0, 2, 3) or (sizes and impl == "xla"):
+        raise ValueError(f"rank impl {value!r}: tiles are BIxBJ or BIxBJxWARPS after a pallas impl")
+    return dict(impl=impl, **dict(zip(("block_i", "block_j", "num_warps"), sizes)))
 
 
 def _materialized(*xs):
@@ -86,7 +102,7 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
     if p <= _count_limit():
         impl = _rank_impl()
         if impl != "xla":
-            return _invert(rank_by_count(scores, keys, impl=impl), n)
+            return _invert(rank_by_count(scores, keys, **rank_impl_args(impl)), n)
         si, sj = scores[:, :, None], scores[:, None, :]
         better = (sj > si) | ((sj == si) & (keys[:, None, :] < keys[:, :, None]))
         rank = better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
@@ -161,7 +177,7 @@ def _lex_rank(keys: Array) -> Array:
     if n <= _count_limit():
         impl = _rank_impl()
         if impl != "xla":
-            return rank_by_count(jnp.zeros(keys.shape, jnp.float32), keys, impl=impl)
+            return rank_by_count(jnp.zeros(keys.shape, jnp.float32), keys, **rank_impl_args(impl))
         return (keys[:, None, :] < keys[:, :, None]).sum(-1, dtype=jnp.int32)
     return _invert(jnp.argsort(keys, axis=-1).astype(jnp.int32), n)
 
