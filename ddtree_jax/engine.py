@@ -380,8 +380,8 @@ def stage_functions(tcfg, dcfg, spec: DecodeSpec, options: dict | None = None) -
     caches have one size share the draft (fewer compiles in the bench suite). options: XLA
     options every stage is compiled with (the round's: `Generator.round_options`).
     """
-    opts = tuple(sorted((options or {}).items()))
-    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec), opts)
+    opts = (tuple(sorted(options.items())),) if options else ()  # none: the same cache entry as before
+    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec), *opts)
             for name in ("draft", "tree", "verify", "choose", "walk", "commit")}
 
 
