@@ -14,11 +14,13 @@ policy build (the backend's settings in ddtree.VOCAB_TOPK).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +45,15 @@ def timed(fn, x, inner: int, repeats: int) -> float:
         jax.block_until_ready(loop(x))
         ts.append((time.perf_counter() - t0) / inner)
     return 1e3 * statistics.median(ts)
+
+
+@contextlib.contextmanager
+def _settings_restored():
+    """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
+    with contextlib.ExitStack() as stack:
+        for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL):
+            stack.enter_context(mock.patch.dict(table))
+        yield
 
 
 def main(argv=None) -> int:
@@ -73,9 +84,9 @@ def main(argv=None) -> int:
                          "default: the backend's setting); rows gain build_ms_countN[_barrierB]_rankI")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    for x in args.rank_impl.split(","):
+    for x in filter(None, args.rank_impl.split(",")):
         try:
-            x and ddtree.rank_impl_args(x)
+            ddtree.rank_impl_args(x)
         except ValueError as e:
             ap.error(f"--rank-impl: {e}")
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
@@ -101,38 +112,25 @@ def main(argv=None) -> int:
                 lambda x, c=chunks, kp=keep, im=impl: vocab_top_k(x, k, chunks=c, keep=kp or None, stage1=im),
                 logp, args.inner, args.repeats)
         backend = jax.default_backend()
-        saved = ddtree.RANK_BY_COUNT_MAX.get(backend)
-        saved_topk = ddtree.VOCAB_TOPK.get(backend)
-        if args.stage1 and saved_topk:
-            # forced at every K (the default rule keeps XLA's sort where a chunk keeps > pallas_keep_max)
-            ddtree.VOCAB_TOPK[backend] = dict(saved_topk, stage1=args.stage1, pallas_keep_max=1 << 30)
-        r["stage1"] = ddtree._vocab_top_k_settings(k)[2]
-        saved_barrier = ddtree.SELECT_BARRIER.get(backend)
-        barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
-        saved_rank = ddtree.RANK_IMPL.get(backend)
-        rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
-        for c in [int(x) for x in args.count_max.split(",") if x]:
-            ddtree.RANK_BY_COUNT_MAX[backend] = c
-            for bar in barriers:
-                if bar is not None:
-                    ddtree.SELECT_BARRIER[backend] = bar
-                for ri in rank_impls:
-                    if ri is not None:
-                        ddtree.RANK_IMPL[backend] = ri
-                    name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
-                            + ("" if ri is None else f"_rank{ri}"))
-                    r[name] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
-        ddtree.RANK_BY_COUNT_MAX[backend] = saved
-        if saved_rank is None:
-            ddtree.RANK_IMPL.pop(backend, None)
-        else:
-            ddtree.RANK_IMPL[backend] = saved_rank
-        if saved_barrier is None:
-            ddtree.SELECT_BARRIER.pop(backend, None)
-        else:
-            ddtree.SELECT_BARRIER[backend] = saved_barrier
-        if saved_topk:
-            ddtree.VOCAB_TOPK[backend] = saved_topk
+        with _settings_restored():
+            topk = ddtree.VOCAB_TOPK.get(backend)
+            if args.stage1 and topk:
+                # forced at every K (the default rule keeps XLA's sort where a chunk keeps > pallas_keep_max)
+                ddtree.VOCAB_TOPK[backend] = dict(topk, stage1=args.stage1, pallas_keep_max=1 << 30)
+            r["stage1"] = ddtree._vocab_top_k_settings(k)[2]
+            barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
+            rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
+            for c in [int(x) for x in args.count_max.split(",") if x]:
+                ddtree.RANK_BY_COUNT_MAX[backend] = c
+                for bar in barriers:
+                    if bar is not None:
+                        ddtree.SELECT_BARRIER[backend] = bar
+                    for ri in rank_impls:
+                        if ri is not None:
+                            ddtree.RANK_IMPL[backend] = ri
+                        name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
+                                + ("" if ri is None else f"_rank{ri}"))
+                        r[name] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")
