@@ -231,20 +231,18 @@ class Generator:
 
     # ------------------------------------------------------------------ running
 
-    def round_options(self, spec: engine.DecodeSpec) -> dict | None:
+    def round_options(self, spec: engine.DecodeSpec) -> dict:
         """XLA options for the round executables of `spec`: the measured per-device ones
         (engine.ROUND_XLA_OPTIONS), overridden by the constructor's compiler_options."""
-        opts = {**engine.round_xla_options(spec, self.dcfg), **(self.compiler_options or {})}
-        return opts or None
+        return {**engine.round_xla_options(spec, self.dcfg), **(self.compiler_options or {})}
 
-    def _key(self, name, args, static, options=None):
+    def _key(self, name, args, static, options):
         return (name, jax.tree_util.tree_structure(args),  # ShapeDtypeStructs and arrays alike
                 tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
                 tuple(sorted(static.items())), tuple(sorted((options or {}).items())))
 
-    def _compile(self, name, fn, args, static, key=None, options=None):
-        """fn compiled for args and static; options: XLA options (default: the constructor's)."""
-        options = self.compiler_options if options is None else options
+    def _compile(self, name, fn, args, static, options, key=None):
+        """fn compiled for args and static with XLA options `options`."""
         key = key or self._key(name, args, static, options)
         if key in self._compiled:
             return self._compiled[key]
@@ -300,14 +298,14 @@ class Generator:
         # the prefill does not depend on the tree: configs that differ there share its executable
         pre_static = dict(static, spec=engine.prefill_spec(spec))
         pre_key = self._key("prefill", pre_args, pre_static, self.compiler_options)
-        prefill = self._compile("prefill", engine.prefill, pre_args, pre_static, key=pre_key)
+        prefill = self._compile("prefill", engine.prefill, pre_args, pre_static, self.compiler_options, key=pre_key)
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
         if not profile:  # compile the rounds too before the clock starts, from the state's shapes
             if pre_key not in self._state_shapes:
                 self._state_shapes[pre_key] = jax.eval_shape(lambda *a: engine.prefill(*a, **pre_static), *pre_args)
             run = self._compile("rounds", engine.run_rounds,
                                 (self.tparams, self.dparams, self._state_shapes[pre_key], knobs, jnp.int32(limit)),
-                                static, options=self.round_options(spec) or {})
+                                static, self.round_options(spec))
 
         t0 = time.perf_counter()
         state = prefill(*pre_args)
