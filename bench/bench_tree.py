@@ -9,7 +9,8 @@ per iteration so nothing is hoisted), divided by --inner: device time without di
 (`ddtree.vocab_top_k`, 128 chunks keeping K each); `topk2_keep` the same keeping at most
 --keep per chunk (exact fallback to one top_k when a chunk held more; `topk2_keep_fallback`
 times that fallback, on logits whose K best tokens share one chunk); `build` the whole
-policy build (the backend's settings in ddtree.VOCAB_TOPK).
+policy build, every array of the DraftTree (ancestor mask included; before session 9 only its
+tokens, so XLA dropped the mask's work), with the backend's settings in ddtree.VOCAB_TOPK.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from ddtree_jax.trees import make_policy
+from ddtree_jax.trees import base as trees_base
 from ddtree_jax.trees import ddtree
 from ddtree_jax.trees.ddtree import vocab_top_k
 
@@ -51,7 +53,8 @@ def timed(fn, x, inner: int, repeats: int) -> float:
 def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
-        for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL):
+        for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL,
+                      trees_base.ANCESTOR_IMPL):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -82,6 +85,9 @@ def main(argv=None) -> int:
                          "pairwise-count branch by XLA or by pallas_kernels.rank_count, optionally with "
                          "its tiles BIxBJ[xWARPS]; pallas_interpret on a CPU; "
                          "default: the backend's setting); rows gain build_ms_countN[_barrierB]_rankI")
+    ap.add_argument("--ancestor-impl", default="",
+                    help="trees.base.ANCESTOR_IMPL values to compare, e.g. square,chain (default: the "
+                         "backend's setting); rows gain build_ms_countN[...]_ancI")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     for x in filter(None, args.rank_impl.split(",")):
@@ -89,6 +95,9 @@ def main(argv=None) -> int:
             ddtree.rank_impl_args(x)
         except ValueError as e:
             ap.error(f"--rank-impl: {e}")
+    bad = set(filter(None, args.ancestor_impl.split(","))) - set(trees_base.ANCESTOR_IMPLS)
+    if bad:
+        ap.error(f"--ancestor-impl: {', '.join(sorted(bad))}: choose from {', '.join(trees_base.ANCESTOR_IMPLS)}")
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
     policy = make_policy(args.policy)
     rows = []
@@ -120,6 +129,7 @@ def main(argv=None) -> int:
             r["stage1"] = ddtree._vocab_top_k_settings(k)[2]
             barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
             rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
+            ancestors = [x for x in args.ancestor_impl.split(",") if x] or [None]
             for c in [int(x) for x in args.count_max.split(",") if x]:
                 ddtree.RANK_BY_COUNT_MAX[backend] = c
                 for bar in barriers:
@@ -128,9 +138,12 @@ def main(argv=None) -> int:
                     for ri in rank_impls:
                         if ri is not None:
                             ddtree.RANK_IMPL[backend] = ri
-                        name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
-                                + ("" if ri is None else f"_rank{ri}"))
-                        r[name] = timed(lambda x: policy.build(x, b).tokens, logp, args.inner, args.repeats)
+                        for anc in ancestors:
+                            if anc is not None:
+                                trees_base.ANCESTOR_IMPL[backend] = anc
+                            name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
+                                    + ("" if ri is None else f"_rank{ri}") + ("" if anc is None else f"_anc{anc}"))
+                            r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")

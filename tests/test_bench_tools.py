@@ -92,6 +92,23 @@ def test_bench_tree_rank_impl_rows(tmp_path):
             bench_tree.main(["--rank-impl", bad])
 
 
+def test_bench_tree_ancestor_impl_rows(tmp_path):
+    """--ancestor-impl times the build (ancestor mask included) once per trees.base.ANCESTOR_IMPL
+    value and restores the setting; an unknown value is a usage error."""
+    from bench import bench_tree
+    from ddtree_jax.trees import base as trees_base
+
+    before = dict(trees_base.ANCESTOR_IMPL)
+    assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
+                            "--count-max", "1024", "--ancestor-impl", "square,chain", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
+    assert sorted(k for k in row if k.startswith("build_ms")) == ["build_ms_count1024_ancchain",
+                                                                 "build_ms_count1024_ancsquare"]
+    assert trees_base.ANCESTOR_IMPL == before
+    with pytest.raises(SystemExit):
+        bench_tree.main(["--ancestor-impl", "bits"])
+
+
 def test_building_the_bench_model_leaves_the_prng_default_alone():
     """bench_round.build uses a fast generator for random weights through typed keys; the
     process-wide default (which generation's sampling uses) must not change."""

@@ -359,6 +359,52 @@ def test_tree_is_a_pytree():
     assert isinstance(again, DraftTree) and again.num_nodes == 3
 
 
+def random_parents(rng: np.random.Generator, batch: int, slots: int, max_depth: int) -> np.ndarray:
+    """Parent arrays of random trees whose depth is at most max_depth (some rows reach it)."""
+    parents = np.full((batch, slots), -1, np.int32)
+    for b in range(batch):
+        depth = [0]
+        chain = rng.random() < 0.5  # half the rows start with a path to max_depth, then anything
+        for i in range(1, slots):
+            if chain and i <= max_depth:
+                p = i - 1
+            else:
+                p = int(rng.choice([j for j in range(i) if depth[j] < max_depth]))
+            parents[b, i] = p
+            depth.append(depth[p] + 1)
+    return parents
+
+
+@pytest.mark.parametrize("impl", trees_base.ANCESTOR_IMPLS)
+@pytest.mark.parametrize("batch,slots,max_depth", [(1, 1, 0), (3, 2, 1), (4, 17, 3), (2, 65, 15), (2, 40, 40)])
+def test_ancestor_mask_impls_equal_the_closure(impl, batch, slots, max_depth):
+    """Both ancestor-mask constructions ("square": matmul squaring, "chain": parent pointers) give
+    j == i or j an ancestor of i, for trees as deep as max_depth allows."""
+    parents = random_parents(np.random.default_rng(slots * 31 + max_depth), batch, slots, max_depth)
+    mask = np.asarray(jax.jit(trees_base.ancestor_mask_from_parents, static_argnums=(1, 2))(
+        jnp.asarray(parents), max_depth, impl))
+    for b in range(batch):
+        closure = np.eye(slots, dtype=bool)
+        for i in range(1, slots):
+            closure[i] |= closure[parents[b, i]]
+        np.testing.assert_array_equal(mask[b], closure)
+
+
+def test_ancestor_impl_setting_picks_the_construction(monkeypatch):
+    """ANCESTOR_IMPL (per backend) is what a tree build uses; an unknown impl is a one-line error."""
+    backend = jax.default_backend()
+    for impl in trees_base.ANCESTOR_IMPLS:
+        monkeypatch.setitem(trees_base.ANCESTOR_IMPL, backend, impl)
+        hlo = jax.jit(lambda p: trees_base.ancestor_mask_from_parents(p, 15)).lower(
+            jnp.zeros((1, 33), jnp.int32)).as_text()
+        assert ("dot_general" in hlo) == (impl == "square")
+        policy = make_policy("ddtree")
+        tree = jax.jit(lambda x: policy.build(x, 40))(jnp.asarray(make_logp("ties", (2, 6, 50), 3)))
+        check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}, 40, 6, 40)
+    with pytest.raises(ValueError, match="unknown ancestor-mask impl 'bits'"):
+        trees_base.ancestor_mask_from_parents(jnp.zeros((1, 3), jnp.int32), 2, "bits")
+
+
 # ----------------------------------------------------------------------------- registry and errors
 
 

@@ -23,6 +23,7 @@ import abc
 import dataclasses
 import functools
 import operator
+import os
 import typing
 from typing import Any, Callable, ClassVar
 
@@ -109,16 +110,44 @@ def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int
     )
 
 
-def ancestor_mask_from_parents(parents: Array, max_depth: int) -> Array:
+# Per backend: how `ancestor_mask_from_parents` closes "self or parent" over the generations
+# (absent: "square"). "square" squares the relation as a bf16 matmul ceil(log2 D) times: it
+# compiles fastest on the CPU (0.15-0.19 s against 0.5-0.6 s for "chain" at S = 65..1025, D = 15,
+# measured here), where the tests build hundreds of trees. On the H200 XLA runs each squaring as
+# its own Triton GEMM on pred[S, S]: 4 x 48 us a round at S = 1025 (session 9 profile of
+# DDTree-1024, 0.2 of the tree stage's 0.72 ms). "chain" follows the parent pointers D times on
+# the [Bt, S] vector and compares every (i, j) with the D + 1 ancestors of i: elementwise work on
+# [S, S], no matmul. The two are equal for every tree (tests/test_trees.py);
+# DDTREE_ANCESTOR_IMPL=square|chain in the environment sets every backend.
+ANCESTOR_IMPLS = ("square", "chain")
+_ANCESTOR_ENV = os.environ.get("DDTREE_ANCESTOR_IMPL")
+if _ANCESTOR_ENV is not None and _ANCESTOR_ENV not in ANCESTOR_IMPLS:
+    raise ValueError(f"DDTREE_ANCESTOR_IMPL={_ANCESTOR_ENV!r}: choose one of {', '.join(ANCESTOR_IMPLS)}, or unset it")
+ANCESTOR_IMPL: dict[str, str] = (dict.fromkeys(("gpu", "cpu", "tpu"), _ANCESTOR_ENV) if _ANCESTOR_ENV
+                                 else {"gpu": "chain"})
+
+
+def ancestor_mask_from_parents(parents: Array, max_depth: int, impl: str | None = None) -> Array:
     """bool[Bt, S, S] with [b, i, j] = (j == i or j is an ancestor of i), for parents int32[Bt, S].
 
-    Reachability by squaring: start from "self or parent" and square the relation until it spans
-    `max_depth` (static) generations: ceil(log2 D) small batched matmuls, exact for 0/1 entries
-    (bf16 inputs, f32 accumulation). On CPU it compiles far faster than D chained gathers
-    (measured here: 0.23 s vs 1.5 s for N=70, D=8), which keeps tests and engine builds quick.
+    `max_depth` (static) bounds the generations followed: the depth of any node. impl: "square"
+    or "chain" (see ANCESTOR_IMPL; None: this backend's setting). Same result either way.
     """
+    impl = impl or ANCESTOR_IMPL.get(jax.default_backend(), "square")
+    if impl not in ANCESTOR_IMPLS:
+        raise ValueError(f"unknown ancestor-mask impl {impl!r}; choose one of {', '.join(ANCESTOR_IMPLS)}")
     slots = parents.shape[-1]
     ids = jnp.arange(slots, dtype=jnp.int32)
+    if impl == "chain":
+        # up = the ancestor g generations above each slot (-1 once past the root)
+        up = jnp.broadcast_to(ids, parents.shape)
+        mask = up[..., :, None] == ids
+        for _ in range(max_depth):
+            up = jnp.where(up >= 0, jnp.take_along_axis(parents, jnp.maximum(up, 0), axis=-1), -1)
+            mask = mask | (up[..., :, None] == ids)
+        return mask
+    # Reachability by squaring "self or parent" until it spans max_depth generations; exact for
+    # 0/1 entries (bf16 inputs, f32 accumulation).
     mask = (parents[..., :, None] == ids) | (ids[:, None] == ids)
     reach = 1
     while reach < max_depth:
