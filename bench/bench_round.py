@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -173,6 +174,20 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     }
 
 
+def every(x) -> jax.Array:
+    """A float32 scalar that depends on every element of every array of x: what a stage-loop pass
+    adds to its carry, so that XLA computes all of the stage (an optimization barrier around a
+    result of which one element is used still let it drop the rest)."""
+    return sum(jnp.sum(leaf, dtype=jnp.float32) for leaf in jax.tree_util.tree_leaves(x))
+
+
+def tree_pass(acc, logp, state, *, spec) -> jax.Array:
+    """One tree-stage pass of stage_loop_times: the whole tree. Until session 9 the pass used one
+    token of it and XLA dropped the ancestor mask (4 x 48 us a round at B = 1024 on the H200)."""
+    logp, acc = jax.lax.optimization_barrier((logp, acc))
+    return acc + every(jax.lax.optimization_barrier(engine.tree_stage(logp, state, spec=spec)))
+
+
 def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: int,
                      only: tuple[str, ...] | None = None) -> dict[str, list[float]]:
     """Each stage of the round alone in a device loop, as the fused loop runs it: steady ms per
@@ -205,14 +220,12 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
         st, acc = bar((st, acc))
         return acc + bar(engine.draft_stage(tp, dp, st, tcfg=tcfg, dcfg=dcfg, spec=spec))[0, 0, 0]
 
-    def tree_(acc, lp, st):
-        lp, acc = bar((lp, acc))
-        return acc + bar(engine.tree_stage(lp, st, spec=spec)).tokens[0, 0].astype(f32)
+    tree_ = functools.partial(tree_pass, spec=spec)
 
     def verify(acc, tp, st, tr, kn):
         tr, acc = bar((tr, acc))
         lg, _, _ = engine.verify_stage(tp, st, tr, tcfg=tcfg, dcfg=dcfg, spec=spec)
-        return acc + bar(engine.choose_tokens(st.key, lg, spec.sampling, kn.temperature, kn.top_p))[0, 0].astype(f32)
+        return acc + every(bar(engine.choose_tokens(st.key, lg, spec.sampling, kn.temperature, kn.top_p)))
 
     def walk_(acc, tr, tt):
         tt, acc = bar((tt, acc))

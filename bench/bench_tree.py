@@ -54,7 +54,7 @@ def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL,
-                      trees_base.ANCESTOR_IMPL):
+                      trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -86,8 +86,9 @@ def main(argv=None) -> int:
                          "its tiles BIxBJ[xWARPS]; pallas_interpret on a CPU; "
                          "default: the backend's setting); rows gain build_ms_countN[_barrierB]_rankI")
     ap.add_argument("--ancestor-impl", default="",
-                    help="trees.base.ANCESTOR_IMPL values to compare, e.g. square,chain (default: the "
-                         "backend's setting); rows gain build_ms_countN[...]_ancI")
+                    help="ancestor-mask constructions to compare at every size, e.g. square,chain "
+                         "(trees.base.ANCESTOR_CHAIN_FROM; default: the backend's rule); rows gain "
+                         "build_ms_countN[...]_ancI")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     for x in filter(None, args.rank_impl.split(",")):
@@ -140,7 +141,7 @@ def main(argv=None) -> int:
                             ddtree.RANK_IMPL[backend] = ri
                         for anc in ancestors:
                             if anc is not None:
-                                trees_base.ANCESTOR_IMPL[backend] = anc
+                                trees_base.ANCESTOR_CHAIN_FROM[backend] = 0 if anc == "chain" else 2**31
                             name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
                                     + ("" if ri is None else f"_rank{ri}") + ("" if anc is None else f"_anc{anc}"))
                             r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)

@@ -93,18 +93,18 @@ def test_bench_tree_rank_impl_rows(tmp_path):
 
 
 def test_bench_tree_ancestor_impl_rows(tmp_path):
-    """--ancestor-impl times the build (ancestor mask included) once per trees.base.ANCESTOR_IMPL
-    value and restores the setting; an unknown value is a usage error."""
+    """--ancestor-impl times the build (ancestor mask included) once per construction and restores
+    trees.base.ANCESTOR_CHAIN_FROM; an unknown value is a usage error."""
     from bench import bench_tree
     from ddtree_jax.trees import base as trees_base
 
-    before = dict(trees_base.ANCESTOR_IMPL)
+    before = dict(trees_base.ANCESTOR_CHAIN_FROM)
     assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
                             "--count-max", "1024", "--ancestor-impl", "square,chain", "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
     assert sorted(k for k in row if k.startswith("build_ms")) == ["build_ms_count1024_ancchain",
                                                                  "build_ms_count1024_ancsquare"]
-    assert trees_base.ANCESTOR_IMPL == before
+    assert trees_base.ANCESTOR_CHAIN_FROM == before
     with pytest.raises(SystemExit):
         bench_tree.main(["--ancestor-impl", "bits"])
 
@@ -299,6 +299,27 @@ def test_bench_round_stage_loop(tmp_path):
     for r in rows:
         assert r["verify_ms_steady"] == r["stage_ms"]["verify"]
         assert all(math.isfinite(v) for v in r["stage_ms"].values())
+
+
+def test_stage_loop_tree_pass_keeps_the_ancestor_mask():
+    """The stage loop's tree pass computes the whole tree: in a loop of it the ancestor mask's
+    squaring matmuls (the CPU's construction) survive XLA's dead-code elimination, which they did
+    not when the pass used one token of the tree."""
+    import functools
+    import types
+
+    import jax
+
+    from bench.bench_round import tree_pass
+    from ddtree_jax import engine
+
+    spec = engine.DecodeSpec(budget=16)
+    state = types.SimpleNamespace(root=jnp.zeros((1,), jnp.int32))  # all tree_stage reads
+    logp = jax.nn.log_softmax(jax.random.normal(jax.random.PRNGKey(0), (1, 15, 300)), -1)
+    step = functools.partial(tree_pass, spec=spec)
+    loop = jax.jit(lambda n, acc, lp: jax.lax.fori_loop(0, n, lambda _, a: step(a, lp, state), acc))
+    hlo = loop.lower(3, jnp.float32(0), logp).compile().as_text()
+    assert " dot(" in hlo
 
 
 def test_xla_options_are_typed():

@@ -390,17 +390,22 @@ def test_ancestor_mask_impls_equal_the_closure(impl, batch, slots, max_depth):
         np.testing.assert_array_equal(mask[b], closure)
 
 
-def test_ancestor_impl_setting_picks_the_construction(monkeypatch):
-    """ANCESTOR_IMPL (per backend) is what a tree build uses; an unknown impl is a one-line error."""
+def test_ancestor_chain_from_picks_the_construction_by_size(monkeypatch):
+    """ANCESTOR_CHAIN_FROM (per backend) is the slot count from which a tree build follows parent
+    pointers instead of squaring; builds on either side are valid trees. An unknown impl is a
+    one-line error."""
     backend = jax.default_backend()
-    for impl in trees_base.ANCESTOR_IMPLS:
-        monkeypatch.setitem(trees_base.ANCESTOR_IMPL, backend, impl)
+    monkeypatch.setitem(trees_base.ANCESTOR_CHAIN_FROM, backend, 34)
+    assert [trees_base.ancestor_impl(s) for s in (33, 34, 1025)] == ["square", "chain", "chain"]
+    for slots in (33, 41):
+        impl = trees_base.ancestor_impl(slots)
         hlo = jax.jit(lambda p: trees_base.ancestor_mask_from_parents(p, 15)).lower(
-            jnp.zeros((1, 33), jnp.int32)).as_text()
+            jnp.zeros((1, slots), jnp.int32)).as_text()
         assert ("dot_general" in hlo) == (impl == "square")
         policy = make_policy("ddtree")
-        tree = jax.jit(lambda x: policy.build(x, 40))(jnp.asarray(make_logp("ties", (2, 6, 50), 3)))
-        check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}, 40, 6, 40)
+        tree = jax.jit(lambda x: policy.build(x, slots - 1))(jnp.asarray(make_logp("ties", (2, 6, 50), slots)))
+        check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)},
+                         slots - 1, 6, slots - 1)
     with pytest.raises(ValueError, match="unknown ancestor-mask impl 'bits'"):
         trees_base.ancestor_mask_from_parents(jnp.zeros((1, 3), jnp.int32), 2, "bits")
 

@@ -110,30 +110,41 @@ def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int
     )
 
 
-# Per backend: how `ancestor_mask_from_parents` closes "self or parent" over the generations
-# (absent: "square"). "square" squares the relation as a bf16 matmul ceil(log2 D) times: it
-# compiles fastest on the CPU (0.15-0.19 s against 0.5-0.6 s for "chain" at S = 65..1025, D = 15,
-# measured here), where the tests build hundreds of trees. On the H200 XLA runs each squaring as
-# its own Triton GEMM on pred[S, S]: 4 x 48 us a round at S = 1025 (session 9 profile of
-# DDTree-1024, 0.2 of the tree stage's 0.72 ms). "chain" follows the parent pointers D times on
-# the [Bt, S] vector and compares every (i, j) with the D + 1 ancestors of i: elementwise work on
-# [S, S], no matmul. The two are equal for every tree (tests/test_trees.py);
-# DDTREE_ANCESTOR_IMPL=square|chain in the environment sets every backend.
+# How `ancestor_mask_from_parents` closes "self or parent" over the generations. "square"
+# squares the relation as a bf16 matmul ceil(log2 D) times; "chain" follows the parent pointers
+# D times on the [Bt, S] vector and compares every (i, j) with the D + 1 ancestors of i
+# (elementwise work on [S, S], no matmul). The two are equal for every tree (tests/test_trees.py).
+# Per backend, the slot count S from which "chain" is used (absent: never):
+# - CPU: never. "square" compiles fastest (0.15-0.19 s against 0.5-0.6 s for "chain" at
+#   S = 65..1025, D = 15, measured here), and the tests build hundreds of trees.
+# - H200 (session 9, one machine): XLA runs each squaring as its own Triton GEMM on pred[S, S],
+#   4 x 48 us a round at S = 1025 (the DDTree-1024 profile). The whole build alone (bench_tree)
+#   with square / chain: 0.290 / 0.287, 0.445 / 0.423, 0.805 / 0.631 ms at B = 64 / 256 / 1024;
+#   the round, steady: 6.229 / 6.320 ms at B = 64, 10.023 / 9.933 at B = 256. So "chain" from
+#   257 slots; 129 (B = 128) was not measured and keeps "square".
+# DDTREE_ANCESTOR_IMPL=square|chain in the environment sets every backend and size.
 ANCESTOR_IMPLS = ("square", "chain")
 _ANCESTOR_ENV = os.environ.get("DDTREE_ANCESTOR_IMPL")
 if _ANCESTOR_ENV is not None and _ANCESTOR_ENV not in ANCESTOR_IMPLS:
     raise ValueError(f"DDTREE_ANCESTOR_IMPL={_ANCESTOR_ENV!r}: choose one of {', '.join(ANCESTOR_IMPLS)}, or unset it")
-ANCESTOR_IMPL: dict[str, str] = (dict.fromkeys(("gpu", "cpu", "tpu"), _ANCESTOR_ENV) if _ANCESTOR_ENV
-                                 else {"gpu": "chain"})
+_NEVER = 2**31
+ANCESTOR_CHAIN_FROM: dict[str, int] = (
+    dict.fromkeys(("gpu", "cpu", "tpu"), 0 if _ANCESTOR_ENV == "chain" else _NEVER) if _ANCESTOR_ENV
+    else {"gpu": 257})
+
+
+def ancestor_impl(slots: int) -> str:
+    """The ancestor-mask construction this backend uses for trees of `slots` slots."""
+    return "chain" if slots >= ANCESTOR_CHAIN_FROM.get(jax.default_backend(), _NEVER) else "square"
 
 
 def ancestor_mask_from_parents(parents: Array, max_depth: int, impl: str | None = None) -> Array:
     """bool[Bt, S, S] with [b, i, j] = (j == i or j is an ancestor of i), for parents int32[Bt, S].
 
     `max_depth` (static) bounds the generations followed: the depth of any node. impl: "square"
-    or "chain" (see ANCESTOR_IMPL; None: this backend's setting). Same result either way.
+    or "chain" (None: `ancestor_impl(S)`, see ANCESTOR_CHAIN_FROM). Same result either way.
     """
-    impl = impl or ANCESTOR_IMPL.get(jax.default_backend(), "square")
+    impl = impl or ancestor_impl(parents.shape[-1])
     if impl not in ANCESTOR_IMPLS:
         raise ValueError(f"unknown ancestor-mask impl {impl!r}; choose one of {', '.join(ANCESTOR_IMPLS)}")
     slots = parents.shape[-1]
