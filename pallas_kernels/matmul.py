@@ -44,7 +44,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision
-from .tree_attention import auto_impl, read_device_table, table_path
+from .tables import read_device_table, table_path
+from .tree_attention import auto_impl
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton

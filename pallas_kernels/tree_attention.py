@@ -46,9 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
-import os
 from pathlib import Path
 
 import jax
@@ -57,6 +55,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision, attention_reference, check_attention_shapes
+from .tables import read_device_table, table_path
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton
@@ -149,35 +148,6 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
                             num_stages=3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
                         num_stages=3, min_chunk=1024)
-
-
-def table_path(env: str, shipped: Path) -> tuple[str, bool]:
-    """(path, named): the file `$env` names, else the shipped table beside the kernel."""
-    named = os.environ.get(env)
-    return (named, True) if named else (str(shipped), False)
-
-
-@functools.lru_cache(maxsize=16)
-def read_device_table(path: str, what: str, env: str, named: bool = False, check=None) -> dict:
-    """A tuned-config table (JSON: device kind -> list of entries) from path, read and checked
-    once per (path, ...): check(path, kind, entry) raises ValueError for a bad entry. A missing
-    shipped table is empty; a missing file that `$env` names (named) is an error, not silently no
-    table. Shared by the attention and matmul tables; `what` and `env` only word the errors."""
-    try:
-        with open(path) as f:
-            table = json.load(f)
-    except FileNotFoundError:
-        if named:
-            raise ValueError(f"${env} names {path}, which does not exist; fix the path or unset ${env}") from None
-        return {}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"unreadable {what} table {path}: {e}; fix it or unset ${env}") from None
-    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
-        raise ValueError(f"{what} table {path} must map device kinds to lists of entries")
-    for kind, entries in table.items():
-        for e in entries if check else ():
-            check(path, kind, e)
-    return table
 
 
 def _check_attention_entry(path: str, kind: str, e) -> None:
