@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import statistics
 import sys
@@ -54,7 +55,7 @@ def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL,
-                      trees_base.ANCESTOR_CHAIN_FROM):
+                      ddtree.SELECT_ONEHOT_MAX, trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -89,6 +90,10 @@ def main(argv=None) -> int:
                     help="ancestor-mask constructions to compare at every size, e.g. square,chain "
                          "(trees.base.ANCESTOR_CHAIN_FROM; default: the backend's rule); rows gain "
                          "build_ms_countN[...]_ancI")
+    ap.add_argument("--onehot-max", default="",
+                    help="ddtree.SELECT_ONEHOT_MAX values to compare, e.g. 0,100000 (a depth's selected "
+                         "values by one-hot reductions where n * P is at most this; default: the "
+                         "backend's setting); rows gain build_ms_countN[...]_onehotM")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     for x in filter(None, args.rank_impl.split(",")):
@@ -131,6 +136,7 @@ def main(argv=None) -> int:
             barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
             rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
             ancestors = [x for x in args.ancestor_impl.split(",") if x] or [None]
+            onehots = [int(x) for x in args.onehot_max.split(",") if x] or [None]
             for c in [int(x) for x in args.count_max.split(",") if x]:
                 ddtree.RANK_BY_COUNT_MAX[backend] = c
                 for bar in barriers:
@@ -139,11 +145,14 @@ def main(argv=None) -> int:
                     for ri in rank_impls:
                         if ri is not None:
                             ddtree.RANK_IMPL[backend] = ri
-                        for anc in ancestors:
+                        for anc, oh in itertools.product(ancestors, onehots):
                             if anc is not None:
                                 trees_base.ANCESTOR_CHAIN_FROM[backend] = 0 if anc == "chain" else 2**31
+                            if oh is not None:
+                                ddtree.SELECT_ONEHOT_MAX[backend] = oh
                             name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
-                                    + ("" if ri is None else f"_rank{ri}") + ("" if anc is None else f"_anc{anc}"))
+                                    + ("" if ri is None else f"_rank{ri}") + ("" if anc is None else f"_anc{anc}")
+                                    + ("" if oh is None else f"_onehot{oh}"))
                             r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))

@@ -109,6 +109,20 @@ def test_bench_tree_ancestor_impl_rows(tmp_path):
         bench_tree.main(["--ancestor-impl", "bits"])
 
 
+def test_bench_tree_onehot_rows(tmp_path):
+    """--onehot-max times the build once per ddtree.SELECT_ONEHOT_MAX value and restores it."""
+    from bench import bench_tree
+    from ddtree_jax.trees import ddtree
+
+    before = dict(ddtree.SELECT_ONEHOT_MAX)
+    assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
+                            "--count-max", "1024", "--onehot-max", "0,100000", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
+    assert sorted(k for k in row if k.startswith("build_ms")) == ["build_ms_count1024_onehot0",
+                                                                 "build_ms_count1024_onehot100000"]
+    assert ddtree.SELECT_ONEHOT_MAX == before
+
+
 def test_building_the_bench_model_leaves_the_prng_default_alone():
     """bench_round.build uses a fast generator for random weights through typed keys; the
     process-wide default (which generation's sampling uses) must not change."""

@@ -241,6 +241,39 @@ def test_ddtree_select_barrier_keeps_the_tree(count_limit, monkeypatch):
     check_ddtree_against_heap((2, 6, 300, 64), "ties", seed=5 + count_limit, fresh_trace=True)
 
 
+@pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
+                                       ((2, 5, 40, 16), "float"), ((1, 15, 400, 300), "ties")])
+def test_ddtree_one_hot_selection_keeps_the_tree(case, kind, monkeypatch):
+    """ddtree.SELECT_ONEHOT_MAX (a depth's selected values picked by one-hot reductions over the
+    ranks instead of a scatter and gathers) builds the heap's tree. The largest case has
+    selections on both sides of the limit (n * P from ~4k to ~90k candidates-slots)."""
+    from ddtree_jax.trees import ddtree
+
+    backend = jax.default_backend()
+    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, 4096)
+    monkeypatch.setitem(ddtree.SELECT_ONEHOT_MAX, backend, 1 << 30 if case[3] < 300 else 40000)
+    check_ddtree_against_heap(case, kind, seed=sum(case) + len(kind), fresh_trace=True)
+
+
+def test_select_onehot_equals_gathering_at_select_best():
+    """select_onehot's values are exactly the gathers at select_best's positions, ties included
+    (equal scores, -0.0 and +0.0, -inf)."""
+    from ddtree_jax.trees import ddtree
+
+    rng = np.random.default_rng(7)
+    scores = rng.integers(-3, 1, size=(3, 40)).astype(np.float32) / 2
+    scores[0, :5] = -np.inf
+    scores[1, 3] = -0.0
+    keys = np.stack([rng.permutation(1000)[:40] for _ in range(3)]).astype(np.int32)
+    extra = rng.integers(0, 99, size=(3, 40)).astype(np.int32)
+    got = jax.jit(ddtree.select_onehot, static_argnums=2)(scores, keys, 17, extra)
+    sel = np.asarray(jax.jit(ddtree.select_best, static_argnums=2)(scores, keys, 17))
+    for g, x in zip(got, (scores, keys, extra)):
+        want = np.take_along_axis(x, sel, axis=-1)
+        np.testing.assert_array_equal(np.asarray(g), want)
+        assert (np.signbit(np.asarray(g)) == np.signbit(want)).all()
+
+
 @pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, stage1, monkeypatch):

@@ -88,9 +88,54 @@ def rank_impl_args(value: str) -> dict:
     return dict(impl=impl, **dict(zip(("block_i", "block_j", "num_warps"), sizes)))
 
 
+# Per backend: the largest n * P (selected entries times candidates) for which a depth's
+# selection picks its entries' values by one-hot reductions over the ranks (absent: 0, never).
+# Without it the count branch inverts the rank permutation with a scatter and then gathers each
+# selected entry's score, key, beam row and rank column. The H200 profile of DDTree-1024
+# (session 9) shows six kernels a depth: the two compare-and-sum reductions (the rank and the
+# lexicographic rank), a scatter (the inverse permutation) and three small loop fusions (the
+# candidates and the gathers), launch-bound where P is small (B = 16-64: P ~ 50-300). One-hot
+# (`select_onehot`): for each output slot t, max over p of where(rank[p] == t, x[p], fill), the
+# four values as sibling reductions over one [n, P] predicate, meant to be one fusion in place of
+# the scatter and the gathers; O(n P) work, so only for small selections. The same values either
+# way (tests/test_trees.py). Not yet timed (`bench_tree --onehot-max`), so off;
+# DDTREE_SELECT_ONEHOT_MAX=N in the environment sets every backend.
+_ONEHOT_ENV = os.environ.get("DDTREE_SELECT_ONEHOT_MAX")
+if _ONEHOT_ENV is not None and not _ONEHOT_ENV.isdigit():
+    raise ValueError(f"DDTREE_SELECT_ONEHOT_MAX={_ONEHOT_ENV!r}: give a whole number (0 = never), or unset it")
+SELECT_ONEHOT_MAX: dict[str, int] = (dict.fromkeys(("gpu", "cpu", "tpu"), int(_ONEHOT_ENV))
+                                     if _ONEHOT_ENV else {})
+
+
 def _materialized(*xs):
     """xs as they are, behind an optimization barrier where SELECT_BARRIER says so."""
     return jax.lax.optimization_barrier(xs) if SELECT_BARRIER.get(jax.default_backend(), False) else xs
+
+
+def _onehot_applies(n: int, p: int) -> bool:
+    return p <= _count_limit() and n * p <= SELECT_ONEHOT_MAX.get(jax.default_backend(), 0)
+
+
+def select_onehot(scores: Array, keys: Array, n: int, *extra: Array) -> tuple[Array, ...]:
+    """(scores, keys, *extra) at the n best entries, best first, under (score desc, key asc):
+    the values that gathering at select_best's positions gives, picked by one-hot reductions
+    over the ranks (for output slot t: max over p of where(rank[p] == t, x[p], fill)) instead of
+    a scatter and gathers. extra: int32[Bt, P] arrays carried along. O(n P) work."""
+    rank = _rank(scores, keys)
+    hit = rank[:, None, :] == jnp.arange(n, dtype=jnp.int32)[:, None]  # [Bt, n, P]
+    low = jnp.iinfo(jnp.int32).min
+    return ((jnp.max(jnp.where(hit, scores[:, None, :], -jnp.inf), axis=-1),)
+            + tuple(jnp.max(jnp.where(hit, x[:, None, :], low), axis=-1) for x in (keys, *extra)))
+
+
+def _rank(scores: Array, keys: Array) -> Array:
+    """Position of every entry under (score desc, key asc) by pairwise count: int32[Bt, P]."""
+    impl = _rank_impl()
+    if impl != "xla":
+        return rank_by_count(scores, keys, **rank_impl_args(impl))
+    si, sj = scores[:, :, None], scores[:, None, :]
+    better = (sj > si) | ((sj == si) & (keys[:, None, :] < keys[:, :, None]))
+    return better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
 
 
 def select_best(scores: Array, keys: Array, n: int) -> Array:
@@ -100,13 +145,7 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
     """
     p = scores.shape[1]
     if p <= _count_limit():
-        impl = _rank_impl()
-        if impl != "xla":
-            return _invert(rank_by_count(scores, keys, **rank_impl_args(impl)), n)
-        si, sj = scores[:, :, None], scores[:, None, :]
-        better = (sj > si) | ((sj == si) & (keys[:, None, :] < keys[:, :, None]))
-        rank = better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
-        return _invert(rank, n)
+        return _invert(_rank(scores, keys), n)
     # 0 - x: descending by score, and -0.0 and +0.0 compare equal as in the ranked branch
     idx = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), scores.shape)
     return jax.lax.sort((0.0 - scores, keys, idx), dimension=1, num_keys=2)[2][:, :n]
@@ -229,13 +268,20 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         cand = score[:, rows] + vals[:, d, cols]
         key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
         cand, key = _materialized(cand, key)
-        sel = select_best(cand, key, min(width, len(pairs)))
-        score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
+        n_sel = min(width, len(pairs))
+        if _onehot_applies(n_sel, len(pairs)):
+            rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
+            score, chosen, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
+            score, chosen = _materialized(score, chosen)
+        else:
+            sel = select_best(cand, key, n_sel)
+            score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
+            parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
         lex = _lex_rank(chosen)
         scores.append(score)
         lexes.append(lex)
-        parents.append(jnp.asarray(rows)[sel])
-        tokens.append(jnp.take_along_axis(toks[:, d], jnp.asarray(cols)[sel], axis=-1))
+        parents.append(parent)
+        tokens.append(jnp.take_along_axis(toks[:, d], col, axis=-1))
 
     # Global order over all depths: score desc, then depth asc, then lexicographic.
     widths = [s.shape[1] for s in scores]
