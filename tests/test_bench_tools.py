@@ -92,35 +92,28 @@ def test_bench_tree_rank_impl_rows(tmp_path):
             bench_tree.main(["--rank-impl", bad])
 
 
-def test_bench_tree_ancestor_impl_rows(tmp_path):
-    """--ancestor-impl times the build (ancestor mask included) once per construction and restores
-    trees.base.ANCESTOR_CHAIN_FROM; an unknown value is a usage error."""
+@pytest.mark.parametrize("flag,values,table,suffixes", [
+    ("--ancestor-impl", "square,chain", "ANCESTOR_CHAIN_FROM", ["ancchain", "ancsquare"]),
+    ("--onehot-max", "0,100000", "SELECT_ONEHOT_MAX", ["onehot0", "onehot100000"]),
+])
+def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
+    """--ancestor-impl / --onehot-max time the whole build (ancestor mask included) once per
+    value and restore the setting they vary (trees.base.ANCESTOR_CHAIN_FROM,
+    ddtree.SELECT_ONEHOT_MAX); an unknown ancestor impl is a usage error."""
     from bench import bench_tree
     from ddtree_jax.trees import base as trees_base
-
-    before = dict(trees_base.ANCESTOR_CHAIN_FROM)
-    assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
-                            "--count-max", "1024", "--ancestor-impl", "square,chain", "--out", str(tmp_path)]) == 0
-    (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
-    assert sorted(k for k in row if k.startswith("build_ms")) == ["build_ms_count1024_ancchain",
-                                                                 "build_ms_count1024_ancsquare"]
-    assert trees_base.ANCESTOR_CHAIN_FROM == before
-    with pytest.raises(SystemExit):
-        bench_tree.main(["--ancestor-impl", "bits"])
-
-
-def test_bench_tree_onehot_rows(tmp_path):
-    """--onehot-max times the build once per ddtree.SELECT_ONEHOT_MAX value and restores it."""
-    from bench import bench_tree
     from ddtree_jax.trees import ddtree
 
-    before = dict(ddtree.SELECT_ONEHOT_MAX)
+    setting = getattr(trees_base, table, None) or getattr(ddtree, table)
+    before = dict(setting)
     assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
-                            "--count-max", "1024", "--onehot-max", "0,100000", "--out", str(tmp_path)]) == 0
+                            "--count-max", "1024", flag, values, "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
-    assert sorted(k for k in row if k.startswith("build_ms")) == ["build_ms_count1024_onehot0",
-                                                                 "build_ms_count1024_onehot100000"]
-    assert ddtree.SELECT_ONEHOT_MAX == before
+    assert sorted(k for k in row if k.startswith("build_ms")) == [f"build_ms_count1024_{x}" for x in suffixes]
+    assert setting == before
+    if flag == "--ancestor-impl":
+        with pytest.raises(SystemExit):
+            bench_tree.main([flag, "bits"])
 
 
 def test_building_the_bench_model_leaves_the_prng_default_alone():
