@@ -274,6 +274,27 @@ def test_select_onehot_equals_gathering_at_select_best():
         assert (np.signbit(np.asarray(g)) == np.signbit(want)).all()
 
 
+def test_tree_settings_from_the_environment():
+    """DDTREE_RANK_BY_COUNT_MAX, DDTREE_SELECT_ONEHOT_MAX and DDTREE_ANCESTOR_IMPL set every
+    backend; a malformed value stops the import with a one-line error naming the variable."""
+    import subprocess
+    import sys
+
+    code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.RANK_BY_COUNT_MAX, "
+            "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2))")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
+           "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("{'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
+                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**env, "DDTREE_SELECT_ONEHOT_MAX": "lots"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == (
+        "ValueError: DDTREE_SELECT_ONEHOT_MAX='lots': give a whole number, or unset it")
+
+
 @pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, stage1, monkeypatch):

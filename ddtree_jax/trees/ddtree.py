@@ -31,12 +31,27 @@ from pallas_kernels.chunk_topk import chunk_top_k
 from pallas_kernels.rank_count import rank_by_count
 
 
+def _env_int(name: str) -> int | None:
+    """A whole number from the environment variable `name` (None when unset); one-line error."""
+    value = os.environ.get(name)
+    if value is not None and not value.isdigit():
+        raise ValueError(f"{name}={value!r}: give a whole number, or unset it")
+    return None if value is None else int(value)
+
+
+def _per_backend(env: str, default: dict[str, int]) -> dict[str, int]:
+    """`default`, or the value of `$env` for every backend where it is set."""
+    value = _env_int(env)
+    return dict(default) if value is None else dict.fromkeys(("gpu", "cpu", "tpu"), value)
+
+
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
 # kernel, O(P^2) work); longer ones by one two-key sort. Both give the same order. Chosen by
 # bench/bench_tree.py: on the H200 the whole build at B = 256 / 1024 took 0.76 / 1.77 ms with
 # limit 1024 and 0.43 / 0.99 ms with 8192 (2026-11-29); on the CPU the sort is faster at every
-# size measured.
-RANK_BY_COUNT_MAX = {"gpu": 8192, "cpu": 0}
+# size measured. Below B = 256 (P < ~1500) the sort was never timed on a GPU.
+# DDTREE_RANK_BY_COUNT_MAX=N in the environment sets every backend (0: always the sort).
+RANK_BY_COUNT_MAX = _per_backend("DDTREE_RANK_BY_COUNT_MAX", {"gpu": 8192, "cpu": 0})
 
 
 def _count_limit() -> int:
@@ -100,11 +115,7 @@ def rank_impl_args(value: str) -> dict:
 # the scatter and the gathers; O(n P) work, so only for small selections. The same values either
 # way (tests/test_trees.py). Not yet timed (`bench_tree --onehot-max`), so off;
 # DDTREE_SELECT_ONEHOT_MAX=N in the environment sets every backend.
-_ONEHOT_ENV = os.environ.get("DDTREE_SELECT_ONEHOT_MAX")
-if _ONEHOT_ENV is not None and not _ONEHOT_ENV.isdigit():
-    raise ValueError(f"DDTREE_SELECT_ONEHOT_MAX={_ONEHOT_ENV!r}: give a whole number (0 = never), or unset it")
-SELECT_ONEHOT_MAX: dict[str, int] = (dict.fromkeys(("gpu", "cpu", "tpu"), int(_ONEHOT_ENV))
-                                     if _ONEHOT_ENV else {})
+SELECT_ONEHOT_MAX: dict[str, int] = _per_backend("DDTREE_SELECT_ONEHOT_MAX", {})
 
 
 def _materialized(*xs):
