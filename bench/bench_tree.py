@@ -137,23 +137,21 @@ def main(argv=None) -> int:
             rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
             ancestors = [x for x in args.ancestor_impl.split(",") if x] or [None]
             onehots = [int(x) for x in args.onehot_max.split(",") if x] or [None]
-            for c in [int(x) for x in args.count_max.split(",") if x]:
-                ddtree.RANK_BY_COUNT_MAX[backend] = c
-                for bar in barriers:
-                    if bar is not None:
-                        ddtree.SELECT_BARRIER[backend] = bar
-                    for ri in rank_impls:
-                        if ri is not None:
-                            ddtree.RANK_IMPL[backend] = ri
-                        for anc, oh in itertools.product(ancestors, onehots):
-                            if anc is not None:
-                                trees_base.ANCESTOR_CHAIN_FROM[backend] = 0 if anc == "chain" else 2**31
-                            if oh is not None:
-                                ddtree.SELECT_ONEHOT_MAX[backend] = oh
-                            name = (f"build_ms_count{c}" + ("" if bar is None else f"_barrier{int(bar)}")
-                                    + ("" if ri is None else f"_rank{ri}") + ("" if anc is None else f"_anc{anc}")
-                                    + ("" if oh is None else f"_onehot{oh}"))
-                            r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
+            counts = [int(x) for x in args.count_max.split(",") if x]
+            # (row-name part, setting table, its value from the option); None: the backend's setting
+            for c, bar, ri, anc, oh in itertools.product(counts, barriers, rank_impls, ancestors, onehots):
+                name = "build_ms"
+                for part, table, value in (
+                        (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
+                        (f"barrier{int(bool(bar))}", ddtree.SELECT_BARRIER, bar),
+                        (f"rank{ri}", ddtree.RANK_IMPL, ri),
+                        (f"anc{anc}", trees_base.ANCESTOR_CHAIN_FROM,
+                         None if anc is None else trees_base.chain_from_every_size(anc)),
+                        (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh)):
+                    if value is not None:
+                        table[backend] = value
+                        name += "_" + part
+                r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")

@@ -128,8 +128,15 @@ _ANCESTOR_ENV = os.environ.get("DDTREE_ANCESTOR_IMPL")
 if _ANCESTOR_ENV is not None and _ANCESTOR_ENV not in ANCESTOR_IMPLS:
     raise ValueError(f"DDTREE_ANCESTOR_IMPL={_ANCESTOR_ENV!r}: choose one of {', '.join(ANCESTOR_IMPLS)}, or unset it")
 _NEVER = 2**31
+
+
+def chain_from_every_size(impl: str) -> int:
+    """The ANCESTOR_CHAIN_FROM value that makes every tree size use `impl`."""
+    return 0 if impl == "chain" else _NEVER
+
+
 ANCESTOR_CHAIN_FROM: dict[str, int] = (
-    dict.fromkeys(("gpu", "cpu", "tpu"), 0 if _ANCESTOR_ENV == "chain" else _NEVER) if _ANCESTOR_ENV
+    dict.fromkeys(("gpu", "cpu", "tpu"), chain_from_every_size(_ANCESTOR_ENV)) if _ANCESTOR_ENV
     else {"gpu": 257})
 
 
@@ -144,10 +151,10 @@ def ancestor_mask_from_parents(parents: Array, max_depth: int, impl: str | None 
     `max_depth` (static) bounds the generations followed: the depth of any node. impl: "square"
     or "chain" (None: `ancestor_impl(S)`, see ANCESTOR_CHAIN_FROM). Same result either way.
     """
-    impl = impl or ancestor_impl(parents.shape[-1])
+    slots = parents.shape[-1]
+    impl = impl or ancestor_impl(slots)
     if impl not in ANCESTOR_IMPLS:
         raise ValueError(f"unknown ancestor-mask impl {impl!r}; choose one of {', '.join(ANCESTOR_IMPLS)}")
-    slots = parents.shape[-1]
     ids = jnp.arange(slots, dtype=jnp.int32)
     if impl == "chain":
         # up = the ancestor g generations above each slot (-1 once past the root)
