@@ -21,7 +21,10 @@ whole prefix read at 1k-4k keys. So the call is at most two kernels and no XLA o
   same kernel: every part stores its partial, then takes a ticket from a per-row-block counter
   (an acquire-release atomic add at GPU scope after a CTA barrier, the pattern of a cooperative
   grid sync); the one that draws ``parts - 1`` reads all partials back (volatile loads, never a
-  stale L1 line) and stores the output: one kernel and a memset of the counters.
+  stale L1 line) and stores the output: one kernel and a memset of the counters. Correct on the
+  H200 but slower (session 10, bench/check_merge_last.py: 19.1 vs 18.3 us at T = 65 / prefix
+  512, 91 vs 59 us at T = 1 / 32k, DDTree-64 +0.07 ms): one program a row block merges
+  serially what the merge kernel spreads over many. So "kernel" stays the default.
 
 Chunks are cut at run time from the traced ``[kv_start, cache_len)``, so a cache much larger than
 its prefix still spreads the real keys over all parts; the number of parts is static (from the
