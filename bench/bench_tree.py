@@ -31,6 +31,7 @@ from ddtree_jax.trees import make_policy
 from ddtree_jax.trees import base as trees_base
 from ddtree_jax.trees import ddtree
 from ddtree_jax.trees.ddtree import vocab_top_k
+from pallas_kernels.chunk_topk import IMPLS as CHUNK_TOPK_IMPLS
 
 
 def timed(fn, x, inner: int, repeats: int) -> float:
@@ -72,8 +73,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="",
                     help="more vocabulary top-k settings to time, CHUNKSxKEEP comma-separated (e.g. "
                          "256x16,1024x8; KEEP 0 = keep K; a trailing p runs the first stage with the "
-                         "Pallas kernel, 128x64p): rows gain topk_CxK[p]_ms")
-    ap.add_argument("--stage1", default=None, choices=("xla", "pallas", "pallas_interpret"),
+                         "Pallas extraction kernel, 128x64p, a trailing t with the threshold kernel, "
+                         "128x64t): rows gain topk_CxK[p|t]_ms")
+    ap.add_argument("--stage1", default=None, choices=CHUNK_TOPK_IMPLS,
                     help="the build's first vocabulary top-k stage (ddtree.VOCAB_TOPK's stage1; "
                          "default: the backend's setting)")
     ap.add_argument("--count-max", default="1024,0",
@@ -119,11 +121,13 @@ def main(argv=None) -> int:
             r["topk2_keep_fallback_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep),
                                                 clustered, args.inner, args.repeats)
         for v in filter(None, args.variants.lower().split(",")):
-            impl = "xla"
-            if v.endswith("p"):
-                v, impl = v[:-1], "pallas" if jax.default_backend() == "gpu" else "pallas_interpret"
+            impl, tag = "xla", ""
+            if v[-1:] in ("p", "t"):
+                v, tag = v[:-1], v[-1]
+                impl = ("pallas" if tag == "p" else "threshold") + (
+                    "" if jax.default_backend() == "gpu" else "_interpret")
             chunks, keep = (int(x) for x in v.split("x"))
-            r[f"topk_{chunks}x{keep}{'p' if impl != 'xla' else ''}_ms"] = timed(
+            r[f"topk_{chunks}x{keep}{tag}_ms"] = timed(
                 lambda x, c=chunks, kp=keep, im=impl: vocab_top_k(x, k, chunks=c, keep=kp or None, stage1=im),
                 logp, args.inner, args.repeats)
         backend = jax.default_backend()

@@ -16,9 +16,20 @@ ranks below +0.0 there too.
 Positions past the row's end (the last chunk's padding) count as -inf at their own index, as in
 the reference, which pads the row with -inf.
 
-Status: selectable (``impl="pallas"``), not the default: not yet timed on a GPU
-(``python -m bench.bench_tree --variants 128x64p`` does). The tests run it in interpret mode
-against ``lax.top_k`` and lower it for CUDA.
+Status: the GPU default where a chunk keeps at most 64 (``ddtree.VOCAB_TOPK``, session 8).
+The tests run it in interpret mode against ``lax.top_k`` and lower it for CUDA.
+
+A second kernel, ``impl="threshold"`` (session 10), finds the same set with work that does not
+grow with `keep`. The extraction above is ALU-bound: `keep` rounds of two block reductions over
+the chunk, ~150 instructions a thread a round; the H200 round profile of DDTree-64 has it at
+0.105 ms for 15 x 128 chunks keeping 64, ~40x the read of the logits. The threshold kernel
+instead builds the chunk's keep-th largest key bit by bit (32 rounds of one compare-and-count:
+the largest t with at least `keep` keys >= t), takes every key above it and the lowest-index
+keys equal to it (a prefix count), and scatters the kept values to their slots by a second
+prefix count: in **index order** (ascending token index), not by rank. That is enough for the
+two-stage top-k: its second stage sorts the candidates, and chunk-major index order is token
+order, so lax.top_k's lower-position-first tie rule still picks the lower token. Not yet timed
+on a GPU, so selectable only (``python -m bench.bench_tree --variants 128x64t``).
 """
 
 from __future__ import annotations
@@ -33,21 +44,35 @@ from jax.experimental import pallas as pl
 
 from .norms import _pow2_at_least, pltriton
 
-__all__ = ["chunk_top_k", "chunk_top_k_reference"]
+__all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "IMPLS"]
 
 # Widest chunk one program holds (values in registers: 32 a thread on 4 warps).
 _MAX_CHUNK = 4096
 
 
-def chunk_top_k_reference(x: jax.Array, chunks: int, keep: int) -> tuple[jax.Array, jax.Array]:
+IMPLS = ("xla", "pallas", "pallas_interpret", "threshold", "threshold_interpret")
+
+
+def index_ordered(impl: str) -> bool:
+    """Whether `impl` returns each chunk's kept entries by token index (else by rank)."""
+    return impl.startswith("threshold")
+
+
+def chunk_top_k_reference(x: jax.Array, chunks: int, keep: int,
+                          index_order: bool = False) -> tuple[jax.Array, jax.Array]:
     """XLA path: ``lax.top_k`` of each of `chunks` contiguous slices of the last axis (padded
-    with -inf). Returns (values, indices within the row) ``[..., chunks, keep]``."""
+    with -inf). Returns (values, indices within the row) ``[..., chunks, keep]``, by rank, or
+    by index with `index_order` (the threshold kernel's order)."""
     v = x.shape[-1]
     length = -(-v // chunks)
     pad = chunks * length - v
     xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)], constant_values=-jnp.inf) if pad else x
     vals, idx = lax.top_k(xp.reshape(*x.shape[:-1], chunks, length), keep)
-    return vals, idx + (jnp.arange(chunks, dtype=jnp.int32) * length)[:, None]
+    idx = idx + (jnp.arange(chunks, dtype=jnp.int32) * length)[:, None]
+    if index_order:
+        order = jnp.argsort(idx, axis=-1)
+        vals, idx = jnp.take_along_axis(vals, order, -1), jnp.take_along_axis(idx, order, -1)
+    return vals, idx
 
 
 def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, keep_pad: int):
@@ -84,17 +109,54 @@ def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, kee
     idx_ref[...] = idx
 
 
+def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int,
+                      keep_pad: int):
+    # keep_pad here is the outputs' width: keep rounded up to a power of two, one more in
+    # interpret mode when that is keep itself (see `spare` below).
+    """One (row, chunk), as _kernel, but the kept entries in index order (see the module doc)."""
+    c = pl.program_id(1)
+    lane = jnp.arange(width, dtype=jnp.int32)
+    start = c * length
+    pos = start + lane
+    inchunk = lane < length
+    x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)],
+                      mask=inchunk & (pos < x_ref.shape[0]), other=-jnp.inf).astype(jnp.float32)
+    bits = lax.bitcast_convert_type(x, jnp.int32)
+    key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)       # signed total order, as _kernel
+    top = jnp.int32(-(2**31))   # the sign bit: an unsigned pattern u is the signed key u ^ top
+
+    def bit_round(i, t):
+        # t: the largest unsigned pattern so far with >= keep keys at or above it; try bit 31 - i.
+        cand = t | lax.shift_left(jnp.int32(1), 31 - i)
+        count = jnp.sum(jnp.where(inchunk & (key >= (cand ^ top)), 1, 0))
+        return jnp.where(count >= keep, cand, t)
+
+    kth = lax.fori_loop(0, 32, bit_round, jnp.int32(0)) ^ top      # the keep-th largest key
+    above = inchunk & (key > kth)
+    tied = inchunk & (key == kth)
+    need = keep - jnp.sum(jnp.where(above, 1, 0))                  # >= 1 of the tied, lowest first
+    take = above | (tied & (jnp.cumsum(jnp.where(tied, 1, 0)) <= need))
+    # The lanes not taken point at a spare slot: masked off, they store nothing on a GPU, but
+    # interpret mode writes their old values back, which must not land on a kept slot.
+    spare = min(keep, keep_pad - 1)
+    slot = jnp.where(take, jnp.cumsum(jnp.where(take, 1, 0)) - 1, spare)
+    pltriton.store(vals_ref.at[slot], x.astype(vals_ref.dtype), mask=take)
+    pltriton.store(idx_ref.at[slot], pos, mask=take)
+
+
 def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas") -> tuple[jax.Array, jax.Array]:
     """Top-`keep` of each of `chunks` contiguous slices of the last axis of x [..., V].
 
-    Returns (values in x.dtype, indices into the row, int32), each ``[..., chunks, keep]``,
-    ordered as ``lax.top_k`` orders each slice. impl: "pallas" (the GPU kernel),
-    "pallas_interpret" (the same kernel on any backend, for tests) or "xla" (the reference).
+    Returns (values in x.dtype, indices into the row, int32), each ``[..., chunks, keep]``.
+    impl: "pallas" (the extraction kernel: each slice ordered as ``lax.top_k`` orders it),
+    "threshold" (the threshold kernel: the same entries, each slice in index order), each with
+    an "_interpret" twin (the same kernel on any backend, for tests), or "xla" (the reference,
+    rank order).
     """
     if impl == "xla":
         return chunk_top_k_reference(x, chunks, keep)
-    if impl not in ("pallas", "pallas_interpret"):
-        raise ValueError(f"unknown chunk_top_k impl {impl!r}; choose pallas, pallas_interpret or xla")
+    if impl not in IMPLS:
+        raise ValueError(f"unknown chunk_top_k impl {impl!r}; choose one of {', '.join(IMPLS)}")
     v = x.shape[-1]
     length = -(-v // chunks)
     width = _pow2_at_least(length)
@@ -106,10 +168,13 @@ def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas") -
     lead = x.shape[:-1]
     rows = math.prod(lead)
     keep_pad = _pow2_at_least(keep)
-    interpret = impl == "pallas_interpret"
+    interpret = impl.endswith("_interpret")
     params = None if interpret else pltriton.CompilerParams(num_warps=4, num_stages=1)
+    kernel = _threshold_kernel if index_ordered(impl) else _kernel
+    if kernel is _threshold_kernel and interpret and keep == keep_pad:
+        keep_pad += 1       # a spare slot for the masked-off lanes (see _threshold_kernel)
     vals, idx = pl.pallas_call(
-        functools.partial(_kernel, length=length, width=width, keep=keep, keep_pad=keep_pad),
+        functools.partial(kernel, length=length, width=width, keep=keep, keep_pad=keep_pad),
         grid=(rows, chunks),
         in_specs=[pl.BlockSpec((None, v), lambda r, c: (r, 0))],
         out_specs=[pl.BlockSpec((None, None, keep_pad), lambda r, c: (r, c, 0)),

@@ -39,6 +39,21 @@ def test_chunk_top_k_bit_exact_with_lax_top_k(kind, shape, chunks, keep):
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape,chunks,keep", [((2, 3, 1000), 7, 5), ((1, 2, 4096), 16, 64), ((3, 100), 4, 25),
+                                               ((2, 37), 5, 8), ((1, 64), 2, 1), ((1, 1187 * 3), 3, 64)])
+def test_threshold_kernel_keeps_the_same_entries_in_index_order(kind, shape, chunks, keep):
+    """impl="threshold": each chunk's top `keep` (lax.top_k's set: ties at the keep-th value go to
+    the lower index, -0.0 below +0.0), listed by token index; bit-exact with the reference in
+    that order. The last shape is an 8B vocabulary's chunk (1187 values in 2048 lanes)."""
+    x = make(kind, shape, seed=chunks * 17 + keep)
+    got = chunk_top_k(x, chunks, keep, impl="threshold_interpret")
+    want = chunk_top_k_reference(x, chunks, keep, index_order=True)
+    assert got[0].shape == want[0].shape == (*shape[:-1], chunks, keep)
+    np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
 def test_chunk_top_k_errors():
     x = jnp.zeros((2, 20000), jnp.float32)
     with pytest.raises(ValueError, match="do not fit one program"):
@@ -49,11 +64,12 @@ def test_chunk_top_k_errors():
         chunk_top_k(x, 128, 8, impl="cuda")
 
 
-def test_chunk_top_k_triton_lowering_verifies(monkeypatch):
+@pytest.mark.parametrize("impl", ["pallas", "threshold"])
+def test_chunk_top_k_triton_lowering_verifies(monkeypatch, impl):
     """The 8B shape's first stage (15 depths x 151936 tokens, 128 chunks, 64 kept) lowers for CUDA
     and its Triton module verifies, on a CPU machine."""
     modules = _verified_triton_modules(monkeypatch)
-    fn = functools.partial(chunk_top_k, chunks=128, keep=64, impl="pallas")
+    fn = functools.partial(chunk_top_k, chunks=128, keep=64, impl=impl)
     try:
         jax.jit(fn).trace(jax.ShapeDtypeStruct((1, 15, 151936), jnp.float32)).lower(lowering_platforms=("cuda",))
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax

@@ -51,13 +51,13 @@ def test_chunked_prefill_same_tokens(pair, ar_tokens, method, chunk):
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
 
-@pytest.mark.parametrize("stage1,budget", [("xla", 13), ("pallas_interpret", 11)])
+@pytest.mark.parametrize("stage1,budget", [("xla", 13), ("pallas_interpret", 11), ("threshold_interpret", 12)])
 def test_gpu_vocab_top_k_inside_the_round_is_lossless(pair, ar_tokens, monkeypatch, stage1, budget):
     """The GPU's per-chunk keep (with its lax.cond fallback; its first stage by XLA or by the
-    Pallas kernel) traced into the fused round on the CPU: 11-13 ranks of a 64-token vocabulary
-    from 4 chunks keeping 5 each (the fallback runs whenever a chunk holds more than 5 of them).
-    Budgets 11 and 13 are used by no other test, so the round is traced afresh with the patched
-    settings."""
+    Pallas kernels: extraction, by rank, or threshold, by index) traced into the fused round on
+    the CPU: 11-13 ranks of a 64-token vocabulary from 4 chunks keeping 5 each (the fallback runs
+    whenever a chunk holds more than 5 of them). Budgets 11-13 are used by no other test, so the
+    round is traced afresh with the patched settings."""
     import jax
 
     from ddtree_jax.trees import ddtree

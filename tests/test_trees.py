@@ -275,27 +275,32 @@ def test_select_onehot_equals_gathering_at_select_best():
 
 
 def test_tree_settings_from_the_environment():
-    """DDTREE_RANK_BY_COUNT_MAX, DDTREE_SELECT_ONEHOT_MAX and DDTREE_ANCESTOR_IMPL set every
-    backend; a malformed value stops the import with a one-line error naming the variable."""
+    """Every DDTREE_* tree setting (trees.base.env_setting) sets every backend, parsed by its
+    type; a malformed value stops the import with a one-line error naming the variable."""
     import subprocess
     import sys
 
     code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.RANK_BY_COUNT_MAX, "
-            "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2))")
+            "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
+            "ddtree.SELECT_BARRIER['cpu'], ddtree.RANK_IMPL['gpu'], ddtree.VOCAB_TOPK['gpu']['stage1'])")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
-           "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain"}
+           "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
+           "DDTREE_SELECT_BARRIER": "1", "DDTREE_RANK_IMPL": "pallas:64x256", "DDTREE_VOCAB_STAGE1": "threshold"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("{'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
-                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain\n")
-    r = subprocess.run([sys.executable, "-c", code], env={**env, "DDTREE_SELECT_ONEHOT_MAX": "lots"},
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert r.stderr.strip().splitlines()[-1] == (
-        "ValueError: DDTREE_SELECT_ONEHOT_MAX='lots': give a whole number, or unset it")
+                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True pallas:64x256 threshold\n")
+    for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
+                             ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
+                             ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
+                             ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain")]:
+        r = subprocess.run([sys.executable, "-c", code], env={**env, name: value},
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0
+        assert r.stderr.strip().splitlines()[-1] == f"ValueError: {name}={value!r}: {why}, or unset it"
 
 
-@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
+@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret", "threshold_interpret"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, stage1, monkeypatch):
     """The GPU's two-stage vocabulary top-k keeping few candidates per chunk (both its fast path
@@ -550,7 +555,7 @@ def test_two_stage_vocab_top_k_equals_top_k(chunks, kind):
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
 
-@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret"])
+@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret", "threshold_interpret"])
 @pytest.mark.parametrize("kind", KINDS + ["clustered"])
 def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind, stage1):
     """keep < k: exact whether or not a chunk held more than `keep` of the top k (then the
@@ -603,3 +608,7 @@ def test_vocab_top_k_settings_use_the_pallas_stage_only_for_short_keeps(monkeypa
     assert ddtree._vocab_top_k_settings(64) == (128, None, "pallas")
     assert ddtree._vocab_top_k_settings(256) == (128, None, "xla")     # keeps all 256 a chunk
     assert ddtree._vocab_top_k_settings(1024) == (128, 64, "pallas")   # keeps 64 a chunk
+    # the threshold kernel's work does not grow with keep: no limit
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
+                        dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64))
+    assert ddtree._vocab_top_k_settings(256) == (128, None, "threshold")

@@ -110,6 +110,44 @@ def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int
     )
 
 
+BACKENDS = ("gpu", "cpu", "tpu")
+
+
+def whole_number(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError("give a whole number")
+    return int(text)
+
+
+def flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError("give 0 or 1")
+    return text == "1"
+
+
+def one_of(*names: str) -> Callable[[str], str]:
+    """A parser accepting exactly `names`."""
+    def parse(text: str) -> str:
+        if text not in names:
+            raise ValueError(f"choose one of {', '.join(names)}")
+        return text
+    return parse
+
+
+def env_setting(name: str, parse: Callable[[str], Any], default: dict[str, Any]) -> dict[str, Any]:
+    """A per-backend setting: `default`, or where the environment variable `name` is set, its
+    value parsed by `parse` for every backend. A value `parse` rejects (ValueError saying what
+    to give) stops the import with one line naming the variable: ``NAME='x': ..., or unset it``."""
+    text = os.environ.get(name)
+    if text is None:
+        return dict(default)
+    try:
+        value = parse(text)
+    except ValueError as e:
+        raise ValueError(f"{name}={text!r}: {e}, or unset it") from None
+    return dict.fromkeys(BACKENDS, value)
+
+
 # How `ancestor_mask_from_parents` closes "self or parent" over the generations. "square"
 # squares the relation as a bf16 matmul ceil(log2 D) times; "chain" follows the parent pointers
 # D times on the [Bt, S] vector and compares every (i, j) with the D + 1 ancestors of i
@@ -124,9 +162,6 @@ def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int
 #   257 slots; 129 (B = 128) was not measured and keeps "square".
 # DDTREE_ANCESTOR_IMPL=square|chain in the environment sets every backend and size.
 ANCESTOR_IMPLS = ("square", "chain")
-_ANCESTOR_ENV = os.environ.get("DDTREE_ANCESTOR_IMPL")
-if _ANCESTOR_ENV is not None and _ANCESTOR_ENV not in ANCESTOR_IMPLS:
-    raise ValueError(f"DDTREE_ANCESTOR_IMPL={_ANCESTOR_ENV!r}: choose one of {', '.join(ANCESTOR_IMPLS)}, or unset it")
 _NEVER = 2**31
 
 
@@ -135,9 +170,9 @@ def chain_from_every_size(impl: str) -> int:
     return 0 if impl == "chain" else _NEVER
 
 
-ANCESTOR_CHAIN_FROM: dict[str, int] = (
-    dict.fromkeys(("gpu", "cpu", "tpu"), chain_from_every_size(_ANCESTOR_ENV)) if _ANCESTOR_ENV
-    else {"gpu": 257})
+ANCESTOR_CHAIN_FROM: dict[str, int] = env_setting(
+    "DDTREE_ANCESTOR_IMPL", lambda text: chain_from_every_size(one_of(*ANCESTOR_IMPLS)(text)),
+    {"gpu": 257})
 
 
 def ancestor_impl(slots: int) -> str:

@@ -20,29 +20,15 @@ Slots come out in that same best-first order (slot 1 = best path), which is topo
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.trees.base import Array, DraftTree, TreePolicy, check_budget, check_logp, register_policy, tree_from_nodes
-from pallas_kernels.chunk_topk import chunk_top_k
+from ddtree_jax.trees.base import (Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting, flag,
+                                   one_of, register_policy, tree_from_nodes, whole_number)
+from pallas_kernels.chunk_topk import chunk_top_k, index_ordered
 from pallas_kernels.rank_count import rank_by_count
-
-
-def _env_int(name: str) -> int | None:
-    """A whole number from the environment variable `name` (None when unset); one-line error."""
-    value = os.environ.get(name)
-    if value is not None and not value.isdigit():
-        raise ValueError(f"{name}={value!r}: give a whole number, or unset it")
-    return None if value is None else int(value)
-
-
-def _per_backend(env: str, default: dict[str, int]) -> dict[str, int]:
-    """`default`, or the value of `$env` for every backend where it is set."""
-    value = _env_int(env)
-    return dict(default) if value is None else dict.fromkeys(("gpu", "cpu", "tpu"), value)
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -51,7 +37,7 @@ def _per_backend(env: str, default: dict[str, int]) -> dict[str, int]:
 # limit 1024 and 0.43 / 0.99 ms with 8192 (2026-11-29); on the CPU the sort is faster at every
 # size measured. Below B = 256 (P < ~1500) the sort was never timed on a GPU.
 # DDTREE_RANK_BY_COUNT_MAX=N in the environment sets every backend (0: always the sort).
-RANK_BY_COUNT_MAX = _per_backend("DDTREE_RANK_BY_COUNT_MAX", {"gpu": 8192, "cpu": 0})
+RANK_BY_COUNT_MAX = env_setting("DDTREE_RANK_BY_COUNT_MAX", whole_number, {"gpu": 8192, "cpu": 0})
 
 
 def _count_limit() -> int:
@@ -67,25 +53,7 @@ def _count_limit() -> int:
 # 0.409 / 0.419, 0.681 / 0.675 ms at B = 16 / 64 / 256 / 1024 (XLA first stage), 0.196 / 0.214,
 # 0.271 / 0.315, 0.699 / 0.708, 0.619 / 0.615 (Pallas first stage): on for GPUs. The values are
 # the same either way; DDTREE_SELECT_BARRIER=0 or 1 in the environment overrides every backend.
-_BARRIER_ENV = os.environ.get("DDTREE_SELECT_BARRIER")
-SELECT_BARRIER: dict[str, bool] = (dict.fromkeys(("gpu", "cpu", "tpu"), _BARRIER_ENV == "1")
-                                   if _BARRIER_ENV in ("0", "1") else {"gpu": True})
-
-
-# Per backend: how the counting branch of select_best / _lex_rank ranks (absent: "xla", the
-# pairwise [P, P] comparison summed by XLA). On the H200 XLA writes that [P, P] pred out and sums
-# it in a second kernel (~50 MB a depth at B = 1024, P ~ 7100); "pallas"
-# (pallas_kernels.rank_count) counts in registers and writes only the [P] ranks. Off: with its
-# untuned default tiles the build was slower at every budget (session 8, H200: 0.313 / 0.478 /
-# 0.701 ms at B = 64 / 256 / 1024 against 0.269 / 0.404 / 0.617; `python -m bench.bench_tree
-# --rank-impl xla,pallas`); DDTREE_RANK_IMPL in the environment sets every backend. A value
-# may name the kernel's tiles: "pallas:BIxBJ" or "pallas:BIxBJxWARPS" (e.g. pallas:64x256x8).
-RANK_IMPL: dict[str, str] = (dict.fromkeys(("gpu", "cpu", "tpu"), os.environ["DDTREE_RANK_IMPL"])
-                             if os.environ.get("DDTREE_RANK_IMPL") else {})
-
-
-def _rank_impl() -> str:
-    return RANK_IMPL.get(jax.default_backend(), "xla")
+SELECT_BARRIER: dict[str, bool] = env_setting("DDTREE_SELECT_BARRIER", flag, {"gpu": True})
 
 
 def rank_impl_args(value: str) -> dict:
@@ -103,6 +71,26 @@ def rank_impl_args(value: str) -> dict:
     return dict(impl=impl, **dict(zip(("block_i", "block_j", "num_warps"), sizes)))
 
 
+def _checked_rank_impl(text: str) -> str:
+    rank_impl_args(text)
+    return text
+
+
+# Per backend: how the counting branch of select_best / _lex_rank ranks (absent: "xla", the
+# pairwise [P, P] comparison summed by XLA). On the H200 XLA writes that [P, P] pred out and sums
+# it in a second kernel (~50 MB a depth at B = 1024, P ~ 7100); "pallas"
+# (pallas_kernels.rank_count) counts in registers and writes only the [P] ranks. Off: with its
+# untuned default tiles the build was slower at every budget (session 8, H200: 0.313 / 0.478 /
+# 0.701 ms at B = 64 / 256 / 1024 against 0.269 / 0.404 / 0.617; `python -m bench.bench_tree
+# --rank-impl xla,pallas`); DDTREE_RANK_IMPL in the environment sets every backend. A value
+# may name the kernel's tiles: "pallas:BIxBJ" or "pallas:BIxBJxWARPS" (e.g. pallas:64x256x8).
+RANK_IMPL: dict[str, str] = env_setting("DDTREE_RANK_IMPL", _checked_rank_impl, {})
+
+
+def _rank_impl() -> str:
+    return RANK_IMPL.get(jax.default_backend(), "xla")
+
+
 # Per backend: the largest n * P (selected entries times candidates) for which a depth's
 # selection picks its entries' values by one-hot reductions over the ranks (absent: 0, never).
 # Without it the count branch inverts the rank permutation with a scatter and then gathers each
@@ -113,9 +101,13 @@ def rank_impl_args(value: str) -> dict:
 # (`select_onehot`): for each output slot t, max over p of where(rank[p] == t, x[p], fill), the
 # four values as sibling reductions over one [n, P] predicate, meant to be one fusion in place of
 # the scatter and the gathers; O(n P) work, so only for small selections. The same values either
-# way (tests/test_trees.py). Not yet timed (`bench_tree --onehot-max`), so off;
-# DDTREE_SELECT_ONEHOT_MAX=N in the environment sets every backend.
-SELECT_ONEHOT_MAX: dict[str, int] = _per_backend("DDTREE_SELECT_ONEHOT_MAX", {})
+# way (tests/test_trees.py). n * P is the same at every depth: 800 / 17920 / 82560 at
+# B = 16 / 64 / 128. H200 (session 10, bench/RESULTS.md): whole build 0.203 -> 0.174 ms at
+# B = 16 and 0.295 -> 0.266 at 64; DDTree-64 rounds in three same-call A/Bs, one-hot 0.01-0.10 ms
+# faster in each (6.222-6.327 vs 6.236-6.429 steady), DDTree-16 -0.04 to +0.01. So on GPUs up to
+# 20000 (B <= 64). B = 128 (100000) built 0.367 vs 0.386 but has no round A/B yet; the CPU has no
+# timing and keeps the scatter. DDTREE_SELECT_ONEHOT_MAX=N in the environment sets every backend.
+SELECT_ONEHOT_MAX: dict[str, int] = env_setting("DDTREE_SELECT_ONEHOT_MAX", whole_number, {"gpu": 20000})
 
 
 def _materialized(*xs):
@@ -175,6 +167,11 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # 0.271 / 0.699 / 0.619 ms at B = 16 / 64 / 256 / 1024 (keeping 16 / 64 / 256 / 64 a chunk)
 # against 0.376 / 0.317 / 0.409 / 0.681 with XLA's sort.
 VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="pallas", pallas_keep_max=64)}
+# DDTREE_VOCAB_STAGE1=xla|pallas|threshold sets the first stage wherever the top-k has two
+# (pallas_kernels.chunk_topk: "threshold" is the kernel whose work does not grow with keep).
+for _backend, _stage1 in env_setting("DDTREE_VOCAB_STAGE1", one_of("xla", "pallas", "threshold"), {}).items():
+    if _backend in VOCAB_TOPK:
+        VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], stage1=_stage1)
 
 
 def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
@@ -184,8 +181,8 @@ def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
         return None, None, "xla"
     keep = cfg["keep"] if k >= cfg.get("keep_from_k", 0) else None
     stage1 = cfg.get("stage1", "xla")
-    if min(k, keep or k) > cfg.get("pallas_keep_max", k):
-        stage1 = "xla"
+    if stage1.startswith("pallas") and min(k, keep or k) > cfg.get("pallas_keep_max", k):
+        stage1 = "xla"      # the extraction kernel's work grows with keep; the threshold's does not
     return cfg["chunks"], keep, stage1
 
 
@@ -202,7 +199,10 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     Otherwise every dropped value is below the k-th candidate, which is then the true k-th value.
 
     stage1: how the per-chunk top `keep` runs (`pallas_kernels.chunk_topk.chunk_top_k`'s impl:
-    "xla", "pallas", "pallas_interpret"); every impl gives the same candidates in the same order.
+    "xla", "pallas", "threshold", or either kernel's "_interpret" twin). Every impl keeps the
+    same candidates; "threshold" lists each chunk's by token index instead of by rank, which
+    the second stage's sort makes no difference to (chunk-major index order is token order, so
+    its lower-position-first tie rule still picks the lower token).
     """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
@@ -210,7 +210,8 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     if not chunks or chunks < 2 or keep * chunks < k:
         return jax.lax.top_k(logp, k)
     vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1)  # [..., C, keep]
-    last = vals[..., -1]  # [..., C]: the smallest kept value of each chunk
+    # [..., C]: the smallest kept value of each chunk (the last, where they are by rank)
+    last = vals.min(axis=-1) if index_ordered(stage1) else vals[..., -1]
     vals = vals.reshape(*logp.shape[:-1], chunks * keep)
     idx = idx.reshape(*logp.shape[:-1], chunks * keep)
     top, pos = jax.lax.top_k(vals, k)
