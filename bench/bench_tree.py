@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import re
 import statistics
 import sys
 import time
@@ -31,7 +32,6 @@ from ddtree_jax.trees import make_policy
 from ddtree_jax.trees import base as trees_base
 from ddtree_jax.trees import ddtree
 from ddtree_jax.trees.ddtree import vocab_top_k
-from pallas_kernels.chunk_topk import IMPLS as CHUNK_TOPK_IMPLS
 
 
 def timed(fn, x, inner: int, repeats: int) -> float:
@@ -74,9 +74,11 @@ def main(argv=None) -> int:
                     help="more vocabulary top-k settings to time, CHUNKSxKEEP comma-separated (e.g. "
                          "256x16,1024x8; KEEP 0 = keep K; a trailing p runs the first stage with the "
                          "Pallas extraction kernel, 128x64p, a trailing t with the threshold kernel, "
-                         "128x64t): rows gain topk_CxK[p|t]_ms")
-    ap.add_argument("--stage1", default=None, choices=CHUNK_TOPK_IMPLS,
-                    help="the build's first vocabulary top-k stage (ddtree.VOCAB_TOPK's stage1; "
+                         "128x64t, then optionally rBITS and wWARPS for its radix bits and warps, "
+                         "128x64tr4w2): rows gain topk_<variant>_ms")
+    ap.add_argument("--stage1", default=None,
+                    help="the build's first vocabulary top-k stage, as DDTREE_VOCAB_STAGE1 takes it: "
+                         "xla, pallas[:wWARPS] or threshold[:rBITSwWARPS] (ddtree.VOCAB_TOPK's stage1; "
                          "default: the backend's setting)")
     ap.add_argument("--count-max", default="1024,0",
                     help="ddtree.RANK_BY_COUNT_MAX values to compare (pairwise ranking vs sort)")
@@ -106,6 +108,18 @@ def main(argv=None) -> int:
     bad = set(filter(None, args.ancestor_impl.split(","))) - set(trees_base.ANCESTOR_IMPLS)
     if bad:
         ap.error(f"--ancestor-impl: {', '.join(sorted(bad))}: choose from {', '.join(trees_base.ANCESTOR_IMPLS)}")
+    try:
+        stage1 = ddtree.stage1_setting(args.stage1) if args.stage1 else None
+    except ValueError as e:
+        ap.error(f"--stage1 {args.stage1}: {e}")
+    variants = []
+    for v in filter(None, args.variants.lower().split(",")):
+        m = re.fullmatch(r"(\d+)x(\d+)(?:(p)(?:w(\d+))?|(t)(?:r(\d+))?(?:w(\d+))?)?", v)
+        if not m:
+            ap.error(f"--variants: {v!r} is not CHUNKSxKEEP[p[wWARPS]|t[rBITS][wWARPS]] (e.g. 128x64tr4w2)")
+        chunks, keep, p, p_warps, t, bits, t_warps = m.groups()
+        options = {name: int(x) for name, x in (("radix_bits", bits), ("num_warps", p_warps or t_warps)) if x}
+        variants.append((v, int(chunks), int(keep), p or t or "", options))
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
     policy = make_policy(args.policy)
     rows = []
@@ -120,22 +134,22 @@ def main(argv=None) -> int:
             clustered = logp.at[:, :, :k].add(100.0)
             r["topk2_keep_fallback_ms"] = timed(lambda x: vocab_top_k(x, k, chunks=128, keep=args.keep),
                                                 clustered, args.inner, args.repeats)
-        for v in filter(None, args.variants.lower().split(",")):
-            impl, tag = "xla", ""
-            if v[-1:] in ("p", "t"):
-                v, tag = v[:-1], v[-1]
+        for v in variants:
+            chunks, keep, tag, options = v[1:]
+            impl = "xla"
+            if tag:
                 impl = ("pallas" if tag == "p" else "threshold") + (
                     "" if jax.default_backend() == "gpu" else "_interpret")
-            chunks, keep = (int(x) for x in v.split("x"))
-            r[f"topk_{chunks}x{keep}{tag}_ms"] = timed(
-                lambda x, c=chunks, kp=keep, im=impl: vocab_top_k(x, k, chunks=c, keep=kp or None, stage1=im),
+            r[f"topk_{v[0]}_ms"] = timed(
+                lambda x, c=chunks, kp=keep, im=impl, o=options: vocab_top_k(
+                    x, k, chunks=c, keep=kp or None, stage1=im, **o),
                 logp, args.inner, args.repeats)
         backend = jax.default_backend()
         with _settings_restored():
             topk = ddtree.VOCAB_TOPK.get(backend)
             if args.stage1 and topk:
                 # forced at every K (the default rule keeps XLA's sort where a chunk keeps > pallas_keep_max)
-                ddtree.VOCAB_TOPK[backend] = dict(topk, stage1=args.stage1, pallas_keep_max=1 << 30)
+                ddtree.VOCAB_TOPK[backend] = dict(topk, **stage1, pallas_keep_max=1 << 30)
             r["stage1"] = ddtree._vocab_top_k_settings(k)[2]
             barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
             rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]

@@ -20,16 +20,17 @@ Status: the GPU default where a chunk keeps at most 64 (``ddtree.VOCAB_TOPK``, s
 The tests run it in interpret mode against ``lax.top_k`` and lower it for CUDA.
 
 A second kernel, ``impl="threshold"`` (session 10), finds the same set with work that does not
-grow with `keep`. The extraction above is ALU-bound: `keep` rounds of two block reductions over
-the chunk, ~150 instructions a thread a round; the H200 round profile of DDTree-64 has it at
-0.105 ms for 15 x 128 chunks keeping 64, ~40x the read of the logits. The threshold kernel
-instead builds the chunk's keep-th largest key bit by bit (32 rounds of one compare-and-count:
-the largest t with at least `keep` keys >= t), takes every key above it and the lowest-index
-keys equal to it (a prefix count), and scatters the kept values to their slots by a second
-prefix count: in **index order** (ascending token index), not by rank. That is enough for the
-two-stage top-k: its second stage sorts the candidates, and chunk-major index order is token
-order, so lax.top_k's lower-position-first tie rule still picks the lower token. Not yet timed
-on a GPU, so selectable only (``python -m bench.bench_tree --variants 128x64t``).
+grow with `keep`. The extraction above runs `keep` rounds of two block reductions over the
+chunk (~150 instructions a thread a round, and two CTA-wide syncs); the H200 round profile of
+DDTree-64 has it at 0.105 ms for 15 x 128 chunks keeping 64, ~40x the read of the logits. The
+threshold kernel builds the chunk's keep-th largest key a few bits at a time (32 / radix_bits
+rounds of compare-and-count: the largest t with at least `keep` keys >= t), takes every key
+above it and the lowest-index keys equal to it (a prefix count), and scatters the kept values
+to their slots by a second prefix count: in **index order** (ascending token index), not by
+rank. That is enough for the two-stage top-k: its second stage sorts the candidates, and
+chunk-major index order is token order, so lax.top_k's lower-position-first tie rule still
+picks the lower token. Not yet timed on a GPU, so selectable only (``python -m
+bench.bench_tree --variants 128x64t,128x64tr4w2``).
 """
 
 from __future__ import annotations
@@ -110,10 +111,13 @@ def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, kee
 
 
 def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int,
-                      keep_pad: int):
-    # keep_pad here is the outputs' width: keep rounded up to a power of two, one more in
-    # interpret mode when that is keep itself (see `spare` below).
-    """One (row, chunk), as _kernel, but the kept entries in index order (see the module doc)."""
+                      keep_pad: int, radix_bits: int):
+    """One (row, chunk), as _kernel, but the kept entries in index order (see the module doc).
+
+    keep_pad is the outputs' width: keep rounded up to a power of two, one more in interpret
+    mode when that is keep itself (see `spare` below). radix_bits: key bits settled a round
+    (32 / radix_bits rounds of 2**radix_bits - 1 counts each, the counts one reduction).
+    """
     c = pl.program_id(1)
     lane = jnp.arange(width, dtype=jnp.int32)
     start = c * length
@@ -125,13 +129,21 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
     key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)       # signed total order, as _kernel
     top = jnp.int32(-(2**31))   # the sign bit: an unsigned pattern u is the signed key u ^ top
 
-    def bit_round(i, t):
-        # t: the largest unsigned pattern so far with >= keep keys at or above it; try bit 31 - i.
-        cand = t | lax.shift_left(jnp.int32(1), 31 - i)
-        count = jnp.sum(jnp.where(inchunk & (key >= (cand ^ top)), 1, 0))
-        return jnp.where(count >= keep, cand, t)
+    digit = jnp.arange(1 << radix_bits, dtype=jnp.int32)
 
-    kth = lax.fori_loop(0, 32, bit_round, jnp.int32(0)) ^ top      # the keep-th largest key
+    def radix_round(r, t):
+        # t: the largest unsigned pattern so far with >= keep keys at or above it (its low bits
+        # zero). Try every digit d of the next radix_bits bits: cand_d = t | d << shift, whose
+        # counts fall as d grows, and keep the largest d whose count is still >= keep (d = 0 is
+        # t itself, always; its column just keeps the shapes powers of two).
+        shift = 32 - radix_bits * (r + 1)
+        cand = t | lax.shift_left(digit, jnp.full(digit.shape, shift, jnp.int32))
+        at_least = inchunk[:, None] & (key[:, None] >= (cand ^ top)[None, :])
+        counts = jnp.sum(jnp.where(at_least, 1, 0), axis=0)                    # [2**radix_bits]
+        best = jnp.sum(jnp.where(counts >= keep, 1, 0)) - 1
+        return t | lax.shift_left(best, shift)
+
+    kth = lax.fori_loop(0, 32 // radix_bits, radix_round, jnp.int32(0)) ^ top  # keep-th largest
     above = inchunk & (key > kth)
     tied = inchunk & (key == kth)
     need = keep - jnp.sum(jnp.where(above, 1, 0))                  # >= 1 of the tied, lowest first
@@ -144,14 +156,19 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
     pltriton.store(idx_ref.at[slot], pos, mask=take)
 
 
-def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas") -> tuple[jax.Array, jax.Array]:
+RADIX_BITS = (1, 2, 4)
+
+
+def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas", num_warps: int = 4,
+                radix_bits: int = 2) -> tuple[jax.Array, jax.Array]:
     """Top-`keep` of each of `chunks` contiguous slices of the last axis of x [..., V].
 
     Returns (values in x.dtype, indices into the row, int32), each ``[..., chunks, keep]``.
     impl: "pallas" (the extraction kernel: each slice ordered as ``lax.top_k`` orders it),
     "threshold" (the threshold kernel: the same entries, each slice in index order), each with
     an "_interpret" twin (the same kernel on any backend, for tests), or "xla" (the reference,
-    rank order).
+    rank order). num_warps: the kernel's warps a program; radix_bits (threshold only, 1, 2 or 4):
+    key bits settled a round. Neither changes the result, and neither has been timed.
     """
     if impl == "xla":
         return chunk_top_k_reference(x, chunks, keep)
@@ -160,6 +177,8 @@ def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas") -
     v = x.shape[-1]
     length = -(-v // chunks)
     width = _pow2_at_least(length)
+    if radix_bits not in RADIX_BITS:
+        raise ValueError(f"chunk_top_k: radix_bits={radix_bits}; choose one of {RADIX_BITS}")
     if width > _MAX_CHUNK or keep > length:
         raise ValueError(f"chunk_top_k: chunks of {length} values (keep {keep}) do not fit one program "
                          f"(at most {_MAX_CHUNK}, keep <= chunk); use more chunks or impl='xla'")
@@ -169,10 +188,12 @@ def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas") -
     rows = math.prod(lead)
     keep_pad = _pow2_at_least(keep)
     interpret = impl.endswith("_interpret")
-    params = None if interpret else pltriton.CompilerParams(num_warps=4, num_stages=1)
-    kernel = _threshold_kernel if index_ordered(impl) else _kernel
-    if kernel is _threshold_kernel and interpret and keep == keep_pad:
-        keep_pad += 1       # a spare slot for the masked-off lanes (see _threshold_kernel)
+    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=1)
+    kernel = _kernel
+    if index_ordered(impl):
+        kernel = functools.partial(_threshold_kernel, radix_bits=radix_bits)
+        if interpret and keep == keep_pad:
+            keep_pad += 1       # a spare slot for the masked-off lanes (see _threshold_kernel)
     vals, idx = pl.pallas_call(
         functools.partial(kernel, length=length, width=width, keep=keep, keep_pad=keep_pad),
         grid=(rows, chunks),

@@ -62,11 +62,13 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     from bench import bench_tree, probe_decode
 
     assert bench_tree.main(["--vocab", "512", "--budgets", "8,40", "--inner", "2", "--repeats", "1",
-                            "--variants", "8x0t", "--out", str(tmp_path)]) == 0
+                            "--variants", "8x0t,8x0tr4w2", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
     assert [r["budget"] for r in rows] == [8, 40]
     assert all(r["build_ms_count1024"] > 0 and r["build_ms_count0"] > 0 and r["topk2_ms"] > 0
-               and r["topk_8x0t_ms"] > 0 for r in rows)
+               and r["topk_8x0t_ms"] > 0 and r["topk_8x0tr4w2_ms"] > 0 for r in rows)
+    with pytest.raises(SystemExit):
+        bench_tree.main(["--variants", "8x0q"])
     assert probe_decode.main(["--small", "--out", str(tmp_path)]) == 0
     probe = json.loads((tmp_path / "probe_decode.json").read_text())
     assert probe["copy_TBps"] > 0 and len(probe["gemv"]) == 2

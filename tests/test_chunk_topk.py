@@ -54,6 +54,19 @@ def test_threshold_kernel_keeps_the_same_entries_in_index_order(kind, shape, chu
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
 
+@pytest.mark.parametrize("radix_bits", [1, 4])
+@pytest.mark.parametrize("kind", ["ties", "zeros"])
+@pytest.mark.parametrize("shape,chunks,keep", [((2, 3, 1000), 7, 5), ((1, 1187 * 2), 2, 64)])
+def test_threshold_kernel_radix_bits(kind, shape, chunks, keep, radix_bits):
+    """Every radix (key bits settled a round; the default 2 is the test above) finds the same
+    keep-th key and so the same entries."""
+    x = make(kind, shape, seed=chunks + keep + radix_bits)
+    got = chunk_top_k(x, chunks, keep, impl="threshold_interpret", radix_bits=radix_bits, num_warps=2)
+    want = chunk_top_k_reference(x, chunks, keep, index_order=True)
+    np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
 def test_chunk_top_k_errors():
     x = jnp.zeros((2, 20000), jnp.float32)
     with pytest.raises(ValueError, match="do not fit one program"):
@@ -62,14 +75,17 @@ def test_chunk_top_k_errors():
         chunk_top_k(x[:, :40], 8, 6, impl="pallas_interpret")  # 5-value chunks, keep 6
     with pytest.raises(ValueError, match="unknown chunk_top_k impl"):
         chunk_top_k(x, 128, 8, impl="cuda")
+    with pytest.raises(ValueError, match="radix_bits=3; choose one of"):
+        chunk_top_k(x, 128, 8, impl="threshold_interpret", radix_bits=3)
 
 
-@pytest.mark.parametrize("impl", ["pallas", "threshold"])
-def test_chunk_top_k_triton_lowering_verifies(monkeypatch, impl):
+@pytest.mark.parametrize("impl,options", [("pallas", {}), ("threshold", {}),
+                                          ("threshold", dict(radix_bits=4, num_warps=2))])
+def test_chunk_top_k_triton_lowering_verifies(monkeypatch, impl, options):
     """The 8B shape's first stage (15 depths x 151936 tokens, 128 chunks, 64 kept) lowers for CUDA
     and its Triton module verifies, on a CPU machine."""
     modules = _verified_triton_modules(monkeypatch)
-    fn = functools.partial(chunk_top_k, chunks=128, keep=64, impl=impl)
+    fn = functools.partial(chunk_top_k, chunks=128, keep=64, impl=impl, **options)
     try:
         jax.jit(fn).trace(jax.ShapeDtypeStruct((1, 15, 151936), jnp.float32)).lower(lowering_platforms=("cuda",))
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax

@@ -282,17 +282,20 @@ def test_tree_settings_from_the_environment():
 
     code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.RANK_BY_COUNT_MAX, "
             "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
-            "ddtree.SELECT_BARRIER['cpu'], ddtree.RANK_IMPL['gpu'], ddtree.VOCAB_TOPK['gpu']['stage1'])")
+            "ddtree.SELECT_BARRIER['cpu'], ddtree.RANK_IMPL['gpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
+            "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'])")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
            "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
-           "DDTREE_SELECT_BARRIER": "1", "DDTREE_RANK_IMPL": "pallas:64x256", "DDTREE_VOCAB_STAGE1": "threshold"}
+           "DDTREE_SELECT_BARRIER": "1", "DDTREE_RANK_IMPL": "pallas:64x256",
+           "DDTREE_VOCAB_STAGE1": "threshold:r4w2"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("{'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
-                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True pallas:64x256 threshold\n")
+                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True pallas:64x256 threshold 4 2\n")
     for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
                              ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
                              ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
+                             ("DDTREE_VOCAB_STAGE1", "threshold:r3", "radix bits are one of 1, 2, 4"),
                              ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain")]:
         r = subprocess.run([sys.executable, "-c", code], env={**env, name: value},
                            capture_output=True, text=True, timeout=120)
@@ -575,6 +578,30 @@ def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind, stage1):
         got = fn(logp, k, chunks, keep, stage1)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_vocab_top_k_passes_the_first_stage_options(monkeypatch):
+    """VOCAB_TOPK's num_warps / radix_bits reach chunk_top_k (the build's first stage), and the
+    top-k is lax.top_k's with them."""
+    from ddtree_jax.trees import ddtree
+
+    seen = []
+    real = ddtree.chunk_top_k
+
+    def spy(*a, **k):
+        seen.append({n: k[n] for n in ("impl", "num_warps", "radix_bits") if n in k})
+        return real(*a, **k)
+
+    monkeypatch.setattr(ddtree, "chunk_top_k", spy)
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
+                        dict(chunks=8, keep=24, keep_from_k=100, stage1="threshold_interpret",
+                             radix_bits=4, num_warps=2))
+    logp = jnp.asarray(make_logp("ties", (1, 3, 1000), seed=2))
+    got = ddtree.vocab_top_k(logp, 24, *ddtree._vocab_top_k_settings(24), **ddtree._stage1_options())
+    want = jax.lax.top_k(logp, 24)
+    assert seen == [dict(impl="threshold_interpret", num_warps=2, radix_bits=4)]
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
 
 
 def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):

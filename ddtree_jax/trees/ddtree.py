@@ -20,6 +20,7 @@ Slots come out in that same best-first order (slot 1 = best path), which is topo
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,7 @@ import numpy as np
 
 from ddtree_jax.trees.base import (Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting, flag,
                                    one_of, register_policy, tree_from_nodes, whole_number)
-from pallas_kernels.chunk_topk import chunk_top_k, index_ordered
+from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, index_ordered
 from pallas_kernels.rank_count import rank_by_count
 
 
@@ -167,11 +168,30 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # 0.271 / 0.699 / 0.619 ms at B = 16 / 64 / 256 / 1024 (keeping 16 / 64 / 256 / 64 a chunk)
 # against 0.376 / 0.317 / 0.409 / 0.681 with XLA's sort.
 VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="pallas", pallas_keep_max=64)}
+# An entry may also hold the kernel's `num_warps` and `radix_bits` (chunk_top_k's defaults
+# otherwise: 4 warps, 2 bits a round; untimed).
 # DDTREE_VOCAB_STAGE1=xla|pallas|threshold sets the first stage wherever the top-k has two
-# (pallas_kernels.chunk_topk: "threshold" is the kernel whose work does not grow with keep).
-for _backend, _stage1 in env_setting("DDTREE_VOCAB_STAGE1", one_of("xla", "pallas", "threshold"), {}).items():
+# (pallas_kernels.chunk_topk: "threshold" is the kernel whose work does not grow with keep),
+# optionally with its options after a colon: threshold:r4w2 (radix bits 4, 2 warps), pallas:w8.
+
+
+def stage1_setting(text: str) -> dict:
+    """The VOCAB_TOPK fields that a first-stage setting ("threshold:r4w2", ...) names."""
+    name, _, opts = text.partition(":")
+    one_of("xla", "pallas", "threshold")(name)
+    m = re.fullmatch(r"(?:r(\d+))?(?:w(\d+))?", opts)
+    if not m or (name == "xla" and opts) or (name == "pallas" and m.group(1)):
+        raise ValueError("options follow a kernel's name as :rBITSwWARPS (threshold) or :wWARPS")
+    bits, warps = m.groups()
+    if bits and int(bits) not in RADIX_BITS:
+        raise ValueError(f"radix bits are one of {', '.join(map(str, RADIX_BITS))}")
+    return dict(stage1=name, **({"radix_bits": int(bits)} if bits else {}),
+                **({"num_warps": int(warps)} if warps else {}))
+
+
+for _backend, _setting in env_setting("DDTREE_VOCAB_STAGE1", stage1_setting, {}).items():
     if _backend in VOCAB_TOPK:
-        VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], stage1=_stage1)
+        VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], **_setting)
 
 
 def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
@@ -186,8 +206,14 @@ def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
     return cfg["chunks"], keep, stage1
 
 
+def _stage1_options() -> dict:
+    """The first-stage kernel's launch options in VOCAB_TOPK (`num_warps`, `radix_bits`)."""
+    cfg = VOCAB_TOPK.get(jax.default_backend()) or {}
+    return {name: cfg[name] for name in ("num_warps", "radix_bits") if name in cfg}
+
+
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
-                keep: int | None = None, stage1: str = "xla") -> tuple[Array, Array]:
+                keep: int | None = None, stage1: str = "xla", **stage1_options) -> tuple[Array, Array]:
     """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top `keep` (default
     k) of each of `chunks` contiguous slices, then the top k of those candidates. Same values,
     indices and tie rule (lower index first): candidates stay in index order by chunk, and each
@@ -202,14 +228,16 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     "xla", "pallas", "threshold", or either kernel's "_interpret" twin). Every impl keeps the
     same candidates; "threshold" lists each chunk's by token index instead of by rank, which
     the second stage's sort makes no difference to (chunk-major index order is token order, so
-    its lower-position-first tie rule still picks the lower token).
+    its lower-position-first tie rule still picks the lower token). stage1_options go to
+    chunk_top_k (num_warps, radix_bits) when a kernel runs the first stage.
     """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
     keep = min(k if keep is None else max(1, keep), k, length)
     if not chunks or chunks < 2 or keep * chunks < k:
         return jax.lax.top_k(logp, k)
-    vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1)  # [..., C, keep]
+    options = stage1_options if stage1 != "xla" else {}
+    vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1, **options)  # [..., C, keep]
     # [..., C]: the smallest kept value of each chunk (the last, where they are by rank)
     last = vals.min(axis=-1) if index_ordered(stage1) else vals[..., -1]
     vals = vals.reshape(*logp.shape[:-1], chunks * keep)
@@ -259,7 +287,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
     # [Bt, D, K]: rank r -> (log-prob, token)
-    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k))
+    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k), **_stage1_options())
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
