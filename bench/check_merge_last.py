@@ -42,14 +42,14 @@ CASES = ((65, 512), (65, 4096), (257, 4096), (1, 4096), (1, 32768))
 SMALL = ((9, 200), (1, 300))
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--small", action="store_true", help="tiny CPU smoke run (interpret mode)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--reps", type=int, default=7)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     small = args.small or jax.default_backend() == "cpu"
     impl = "pallas_interpret" if small else "pallas"
     hq, hkv, dh = (4, 2, 64) if small else (32, 8, 128)
