@@ -114,12 +114,18 @@ def main(argv=None) -> int:
         ap.error(f"--stage1 {args.stage1}: {e}")
     variants = []
     for v in filter(None, args.variants.lower().split(",")):
-        m = re.fullmatch(r"(\d+)x(\d+)(?:(p)(?:w(\d+))?|(t)(?:r(\d+))?(?:w(\d+))?)?", v)
-        if not m:
-            ap.error(f"--variants: {v!r} is not CHUNKSxKEEP[p[wWARPS]|t[rBITS][wWARPS]] (e.g. 128x64tr4w2)")
-        chunks, keep, p, p_warps, t, bits, t_warps = m.groups()
-        options = {name: int(x) for name, x in (("radix_bits", bits), ("num_warps", p_warps or t_warps)) if x}
-        variants.append((v, int(chunks), int(keep), p or t or "", options))
+        # CHUNKSxKEEP, then p (extraction) or t (threshold) and the options stage1_setting takes
+        m = re.fullmatch(r"(\d+)x(\d+)(?:([pt])(.*))?", v)
+        try:
+            if not m:
+                raise ValueError("not CHUNKSxKEEP[p[wWARPS]|t[rBITS][wWARPS]] (e.g. 128x64tr4w2)")
+            chunks, keep, tag, opts = m.groups()
+            setting = ddtree.stage1_setting(
+                {"p": "pallas", "t": "threshold", None: "xla"}[tag] + (f":{opts}" if opts else ""))
+        except ValueError as e:
+            ap.error(f"--variants {v}: {e}")
+        options = {name: x for name, x in setting.items() if name != "stage1"}
+        variants.append((v, int(chunks), int(keep), tag or "", options))
     logp = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(0), (1, args.depth, args.vocab)), -1)
     policy = make_policy(args.policy)
     rows = []

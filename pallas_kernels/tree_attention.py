@@ -121,12 +121,16 @@ class LaunchPlan:
     block_new: int       # new keys per step
     merge_width: int     # merge kernel: columns of the [rows, Dh] plane per program (0: none)
     kernels: int         # pallas_calls per attention call (1 or 2)
-    merge_last: bool = False  # parts > 1 merged by the last program of a row block (1 kernel)
 
     @property
     def merged(self) -> bool:
         """Parts write float32 partials that something merges (a second kernel, or the last)."""
         return self.parts > 1
+
+    @property
+    def merge_last(self) -> bool:
+        """The parts are merged by the last program of a row block (merge="last": one kernel)."""
+        return self.merged and self.kernels == 1
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -240,7 +244,7 @@ def launch_plan(bt: int, t: int, hkv: int, g: int, dh: int, s: int,
         return LaunchPlan(rows, n_m, 1, 1, block_new, 0, 1)
     parts = n_split + 1
     if cfg.merge == "last":
-        return LaunchPlan(rows, n_m, n_split, parts, block_new, 0, 1, merge_last=True)
+        return LaunchPlan(rows, n_m, n_split, parts, block_new, 0, 1)
     width = max(16, min(cfg.merge_tile // _pow2_at_least(parts, 1),
                         _pow2_at_least(rows * dh, 16)))
     return LaunchPlan(rows, n_m, n_split, parts, block_new, width, 2)
@@ -257,7 +261,7 @@ def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
 def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k: int,
                       block_new: int, n_split: int, seq: int, precision, split_edges: bool,
                       has_prefix: bool, has_window: bool, has_mask: bool, merged: bool,
-                      merge_last: bool = False, parts: int = 1, barrier: bool = True):
+                      merge_last: bool = False, barrier: bool = True):
     """One (row block, part, batch row, kv head).
 
     Refs, in order (some only when their flag is set): kv_start [] (has_window), cache_len []
@@ -409,20 +413,20 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     has = l_i > 0.0
     l_safe = jnp.where(has, l_i, 1.0)
     o = acc / l_safe[:, None]
+    lse = jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf) if merged else None
     if merge_last:
-        _store_and_merge_last(o, jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf), part,
-                              tq, gq, cols, o_ref, part_ref, lse_ref, cnt_ref, t=t, g=g,
-                              block_m=block_m, parts=parts, barrier=barrier)
+        _store_and_merge_last(o, lse, part, tq, gq, cols, o_ref, part_ref, lse_ref, cnt_ref, t=t,
+                              block_m=block_m, parts=n_split + 1, barrier=barrier)
     elif merged:
         pltriton.store(o_ref, o, mask=(rows < t * g)[:, None])  # padded rows: not read
-        lse_ref[...] = jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf)
+        lse_ref[...] = lse
     else:
         pltriton.store(o_ref.at[tq[:, None], gq[:, None], cols], o.astype(o_ref.dtype),
                        mask=(tq < t)[:, None])
 
 
 def _store_and_merge_last(o, lse, part, tq, gq, cols, o_ref, part_ref, lse_ref, cnt_ref, *,
-                          t: int, g: int, block_m: int, parts: int, barrier: bool):
+                          t: int, block_m: int, parts: int, barrier: bool):
     """Store this part's partial (o [BM, Dh], lse [BM]), take a ticket, and, if it is the last
     of the row block's parts, merge all of them into o_ref.
 
@@ -483,7 +487,7 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
         # An unmasked block must fit in the cache row.
         split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
         has_window=has_window, has_mask=has_mask, merged=merged, merge_last=plan.merge_last,
-        parts=parts, barrier=not interpret)
+        barrier=not interpret)
     # Grid order (row block, part, b, h): the row blocks of one chunk are launched next to
     # each other, so the chunk's K/V is read from HBM once and then hits L2.
     grid = (n_m, parts, bt, hkv)

@@ -229,15 +229,14 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     same candidates; "threshold" lists each chunk's by token index instead of by rank, which
     the second stage's sort makes no difference to (chunk-major index order is token order, so
     its lower-position-first tie rule still picks the lower token). stage1_options go to
-    chunk_top_k (num_warps, radix_bits) when a kernel runs the first stage.
+    chunk_top_k (num_warps, radix_bits; the XLA stage ignores them).
     """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
     keep = min(k if keep is None else max(1, keep), k, length)
     if not chunks or chunks < 2 or keep * chunks < k:
         return jax.lax.top_k(logp, k)
-    options = stage1_options if stage1 != "xla" else {}
-    vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1, **options)  # [..., C, keep]
+    vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1, **stage1_options)  # [..., C, keep]
     # [..., C]: the smallest kept value of each chunk (the last, where they are by rank)
     last = vals.min(axis=-1) if index_ordered(stage1) else vals[..., -1]
     vals = vals.reshape(*logp.shape[:-1], chunks * keep)
