@@ -167,9 +167,16 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # `pallas_keep_max`: the whole build with it, session 8 (H200, with SELECT_BARRIER): 0.196 /
 # 0.271 / 0.699 / 0.619 ms at B = 16 / 64 / 256 / 1024 (keeping 16 / 64 / 256 / 64 a chunk)
 # against 0.376 / 0.317 / 0.409 / 0.681 with XLA's sort.
-VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="pallas", pallas_keep_max=64)}
+# "threshold" (the chunk's keep-th key by radix select, then one pass: work independent of keep)
+# replaced "pallas" in session 11 (H200, bench_tree whole build with the ancestor mask, pallas vs
+# threshold: 0.181 / 0.276 / 0.432 / 0.635 vs 0.185 / 0.208 / 0.312 / 0.559 ms at B = 16 / 64 /
+# 256 / 1024; at 256 it also replaces XLA's sort; the first stage alone, 128 chunks keeping 64,
+# 0.171 vs 0.096 ms at 64; DDTree-64 round, two interleaved A/Bs, 6.337 / 6.351 vs 6.269 / 6.259
+# ms steady, DDTree-256 10.003 / 10.016 vs 9.924 / 10.004). `pallas_keep_max` limits "pallas".
+VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64)}
 # An entry may also hold the kernel's `num_warps` and `radix_bits` (chunk_top_k's defaults
-# otherwise: 4 warps, 2 bits a round; untimed).
+# otherwise: 4 warps, 2 bits a round; session 11's sweep at 128 chunks keeping 64: radix 1 / 2 /
+# 4 bits 0.104 / 0.096 / 0.134 ms, 1 / 2 / 4 / 8 warps 0.117 / 0.105 / 0.096 / 0.106 at B = 64).
 # DDTREE_VOCAB_STAGE1=xla|pallas|threshold sets the first stage wherever the top-k has two
 # (pallas_kernels.chunk_topk: "threshold" is the kernel whose work does not grow with keep),
 # optionally with its options after a colon: threshold:r4w2 (radix bits 4, 2 warps), pallas:w8.
