@@ -24,6 +24,8 @@ kernel's norm prologue); the LM head (float32 logits); the drafter's k/v and fc;
 same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
 (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
 xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
+"split:PARTS[:OPTION=VALUE]" (the product as float32 split-K partials of one batched
+dot, summed by the fusion after it: plain bf16 products only), and
 "pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]" configs (block_n, block_k, num_warps, num_stages, split_k,
 tail_rows 1/0, swap_ab 1/0: pallas_kernels.matmul.MatmulConfig's fields in order); --sweep adds variants for
 the --sweep-rows and --sweep-shapes only.
@@ -77,7 +79,13 @@ def parse_variant(v: str):
         if not rest:
             return "pallas", None
         return "pallas", mm.MatmulConfig(*(int(x) for x in rest.split("x")))
-    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT[xTAIL]")
+    if kind == "split":
+        parts, _, opt = rest.partition(":")
+        if not parts.isdigit() or int(parts) < 2:
+            raise SystemExit(f"variant {v!r}: split:PARTS[:OPTION=VALUE] with PARTS >= 2")
+        return "split", (int(parts), xla_options([opt]) if opt else None)
+    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, split:PARTS[:OPTION=VALUE], pallas or "
+                     "pallas:BNxBKxWxSxSPLIT[xTAIL]")
 
 
 def bucket(m: int) -> tuple[int, int]:
@@ -150,15 +158,31 @@ def write_table(path: Path, device: str, entries: list[dict]) -> None:
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
-def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None):
+def split_parts(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
+    """x [M, K] @ w [K, N] as float32 partials [parts, M, N] over K / parts columns each (one
+    batched dot: XLA picks its GEMM)."""
+    (m, k), n = x.shape, w.shape[1]
+    if k % parts:
+        raise ValueError(f"split:{parts}: K = {k} does not divide into {parts} parts")
+    return jnp.einsum("msi,sio->smo", x.reshape(m, parts, k // parts), w.reshape(parts, k // parts, n),
+                      preferred_element_type=jnp.float32)
+
+
+def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: int = 1):
     """Call l+1's input from call l's output: cut or tiled to the K (2K with the swiglu prologue:
-    the down projection from a gate_up output) columns x has."""
+    the down projection from a gate_up output) columns x has. parts > 1: the product as
+    float32 split-K partials of one batched dot (split_parts), summed by the fusion after it.
+    That is the question session 11 asked: whether more programs (K cut in parts) read o, qkv
+    and down faster, if a consumer kernel summed the partials as it read them. It did not."""
     kx = 2 * k if prologue == "swiglu" else k
     norm_w = jnp.full((k,), 1.1, jnp.bfloat16) if prologue == "rmsnorm" else None
 
     def step(x, w):
-        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
-                      norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)
+        if parts > 1:
+            y = jax.lax.optimization_barrier(split_parts(x, w, parts)).sum(0).astype(x.dtype)
+        else:
+            y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
+                          norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)
         if prologue == "swiglu":  # silu(g) * u squares the values: rescale the rows, or they overflow
             yf = y.astype(jnp.float32)
             y = (yf * jax.lax.rsqrt(jnp.mean(yf * yf, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype)
@@ -265,9 +289,13 @@ def main(argv=None) -> int:
                 if kind == "pallas" and opt is None:  # explicit, so a tuned table cannot change it
                     opt = mm.default_matmul_config(m, k, n)
                 try:
-                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype, prologue))
+                    if kind == "split" and (prologue or int8):
+                        raise ValueError("split:PARTS takes plain bf16 products only")
+                    parts, split_opt = opt if kind == "split" else (1, None)
+                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype, prologue,
+                                          parts=parts))
                     lowered = fn.lower(x, ws)
-                    comp = lowered.compile(compiler_options=opt if kind == "xla" else None)
+                    comp = lowered.compile(compiler_options=opt if kind == "xla" else split_opt)
                     ref = jax.block_until_ready(comp(x, ws))
                     if not np.isfinite(np.asarray(ref, np.float32)).all():
                         raise FloatingPointError("non-finite output")

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import math
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from bench import bench_kernels as bk
@@ -269,6 +271,32 @@ def test_bench_gemm_smoke_and_table(tmp_path):
     assert (tmp_path / "gemm_bandwidth.png").read_bytes()[:4] == b"\x89PNG"
     written = json.loads(table.read_text())
     assert "other GPU" in written and len(written[res["device"]]) == 2 * len(bg.SMALL)
+
+
+def test_bench_gemm_split_partials_variant(tmp_path):
+    """split:PARTS: the product as float32 partials of one batched dot over K / PARTS columns
+    each, whose sum is the product; products with a prologue or int8 weights are refused."""
+    from bench import bench_gemm as bg
+
+    x = jax.random.normal(jax.random.key(0), (5, 96), jnp.float32)
+    w = jax.random.normal(jax.random.key(1), (96, 40), jnp.float32)
+    for parts in (2, 3, 4):
+        p = bg.split_parts(x, w, parts)
+        assert p.shape == (parts, 5, 40) and p.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(p[1]), np.asarray(x[:, 96 // parts:2 * 96 // parts]
+                                                                 @ w[96 // parts:2 * 96 // parts]), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(p.sum(0)), np.asarray(x @ w), rtol=2e-5, atol=2e-5)
+    with pytest.raises(ValueError, match="does not divide"):
+        bg.split_parts(x, w, 5)
+    assert bg.parse_variant("split:4:xla_gpu_experimental_force_split_k=1") == (
+        "split", (4, {"xla_gpu_experimental_force_split_k": 1}))
+    with pytest.raises(SystemExit, match="PARTS >= 2"):
+        bg.parse_variant("split:1")
+    assert bg.main(["--small", "--rows", "16", "--variants", "xla,split:2", "--reps", "1", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "bench_gemm.json").read_text())
+    plain = {s for s in bg.SMALL if not bg.prologue_of(s) and not s.endswith("_int8")}
+    assert {r["shape"] for r in res["rows"] if r["variant"] == "split:2"} == plain
+    assert all("split:PARTS takes plain bf16 products only" in e for e in res["errors"])
 
 
 def test_bench_gemm_table_rows():
