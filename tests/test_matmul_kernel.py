@@ -382,3 +382,66 @@ def test_fused_drafter_layers_match_the_unfused_pass():
     outs = [dmodel.draft_hidden(dp, dc, block, pos, cache, length, attn_impl="xla", matmul_impl=impl)
             for impl in ("xla", "pallas_interpret")]
     np.testing.assert_allclose(np.asarray(outs[1]), np.asarray(outs[0]), rtol=3e-5, atol=3e-5)
+
+
+def test_matmul_parts_sum_to_the_product():
+    rng = np.random.default_rng(3)
+    x, w = rand(rng, (2, 5, 96), jnp.float32), rand(rng, (96, 40), jnp.float32)
+    for parts in (1, 2, 3, 4):
+        p = mm.matmul_parts(x, w, parts)
+        assert p.shape == (parts, 2, 5, 40) and p.dtype == jnp.float32
+        c = 96 // parts
+        np.testing.assert_allclose(np.asarray(p[-1]), np.asarray(x[..., -c:] @ w[-c:]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(p.sum(0)), np.asarray(x @ w), rtol=2e-5, atol=2e-5)
+    with pytest.raises(ValueError, match="divide by the parts"):
+        mm.matmul_parts(x, w, 5)
+
+
+def test_o_projection_in_parts_matches_and_stays_lossless(monkeypatch):
+    """target.O_PARTS: the o projection as split-K partials that add_rms_norm sums (the kernel in
+    interpret mode) gives the one-dot forward's outputs, and DDTree with it on its verify passes
+    only (rows >= 2) still gives the AR tokens of the plain target."""
+    from ddtree_jax.generate import Generator
+    from ddtree_jax.models import target as tmodel
+    from ddtree_jax.models.layers import KVCache
+    from tiny import tiny_pair
+
+    pair = tiny_pair(layers=2)
+    tc, tp = pair.target_cfg, tmodel.fuse_params(pair.target_params)
+    rng = np.random.default_rng(0)
+    cache = KVCache([jnp.asarray(rng.standard_normal((1, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2,
+                    [jnp.asarray(rng.standard_normal((1, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2)
+    tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (1, 9)), jnp.int32)
+    length = jnp.asarray([11], jnp.int32)
+    pos = length[:, None] + jnp.arange(9, dtype=jnp.int32)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((9, 9), bool)), (1, 9, 9))
+
+    def run():
+        return tmodel.forward(tp, tc, tokens, pos, cache, length, mask, taps=(0, 1), attn_impl="xla",
+                              norm_impl="pallas_interpret", matmul_impl="xla")
+
+    kind = jax.devices()[0].device_kind
+    want = run()
+    monkeypatch.setitem(tmodel.O_PARTS, kind, [((2, 8), 4), ((9, 9), 2)])
+    assert [tmodel.o_parts(r) for r in (1, 5, 9, 10)] == [1, 4, 2, 1]
+    text = jax.jit(run).lower().as_text()
+    assert "2x1x9x" in text.replace("tensor<", "")  # the partials [2, 1, 9, H] reach the norm kernel
+    for a, b in zip(jax.tree_util.tree_leaves(run()), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
+
+    prompts = [[5], [1, 2, 3, 4, 5, 6, 7], list(range(2, 33))]
+    monkeypatch.setitem(tmodel.O_PARTS, kind, [])
+    ar = [r.token_ids for r in Generator(pair, method="ar").generate_ids(prompts, max_new_tokens=24)]
+    monkeypatch.setitem(tmodel.O_PARTS, kind, [((2, 10**6), 2)])
+    gen = Generator(pair, method="ddtree", budget=24)
+    assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == ar
+
+
+def test_o_parts_setting_from_the_environment():
+    from ddtree_jax.models import target as tmodel
+
+    assert tmodel._o_parts_setting("2") == [((1, 2**31), 2)]
+    assert tmodel._o_parts_setting("129-257:2,258-1025:4") == [((129, 257), 2), ((258, 1025), 4)]
+    for bad in ("two", "5-3:2", "1-2:0", "1-:2"):
+        with pytest.raises(ValueError, match="DDTREE_O_PARTS"):
+            tmodel._o_parts_setting(bad)
