@@ -158,10 +158,20 @@ def write_table(path: Path, device: str, entries: list[dict]) -> None:
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
+def split_parts(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
+    """x [M, K] @ w [K, N] as float32 partials [parts, M, N] over K / parts columns each (one
+    batched dot: XLA picks its GEMM)."""
+    (m, k), n = x.shape, w.shape[1]
+    if k % parts:
+        raise ValueError(f"split:{parts}: K = {k} does not divide into {parts} parts")
+    return jnp.einsum("msi,sio->smo", x.reshape(m, parts, k // parts), w.reshape(parts, k // parts, n),
+                      preferred_element_type=jnp.float32)
+
+
 def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: int = 1):
     """Call l+1's input from call l's output: cut or tiled to the K (2K with the swiglu prologue:
     the down projection from a gate_up output) columns x has. parts > 1: the product as
-    float32 split-K partials of one batched dot (mm.matmul_parts), summed by the fusion after it.
+    float32 split-K partials of one batched dot (split_parts), summed by the fusion after it.
     That is the question session 11 asked: whether more programs (K cut in parts) read o, qkv
     and down faster, if a consumer kernel summed the partials as it read them. It did not."""
     kx = 2 * k if prologue == "swiglu" else k
@@ -169,7 +179,7 @@ def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: in
 
     def step(x, w):
         if parts > 1:
-            y = jax.lax.optimization_barrier(mm.matmul_parts(x, w, parts)).sum(0).astype(x.dtype)
+            y = jax.lax.optimization_barrier(split_parts(x, w, parts)).sum(0).astype(x.dtype)
         else:
             y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
                           norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)

@@ -52,7 +52,7 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
-__all__ = ["matmul", "matmul_parts", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
+__all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
            "default_matmul_config", "matmul_plan", "tuned_config"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
@@ -450,19 +450,3 @@ def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: s
                        prologue=prologue, norm_w=norm_w, eps=eps,
                        residual=None if residual is None else residual.reshape(m, n))
     return y.reshape(*lead, n)
-
-
-def matmul_parts(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
-    """x [..., K] @ w [K, N] as `parts` float32 split-K partials [parts, ..., N] (part s: K
-    columns s * K / parts onwards), one batched XLA dot; their sum is the product.
-
-    For a consumer that sums the partials as it reads them (norms.add_rms_norm does), so that
-    no reduction kernel runs: cutting K gives the GEMM `parts` times the programs, for products
-    whose library tiles leave SMs idle (`target.O_PARTS`)."""
-    k, n = w.shape
-    if x.shape[-1] != k or parts < 1 or k % parts:
-        raise ValueError(f"matmul_parts: x [..., {x.shape[-1]}] @ w [{k}, {n}] in {parts} parts: "
-                         "K must match and divide by the parts")
-    xs = x.reshape(*x.shape[:-1], parts, k // parts)
-    return jnp.einsum("...si,sio->s...o", xs, w.astype(x.dtype).reshape(parts, k // parts, n),
-                      preferred_element_type=jnp.float32)

@@ -103,15 +103,7 @@ def rms_norm_reference(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     return w.astype(x.dtype) * y.astype(x.dtype)
 
 
-def summed_parts(delta, dtype):
-    """The product that float32 split-K partials [S, ...] stand for, rounded once to dtype (as a
-    dot's float32 accumulator is)."""
-    return delta.astype(jnp.float32).sum(0).astype(dtype)
-
-
 def add_rms_norm_reference(x, delta, w, eps):
-    if delta.ndim == x.ndim + 1:
-        delta = summed_parts(delta, x.dtype)
     s = x + delta
     return s, rms_norm_reference(s, w, eps)
 
@@ -158,9 +150,8 @@ def _tail_mask(block: int, n: int, ndim: int):
     return ok.reshape(block, *[1] * (ndim - 1))
 
 
-def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool, parts: int = 0):
-    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w. Refs are [BR, Hp] tiles;
-    with parts > 0 the delta ref is [parts, BR, Hp] float32 split-K partials, summed here."""
+def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
+    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w. Refs are [BR, Hp] tiles."""
     if residual:
         x_ref, d_ref, w_ref, s_ref, y_ref = refs
     else:
@@ -172,11 +163,7 @@ def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool, pa
     fill = None if mask is None else 0.0
     x = pltriton.load(x_ref, mask=mask, other=fill).astype(y_ref.dtype)
     if residual:  # in the activation dtype, as x + delta
-        if parts:  # the product, summed in float32 and rounded once (as the dot's accumulator)
-            d = jnp.sum(pltriton.load(d_ref, mask=None if mask is None else mask[None], other=fill), axis=0)
-        else:
-            d = pltriton.load(d_ref, mask=mask, other=fill)
-        x = x + d.astype(y_ref.dtype)
+        x = x + pltriton.load(d_ref, mask=mask, other=fill).astype(y_ref.dtype)
         pltriton.store(s_ref, x, mask=mask)
     x32 = x.astype(jnp.float32)
     ms = jnp.sum(x32 * x32, axis=1, keepdims=True) / hidden
@@ -194,28 +181,21 @@ def _norm_unsupported(x) -> str | None:
 
 
 def _norm_pallas(x, delta, w, eps, *, interpret: bool):
-    """Rows [..., H] -> (s or None, y); one pallas_call. delta may be [S, ..., H] float32 split-K
-    partials (then s = x + their sum, in x's dtype)."""
+    """Rows [..., H] -> (s or None, y); one pallas_call."""
     h = x.shape[-1]
-    parts = 0 if delta is None or delta.ndim == x.ndim else delta.shape[0]
-    dtype = x.dtype if delta is None or parts else jnp.result_type(x, delta)
+    dtype = x.dtype if delta is None else jnp.result_type(x, delta)
     x2 = x.reshape(-1, h)
     n = x2.shape[0]
     hp = _pow2_at_least(h)
     br = min(max(1, _TILE // hp), _pow2_at_least(n))
     row = pl.BlockSpec((br, hp), lambda i: (i, 0))    # wider than H: masked in the kernel
-    if delta is None:
-        ins, specs = [x2], [row]
-    elif parts:
-        ins, specs = [x2, delta.reshape(parts, -1, h)], [row, pl.BlockSpec((parts, br, hp), lambda i: (0, i, 0))]
-    else:
-        ins, specs = [x2, delta.reshape(-1, h)], [row, row]
+    ins = [x2] if delta is None else [x2, delta.reshape(-1, h)]
     out_shape = jax.ShapeDtypeStruct((n, h), dtype)
     outs = pl.pallas_call(
         lambda *refs: _norm_kernel(*refs, n_rows=n, hidden=h, eps=eps,
-                                   residual=delta is not None, parts=parts),
+                                   residual=delta is not None),
         grid=(pl.cdiv(n, br),),
-        in_specs=specs + [pl.BlockSpec((hp,), lambda i: (0,))],
+        in_specs=[row] * len(ins) + [pl.BlockSpec((hp,), lambda i: (0,))],
         out_specs=[row] * (1 if delta is None else 2),
         out_shape=[out_shape] * (1 if delta is None else 2),
         compiler_params=_compiler_params(interpret, br * hp),
@@ -239,14 +219,10 @@ def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
     """(s, rms_norm(s, w, eps)) with s = x + delta: a residual add and the norm after it.
 
     s is the new residual stream, added in the activation dtype as ``x + delta`` is; one kernel
-    on Pallas. delta may also be float32 split-K partials [S, *x.shape] of the product that is
-    added (a dot cut along K, `target.o_parts`): the kernel sums them in float32 and rounds the
-    sum once to x's dtype, where the dot's own output would have been rounded, so no reduction
-    kernel runs between the product and this one.
+    on Pallas.
     """
-    if x.shape != delta.shape and not (delta.shape[1:] == x.shape and delta.dtype == jnp.float32):
-        raise ValueError(f"x {x.shape} and delta {delta.shape} must have the same shape, or delta be "
-                         "float32 split-K partials [S, *x.shape]")
+    if x.shape != delta.shape:
+        raise ValueError(f"x {x.shape} and delta {delta.shape} must have the same shape")
     impl = _resolve(impl, _norm_unsupported(x))
     if impl == "xla":
         return add_rms_norm_reference(x, delta, w, eps)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import math
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from bench import bench_kernels as bk
@@ -272,10 +274,20 @@ def test_bench_gemm_smoke_and_table(tmp_path):
 
 
 def test_bench_gemm_split_partials_variant(tmp_path):
-    """split:PARTS[:OPTION=VALUE] runs the product as matmul_parts' partials (plain bf16
-    products only: a prologue or int8 weights are refused, as a row error)."""
+    """split:PARTS: the product as float32 partials of one batched dot over K / PARTS columns
+    each, whose sum is the product; products with a prologue or int8 weights are refused."""
     from bench import bench_gemm as bg
 
+    x = jax.random.normal(jax.random.key(0), (5, 96), jnp.float32)
+    w = jax.random.normal(jax.random.key(1), (96, 40), jnp.float32)
+    for parts in (2, 3, 4):
+        p = bg.split_parts(x, w, parts)
+        assert p.shape == (parts, 5, 40) and p.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(p[1]), np.asarray(x[:, 96 // parts:2 * 96 // parts]
+                                                                 @ w[96 // parts:2 * 96 // parts]), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(p.sum(0)), np.asarray(x @ w), rtol=2e-5, atol=2e-5)
+    with pytest.raises(ValueError, match="does not divide"):
+        bg.split_parts(x, w, 5)
     assert bg.parse_variant("split:4:xla_gpu_experimental_force_split_k=1") == (
         "split", (4, {"xla_gpu_experimental_force_split_k": 1}))
     with pytest.raises(SystemExit, match="PARTS >= 2"):
@@ -284,7 +296,7 @@ def test_bench_gemm_split_partials_variant(tmp_path):
     res = json.loads((tmp_path / "bench_gemm.json").read_text())
     plain = {s for s in bg.SMALL if not bg.prologue_of(s) and not s.endswith("_int8")}
     assert {r["shape"] for r in res["rows"] if r["variant"] == "split:2"} == plain
-    assert res["errors"] and all("split:PARTS takes plain bf16 products only" in e for e in res["errors"])
+    assert all("split:PARTS takes plain bf16 products only" in e for e in res["errors"])
 
 
 def test_bench_gemm_table_rows():

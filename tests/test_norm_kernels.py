@@ -80,29 +80,6 @@ def test_norms_match_xla(rows, hidden, dtype):
     assert_close(y1, y1_ref, dtype, "rms_norm")
 
 
-@pytest.mark.parametrize("parts,rows,hidden,dtype", [(2, 65, 4096, jnp.bfloat16), (3, 7, 96, jnp.float32),
-                                                     (4, 257, 96, jnp.bfloat16)])
-def test_add_rms_norm_sums_split_k_partials(parts, rows, hidden, dtype):
-    """delta as float32 partials [S, ..., H]: the kernel adds their float32 sum rounded once to x's
-    dtype, as the XLA path and a dot's own output do; other shapes are refused."""
-    rng = np.random.default_rng(parts * 100 + rows)
-    x = rand(rng, (1, rows, hidden), dtype, 3.0)
-    d = rand(rng, (parts, 1, rows, hidden), jnp.float32)
-    w = rand(rng, (hidden,), jnp.float32)
-    (s, y), (s_ref, y_ref) = jax.jit(lambda x, d, w: [norms.add_rms_norm(x, d, w, EPS, impl=i)
-                                                      for i in ("pallas_interpret", "xla")])(x, d, w)
-    summed = x + d.sum(0).astype(dtype)
-    # (XLA may keep the sum in float32 past the rounding: excess precision, so not bit-equal)
-    assert_close(s_ref, summed, dtype, "residual, XLA")
-    assert_close(s, summed, dtype, "residual")
-    assert s.dtype == y.dtype == dtype
-    assert_close(y, y_ref, dtype, "add_rms_norm of partials")
-    with pytest.raises(ValueError, match="split-K partials"):
-        norms.add_rms_norm(x, d.astype(jnp.bfloat16), w, EPS, impl="xla")
-    with pytest.raises(ValueError, match="split-K partials"):
-        norms.add_rms_norm(x, d[:, :, :-1], w, EPS, impl="xla")
-
-
 def test_norm_leading_dims_and_xla_path_is_the_models_math():
     rng = np.random.default_rng(0)
     x, d = rand(rng, (2, 5, 48), jnp.bfloat16), rand(rng, (2, 5, 48), jnp.bfloat16)
@@ -209,8 +186,6 @@ def test_triton_lowering_one_kernel_each():
         x = sds((1, t, h), bf)
         assert triton_calls(lambda a, b, w: norms.add_rms_norm(a, b, w, EPS, impl="pallas"), x, x, sds((h,), bf)) == 1
         assert triton_calls(lambda a, w: norms.rms_norm(a, w, EPS, impl="pallas"), x, sds((h,), bf)) == 1
-        parts = sds((2, 1, t, h), f32)  # split-K partials of the added product
-        assert triton_calls(lambda a, b, w: norms.add_rms_norm(a, b, w, EPS, impl="pallas"), x, parts, sds((h,), bf)) == 1
     for hq, hkv, dh, t in [(32, 8, 128, 1), (32, 8, 128, 257), (40, 8, 128, 3), (0, 8, 128, 16), (4, 2, 16, 65)]:
         tab = sds((1, t, dh), f32)
         w = sds((dh,), bf)

@@ -13,8 +13,6 @@ kernels' launches, not their bytes, are what they cost (pallas_kernels/norms.py)
 """
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 
@@ -31,57 +29,9 @@ from ddtree_jax.models.layers import (
     split_heads,
 )
 from pallas_kernels import attention
-from pallas_kernels.matmul import kernel_path, matmul, matmul_parts
+from pallas_kernels.matmul import kernel_path, matmul
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
-
-
-# The attention output projection o as split-K partials that the residual add + norm after it
-# sums (matmul_parts, norms.add_rms_norm), per device kind: [((lo, hi), parts), ...] by the
-# pass's rows (batch x tokens), the first matching range wins; absent: one dot. Why: at 65 and
-# 257 rows the H200's cuBLAS tiles o (K = N = 4096) into few programs (session 7's DDTree-256
-# profile: 192 x 72 tiles, 88 programs for 132 SMs, 24 us a layer, ~350 TFLOP/s where gate_up
-# runs ~720); a batched dot over K / parts columns gives parts times the programs. At 65 rows
-# the GEMM alone gained only 0.6 us (session 11, bench_gemm split:2), so no range is listed
-# there. DDTREE_O_PARTS=N (every row count) or LO-HI:N[,LO-HI:N] overrides every device kind.
-O_PARTS: dict[str, list[tuple[tuple[int, int], int]]] = {}
-
-
-def _o_parts_setting(text: str) -> list[tuple[tuple[int, int], int]]:
-    out = []
-    for item in text.split(","):
-        rng, _, parts = item.rpartition(":")
-        lo, _, hi = rng.partition("-")
-        try:
-            entry = ((int(lo), int(hi)) if rng else (1, 2**31), int(parts))
-        except ValueError:
-            entry = None
-        if entry is None or entry[1] < 1 or entry[0][0] > entry[0][1]:
-            raise ValueError(f"DDTREE_O_PARTS={text!r}: give PARTS or LO-HI:PARTS[,LO-HI:PARTS] (whole "
-                             "numbers, LO <= HI), or unset it")
-        out.append(entry)
-    return out
-
-
-_O_PARTS_ENV = _o_parts_setting(os.environ["DDTREE_O_PARTS"]) if os.environ.get("DDTREE_O_PARTS") else None
-
-
-def o_parts(rows: int, device_kind: str | None = None) -> int:
-    """How many split-K partials the o projection of a pass over `rows` rows runs as (1: one
-    dot), from DDTREE_O_PARTS or O_PARTS for this device kind (default: the first device's)."""
-    ranges = _O_PARTS_ENV
-    if ranges is None:
-        ranges = O_PARTS.get(device_kind or jax.devices()[0].device_kind, ())
-    return next((parts for (lo, hi), parts in ranges if lo <= rows <= hi), 1)
-
-
-def _o_delta(p: dict, o: jax.Array, mm: str) -> jax.Array:
-    """What the residual add after attention adds: o @ w_o (+ bias), or its split-K partials
-    where o_parts says so and the product is XLA's (no bias, K divisible)."""
-    parts = o_parts(o.shape[0] * o.shape[1])
-    if parts > 1 and "o_bias" not in p and o.shape[-1] % parts == 0 and kernel_path(o.shape, p["o"], impl=mm) == "xla":
-        return matmul_parts(o, p["o"], parts)
-    return linear(o, p["o"], p.get("o_bias"), impl=mm)
 
 
 def fuse_params(params: dict) -> dict:
@@ -171,7 +121,8 @@ def forward(
             new_k.append(k)
             new_v.append(v)
             o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
-            x, h = add_rms_norm(x, _o_delta(p, o.reshape(*o.shape[:2], -1), mm), p["mlp_norm"], eps, impl=norm_impl)
+            x, h = add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), impl=mm),
+                                p["mlp_norm"], eps, impl=norm_impl)
             x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
             if i in taps:
                 tapped[i] = x
