@@ -56,7 +56,7 @@ def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL,
-                      ddtree.SELECT_ONEHOT_MAX, trees_base.ANCESTOR_CHAIN_FROM):
+                      ddtree.SELECT_ONEHOT_MAX, ddtree.GLOBAL_PRUNE, trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -98,6 +98,10 @@ def main(argv=None) -> int:
                     help="ddtree.SELECT_ONEHOT_MAX values to compare, e.g. 0,100000 (a depth's selected "
                          "values by one-hot reductions where n * P is at most this; default: the "
                          "backend's setting); rows gain build_ms_countN[...]_onehotM")
+    ap.add_argument("--global-prune", default="",
+                    help="ddtree.GLOBAL_PRUNE values to compare, e.g. 0,1 (the exact tree pruned by the "
+                         "global budget too; default: the backend's setting); rows gain "
+                         "build_ms_countN[...]_pruneP")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     for x in filter(None, args.rank_impl.split(",")):
@@ -161,9 +165,11 @@ def main(argv=None) -> int:
             rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
             ancestors = [x for x in args.ancestor_impl.split(",") if x] or [None]
             onehots = [int(x) for x in args.onehot_max.split(",") if x] or [None]
+            prunes = [bool(int(x)) for x in args.global_prune.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, ri, anc, oh in itertools.product(counts, barriers, rank_impls, ancestors, onehots):
+            for c, bar, ri, anc, oh, gp in itertools.product(counts, barriers, rank_impls, ancestors, onehots,
+                                                             prunes):
                 name = "build_ms"
                 for part, table, value in (
                         (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
@@ -171,7 +177,8 @@ def main(argv=None) -> int:
                         (f"rank{ri}", ddtree.RANK_IMPL, ri),
                         (f"anc{anc}", trees_base.ANCESTOR_CHAIN_FROM,
                          None if anc is None else trees_base.chain_from_every_size(anc)),
-                        (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh)):
+                        (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh),
+                        (f"prune{int(bool(gp))}", ddtree.GLOBAL_PRUNE, gp)):
                     if value is not None:
                         table[backend] = value
                         name += "_" + part

@@ -110,6 +110,7 @@ def test_bench_tree_rank_impl_rows(tmp_path):
 @pytest.mark.parametrize("flag,values,table,suffixes", [
     ("--ancestor-impl", "square,chain", "ANCESTOR_CHAIN_FROM", ["ancchain", "ancsquare"]),
     ("--onehot-max", "0,100000", "SELECT_ONEHOT_MAX", ["onehot0", "onehot100000"]),
+    ("--global-prune", "0,1", "GLOBAL_PRUNE", ["prune0", "prune1"]),
 ])
 def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
     """--ancestor-impl / --onehot-max time the whole build (ancestor mask included) once per

@@ -280,17 +280,17 @@ def test_tree_settings_from_the_environment():
     import subprocess
     import sys
 
-    code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.RANK_BY_COUNT_MAX, "
+    code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.GLOBAL_PRUNE['gpu'], ddtree.RANK_BY_COUNT_MAX, "
             "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
             "ddtree.SELECT_BARRIER['cpu'], ddtree.RANK_IMPL['gpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
             "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'])")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
            "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
            "DDTREE_SELECT_BARRIER": "1", "DDTREE_RANK_IMPL": "pallas:64x256",
-           "DDTREE_VOCAB_STAGE1": "threshold:r4w2"}
+           "DDTREE_VOCAB_STAGE1": "threshold:r4w2", "DDTREE_GLOBAL_PRUNE": "0"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ("{'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
+    assert r.stdout == ("False {'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
                         "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True pallas:64x256 threshold 4 2\n")
     for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
                              ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
@@ -344,6 +344,35 @@ def assert_same_best_first(paths, want, logp_row, exact: bool) -> None:
 
 
 # ----------------------------------------------------------------------------- specific cases
+
+
+@pytest.mark.parametrize("case", [(6, 8, 5, 3), (4, 15, 4, 6), (3, 15, 40, 14), (2, 6, 300, 64)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_ddtree_global_pruning_keeps_the_tree(case, kind, monkeypatch):
+    """The exact tree's pruning by the global budget (ddtree._beam_bounds: beams of n - d + 1,
+    candidates with (i+1)(r+2) <= n - d + 2, no depth past n) builds the heap's tree, budgets
+    below the depth included ('dyadic' has zero log-probs: children tie with their parents);
+    with ddtree.GLOBAL_PRUNE off, the beam's bound alone builds it too."""
+    from ddtree_jax.trees import ddtree
+
+    check_ddtree_against_heap(case, kind, seed=sum(case) * 3 + len(kind))
+    if case[3] == 64:
+        monkeypatch.setitem(ddtree.GLOBAL_PRUNE, jax.default_backend(), False)
+        check_ddtree_against_heap(case, kind, seed=sum(case) * 3 + len(kind), fresh_trace=True)
+
+
+def test_beam_bounds():
+    from ddtree_jax.trees.ddtree import _beam_bounds
+
+    # the beam's own bound: (i+1)(r+1) <= width, all `width` kept
+    beam, pairs = _beam_bounds(4, 3, 4, None, 5)
+    assert beam == 4 and pairs == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0)]
+    # the exact tree's: (i+1)(r+2) <= n - d + 2, n - d + 1 kept
+    beam, pairs = _beam_bounds(8, 8, 8, 8, 2)
+    assert beam == 7 and pairs == [(0, r) for r in range(7)] + [(1, 0), (1, 1), (1, 2), (2, 0), (3, 0)]
+    assert _beam_bounds(2, 8, 8, 8, 8) == (1, [(0, 0)])       # depth n: the best chain only
+    assert _beam_bounds(1, 8, 8, 8, 9) == (0, [])             # deeper than n: nothing
+    assert [len(_beam_bounds(b, b, b, b, 2)[1]) for b in (16, 64, 256, 1024)] == [34, 216, 1210, 6238]
 
 
 def test_ddtree_matches_heap_on_handmade_ties():

@@ -12,7 +12,8 @@ and float rounding is monotone), so the chosen set is prefix-closed, and it is e
 classic heap algorithm (pop the best path, push its next sibling and its first child) pops
 first. Without a heap: beam search of width `W = budget` keeps, per depth, the W best
 extensions of the previous depth's beam (the best W of the W x K candidates, K = min(W, V),
-pruned to ~W ln W); a global best-`budget` over all beams picks the tree. Every selection
+pruned to ~W ln W - W, and to W - d + 1 kept at depth d: `_beam_bounds`); a global
+best-`budget` over all beams picks the tree. Every selection
 orders by (score desc, key asc) with the key encoding (depth, lexicographic rank path).
 
 Slots come out in that same best-first order (slot 1 = best path), which is topological.
@@ -26,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.trees.base import (Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting, flag,
-                                   one_of, register_policy, tree_from_nodes, whole_number)
+from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
+                                   flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, index_ordered
 from pallas_kernels.rank_count import rank_by_count
 
@@ -102,13 +103,21 @@ def _rank_impl() -> str:
 # (`select_onehot`): for each output slot t, max over p of where(rank[p] == t, x[p], fill), the
 # four values as sibling reductions over one [n, P] predicate, meant to be one fusion in place of
 # the scatter and the gathers; O(n P) work, so only for small selections. The same values either
-# way (tests/test_trees.py). n * P is the same at every depth: 800 / 17920 / 82560 at
-# B = 16 / 64 / 128. H200 (session 10, bench/RESULTS.md): whole build 0.203 -> 0.174 ms at
+# way (tests/test_trees.py). n * P was 800 / 17920 / 82560 at every depth for B = 16 / 64 / 128
+# when these figures were taken; since session 11's global pruning (`_beam_bounds`) it is at
+# most 510 / 13608 / 65659 (depth 2) and shrinks with depth, so 20000 still covers B <= 64. H200 (session 10, bench/RESULTS.md): whole build 0.203 -> 0.174 ms at
 # B = 16 and 0.295 -> 0.266 at 64; DDTree-64 rounds in three same-call A/Bs, one-hot 0.01-0.10 ms
 # faster in each (6.222-6.327 vs 6.236-6.429 steady), DDTree-16 -0.04 to +0.01. So on GPUs up to
 # 20000 (B <= 64). B = 128 (100000) built 0.367 vs 0.386 but has no round A/B yet; the CPU has no
 # timing and keeps the scatter. DDTREE_SELECT_ONEHOT_MAX=N in the environment sets every backend.
 SELECT_ONEHOT_MAX: dict[str, int] = env_setting("DDTREE_SELECT_ONEHOT_MAX", whole_number, {"gpu": 20000})
+
+
+# Per backend: whether the exact tree (width >= budget) prunes by the global budget as well as
+# by the beam's own bound (`_beam_bounds`); the tree is the same either way (tests). On for
+# every backend (less work by construction: ~25-50 % fewer pairwise comparisons a depth);
+# DDTREE_GLOBAL_PRUNE=0 or 1 in the environment sets every backend, for A/B timings.
+GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fromkeys(BACKENDS, True))
 
 
 def _materialized(*xs):
@@ -275,6 +284,33 @@ def _invert(perm: Array, size: int) -> Array:
     return jnp.zeros((batch, size), jnp.int32).at[rows, perm].set(idx, mode="drop")
 
 
+def _beam_bounds(prev: int, k: int, width: int, n: int | None, d: int) -> tuple[int, list[tuple[int, int]]]:
+    """(beam width, candidate (i, r) pairs) at depth d >= 2 from a beam of `prev` entries: the
+    extension of the previous beam's i-th best entry by its r-th ranked token.
+
+    Every bound counts nodes that beat a candidate in DDTree's order (score, then depth, then
+    rank path; log-probs are <= 0 and float rounding is monotone):
+    - (j, s) for j <= i, s <= r beat (i, r): (i+1)(r+1) - 1 nodes of depth d. So only
+      (i+1)(r+1) <= width can make the depth's best `width` (~width ln width candidates
+      instead of width * K).
+    - n given (the exact tree, width >= n: a node matters only if it is among the n best
+      overall): the previous beam's entries 0..i (i + 1 nodes of depth d - 1) and the d - 2
+      ancestors of entry i beat (i, r) too, so it needs (i+1)(r+1) - 1 + (i+1) + (d-2) < n,
+      i.e. (i+1)(r+2) <= n - d + 2; and a node of depth d among the n best is beaten by fewer
+      than n - (d - 1) nodes of depth d, so the beam keeps n - d + 1. That is ~n fewer
+      candidates a depth (at depth 2: 34 / 216 / 1210 / 6238 instead of 50 / 280 / 1466 / 7262
+      at B = 16 / 64 / 256 / 1024, so ~25-50 % fewer pairwise comparisons) and none past
+      depth n.
+    Exact whenever float32 sums do not round two different beam scores into a tie (the same
+    caveat as the first bound's).
+    """
+    if n is None:
+        return width, [(i, r) for i in range(prev) for r in range(min(k, width // (i + 1)))]
+    room = n - d + 2
+    pairs = [(i, r) for i in range(prev) for r in range(min(k, room // (i + 1) - 1))]
+    return max(0, n - d + 1), pairs
+
+
 def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> DraftTree:
     """The `budget` best nodes among those reached by a beam of `width` per depth.
 
@@ -298,23 +334,23 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
 
+    # With width >= n (DDTree's exact tree) only nodes that can be among the n best overall
+    # matter, which prunes harder than the beam's own bounds (`_beam_bounds`).
+    exact = width >= n and GLOBAL_PRUNE.get(jax.default_backend(), True)
     # Depth 1: ranks in order; best-first, rank and lexicographic order coincide.
-    w = min(width, k)
+    w = min(width, k, n) if exact else min(width, k)
     score = vals[:, 0, :w]
     lex = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (batch, w))
     scores, lexes, parents, tokens = [score], [lex], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
     for d in range(1, depth):
-        w = score.shape[1]
-        # Pruning: the extension by rank r of the i-th best entry is beaten by every (j, s) with
-        # j <= i, s <= r, so only (i+1)(r+1) <= width can make the best `width` (~width ln width
-        # candidates instead of width * K). Exact whenever float32 sums do not round two
-        # different beam scores into a tie.
-        pairs = [(i, r) for i in range(w) for r in range(min(k, width // (i + 1)))]
+        beam, pairs = _beam_bounds(score.shape[1], k, width, n if exact else None, d + 1)
+        if not pairs:  # no node this deep can be among the n best (nor deeper ones)
+            break
         rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
         cand = score[:, rows] + vals[:, d, cols]
         key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
         cand, key = _materialized(cand, key)
-        n_sel = min(width, len(pairs))
+        n_sel = min(beam, len(pairs))
         if _onehot_applies(n_sel, len(pairs)):
             rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
             score, chosen, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
@@ -335,7 +371,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     stride = max(widths)
     all_scores = jnp.concatenate(scores, axis=1)  # [Bt, T]
     all_keys = jnp.concatenate([lx + d * stride for d, lx in enumerate(lexes)], axis=1)
-    depth_of = jnp.asarray(np.repeat(np.arange(1, depth + 1), widths), jnp.int32)  # [T]
+    depth_of = jnp.asarray(np.repeat(np.arange(1, len(widths) + 1), widths), jnp.int32)  # [T]
     parent_of = jnp.concatenate(
         [parents[0]] + [p + int(offsets[d - 1]) for d, p in enumerate(parents) if d > 0], axis=1)
     token_of = jnp.concatenate(tokens, axis=1)
