@@ -5,16 +5,11 @@
 # (2) DDTree-64 / 256 rounds, DDTREE_GLOBAL_PRUNE=0 vs the default (on), interleaved twice.
 # Usage (device tool): bash bench/gpu_next_s12a.sh -> $OUT/s12a.tar.xz
 source bench/gpu_step.sh
-git log -1 --format=%H > "$R/commit.txt" 2>/dev/null
+record_commit
 step tree 150 python3 -m bench.bench_tree --budgets 16,64,256,1024 --count-max 8192 --global-prune 0,1 \
   --out "$R/tree"
-rnd() {  # rnd NAME [env...]
-  local name=$1; shift
-  step "$name" 100 env "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ddtree \
-    --budgets 64,256 --rounds 32 --repeats 3 --stage-repeats 0 --out "$R/$name"
-}
-rnd off1 DDTREE_GLOBAL_PRUNE=0
-rnd on1 DDTREE_X=0
-rnd off2 DDTREE_GLOBAL_PRUNE=0
-rnd on2 DDTREE_X=0
+ddtree_rounds off1 ddtree 64,256 DDTREE_GLOBAL_PRUNE=0
+ddtree_rounds on1 ddtree 64,256
+ddtree_rounds off2 ddtree 64,256 DDTREE_GLOBAL_PRUNE=0
+ddtree_rounds on2 ddtree 64,256
 finish s12a

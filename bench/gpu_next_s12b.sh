@@ -5,7 +5,7 @@
 # largest gap to its target (~1 ms), so this says where the next millisecond is.
 # Usage (device tool): bash bench/gpu_next_s12b.sh -> $OUT/s12b.tar.xz
 source bench/gpu_step.sh
-git log -1 --format=%H > "$R/commit.txt" 2>/dev/null
+record_commit
 step prof256 150 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 --rounds 32 \
   --out "$R/prof256"
 step prof1024 150 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:1024 --rounds 8 \

@@ -19,3 +19,21 @@ finish() {
   tar -C "$OUT" -cJf "$OUT/$1.tar.xz" r && rm -rf "$R"
   echo "=== done ($(date +%T))"
 }
+
+# ddtree_rounds NAME METHODS BUDGETS [env NAME=VALUE...]: one bench_round run of the 8B-shaped pair
+# (prompt 512, 32 rounds, 3 repeats, no stage loop) under the given environment, as the A/B
+# scripts interleave them (session 11 on; the older scripts spell it out).
+ddtree_rounds() {
+  local name=$1 methods=$2 budgets=$3; shift 3
+  step "$name" 110 env DDTREE_X=0 "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
+    --methods "$methods" --budgets "$budgets" --rounds 32 --repeats 3 --stage-repeats 0 --out "$R/$name"
+}
+
+# record_commit: the tree's commit to $R/commit.txt. The device copy's git directory can be
+# stale (sessions 9 and 11: commit.txt named an older commit), so where bench/.device_commit
+# exists (ignored by git; write it with `git describe --always --dirty > bench/.device_commit`
+# before the call and pass it in the device tool's carry) that file wins.
+record_commit() {
+  if [ -f bench/.device_commit ]; then cp bench/.device_commit "$R/commit.txt"
+  else git log -1 --format=%H > "$R/commit.txt" 2>/dev/null; fi
+}
