@@ -260,7 +260,7 @@ def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
         fill = None if mask is None else 0.0
         heads = pl.ds(h0, hp)
         if not roped:  # v: a copy out of the fused projection, so that no XLA slice runs
-            loaded.append((o_ref, mask, None, pltriton.load(x_ref.at[:, heads, :], mask=mask, other=fill)))
+            loaded.append((o_ref, mask, False, None, pltriton.load(x_ref.at[:, heads, :], mask=mask, other=fill)))
             continue
         x1 = pltriton.load(x_ref.at[:, heads, lo], mask=mask, other=fill)
         x2 = pltriton.load(x_ref.at[:, heads, hi], mask=mask, other=fill)
@@ -268,9 +268,9 @@ def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
         if normed:
             w_ref = next(w_iter)
             w = (w_ref[lo], w_ref[hi])
-        loaded.append((o_ref, mask, w, (x1, x2)))
-    for o_ref, mask, w, x in loaded:
-        if not isinstance(x, tuple):
+        loaded.append((o_ref, mask, True, w, (x1, x2)))
+    for o_ref, mask, roped, w, x in loaded:
+        if not roped:
             pltriton.store(o_ref, x, mask=mask)
             continue
         x1, x2 = x

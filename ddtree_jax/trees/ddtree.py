@@ -105,8 +105,9 @@ def _rank_impl() -> str:
 # the scatter and the gathers; O(n P) work, so only for small selections. The same values either
 # way (tests/test_trees.py). n * P was 800 / 17920 / 82560 at every depth for B = 16 / 64 / 128
 # when these figures were taken; since session 11's global pruning (`_beam_bounds`) it is at
-# most 510 / 13608 / 65659 (depth 2) and shrinks with depth, so 20000 still covers B <= 64. H200 (session 10, bench/RESULTS.md): whole build 0.203 -> 0.174 ms at
-# B = 16 and 0.295 -> 0.266 at 64; DDTree-64 rounds in three same-call A/Bs, one-hot 0.01-0.10 ms
+# most 510 / 13608 / 65659 (depth 2) and shrinks with depth, so 20000 still covers B <= 64.
+# H200 (session 10, bench/RESULTS.md): whole build 0.203 -> 0.174 ms at B = 16 and 0.295 ->
+# 0.266 at 64; DDTree-64 rounds in three same-call A/Bs, one-hot 0.01-0.10 ms
 # faster in each (6.222-6.327 vs 6.236-6.429 steady), DDTree-16 -0.04 to +0.01. So on GPUs up to
 # 20000 (B <= 64). B = 128 (100000) built 0.367 vs 0.386 but has no round A/B yet; the CPU has no
 # timing and keeps the scatter. DDTREE_SELECT_ONEHOT_MAX=N in the environment sets every backend.
