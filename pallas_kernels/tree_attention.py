@@ -106,6 +106,9 @@ class KernelConfig:
     split_edges: bool = True        # unmasked loop over interior key blocks
     merge_tile: int = 4096          # elements (parts x columns) per merge program
     block_new: int | None = None    # new keys per step; None: T rounded up to 16..128
+    # Skip a new-key step that no row of the program's block may see (tree mask): exact, since
+    # such a step leaves (acc, max, sum) as they are. Only where there are >= 2 steps.
+    skip_empty: bool = True
     # Who combines the parts of a split call: "kernel" (ddtree_attention_merge, a second
     # kernel) or "last" (the program that finishes a row block last, through an atomic counter).
     merge: str = "kernel"
@@ -261,7 +264,7 @@ def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
 def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k: int,
                       block_new: int, n_split: int, seq: int, precision, split_edges: bool,
                       has_prefix: bool, has_window: bool, has_mask: bool, merged: bool,
-                      merge_last: bool = False, barrier: bool = True):
+                      merge_last: bool = False, barrier: bool = True, skip_empty: bool = False):
     """One (row block, part, batch row, kv head).
 
     Refs, in order (some only when their flag is set): kv_start [] (has_window), cache_len []
@@ -274,6 +277,9 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     o [T, G, Dh], the partial planes o [parts, Mp, Dh] and lse [parts, Mp], and the counters.
     barrier: a CTA barrier before the ticket (False only in interpret mode, which has none and
     runs the programs one at a time).
+    skip_empty: a new-key step whose keys no row of this block may see is skipped (a branch
+    on the OR of its mask bits); a tree row sees only its ancestors, so most row blocks of a
+    large tree skip most steps.
     """
     refs = list(refs)
     lo_ref = refs.pop(0) if has_window else None
@@ -391,10 +397,19 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
                     lax.div(j, 32)[None, :] == w, word, words)
             bit = lax.shift_right_logical(words, lax.rem(j, 32)[None, :]) & 1
             allowed = allowed & (bit != 0)
-        kn = kn_ref[jc[:, None], cols]
-        vn = vn_ref[jc[:, None], cols]
-        s = jnp.where(allowed, scores(kn), _NEG)
-        return online(carry, s, vn, allowed)
+
+        def step(carry):
+            kn = kn_ref[jc[:, None], cols]
+            vn = vn_ref[jc[:, None], cols]
+            s = jnp.where(allowed, scores(kn), _NEG)
+            return online(carry, s, vn, allowed)
+
+        if not (skip_empty and has_mask):
+            return step(carry)
+        # No row sees any of these keys: online() would keep (acc, max, sum) bit for bit, so
+        # skip the loads and both products.
+        seen = allowed.astype(jnp.int32).max(axis=1).max(axis=0)
+        return lax.cond(seen > 0, step, lambda c: c, carry)
 
     def new_keys(carry):
         # Unrolled, not a loop: Triton would software-pipeline a loop and stage its gathered
@@ -487,7 +502,7 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
         # An unmasked block must fit in the cache row.
         split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
         has_window=has_window, has_mask=has_mask, merged=merged, merge_last=plan.merge_last,
-        barrier=not interpret)
+        barrier=not interpret, skip_empty=cfg.skip_empty and pl.cdiv(t, plan.block_new) > 1)
     # Grid order (row block, part, b, h): the row blocks of one chunk are launched next to
     # each other, so the chunk's K/V is read from HBM once and then hits L2.
     grid = (n_m, parts, bt, hkv)

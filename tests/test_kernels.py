@@ -234,6 +234,43 @@ def test_single_kernel_and_merged_paths(case):
     assert rel_err(ker, want) < 1e-5
 
 
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_skipping_empty_new_key_steps_is_exact(monkeypatch, num_splits):
+    """skip_empty: a new-key step that no row of a block may see is skipped. A tree's rows see
+    only their ancestors, so at T = 257 with 32-key steps most blocks skip most steps; the
+    output is the same bit for bit (a skipped step would leave acc, max and sum unchanged),
+    and it is the reference's. The GPU path branches once per step (scf.if around its loads
+    and products)."""
+    t, s, hkv, g, dh = 257, 40, 1, 4, 64
+    args, jargs = make_inputs(7, t=t, s=s, hkv=hkv, g=g, dh=dh, dtype=jnp.float32, cache_len=(40, 3))
+    # A deep chain on top of a random tree: some blocks of rows see keys far above the diagonal.
+    mask = args["new_mask"]
+    mask[:, 200:, :] = np.tril(np.ones((t, t), bool))[200:]
+    jargs["new_mask"] = jnp.asarray(mask)
+    cfg = KernelConfig(64, 32, num_splits=num_splits, block_new=32)
+    outs = [run_both(jargs, 0.125, config=dataclasses.replace(cfg, skip_empty=skip))[1]
+            for skip in (True, False)]
+    np.testing.assert_array_equal(np.asarray(outs[0]), np.asarray(outs[1]))
+    assert rel_err(outs[0], numpy_reference(**{**args, "new_mask": mask}, scale=0.125)) < 1e-5
+
+    counts = []
+    for skip in (True, False):
+        modules = _verified_triton_modules(monkeypatch)
+        sds = jax.ShapeDtypeStruct
+        shapes = (sds((1, t, hkv * g, dh), jnp.bfloat16), sds((1, t, hkv, dh), jnp.bfloat16),
+                  sds((1, t, hkv, dh), jnp.bfloat16), sds((1, hkv, 512, dh), jnp.bfloat16),
+                  sds((1, hkv, 512, dh), jnp.bfloat16), sds((1,), jnp.int32), sds((1, t, t), jnp.bool_))
+        fn = functools.partial(attention, scale=0.125, impl="pallas",
+                               config=dataclasses.replace(cfg, skip_empty=skip))
+        try:
+            jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
+        except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+            pytest.skip(f"cannot lower for CUDA here: {e}")
+        assert modules[0].operation.verify()
+        counts.append(str(modules[0]).count("scf.if"))
+    assert counts[0] - counts[1] == -(-t // 32)
+
+
 SPLIT_CASES = [c for c in PATH_CASES if c[6].num_splits > 1]
 
 
