@@ -12,7 +12,8 @@ its K/V from HBM, as the layers of a forward do), for each tree kind:
   spread over the whole tree: the worst case for skipping empty key blocks.
 
 A config is ``BMxBKwWARPSsSTAGES`` plus optional ``nSPLITS`` (prefix parts), ``bBLOCKNEW``
-(new keys a step) and ``k0`` (no skipping of empty new-key steps), e.g. ``64x64w4s4n1b64``;
+(new keys a step) and ``k0`` / ``k1`` (skip empty new-key steps never / always; without it the
+kernel's rule, SKIP_MIN_STEPS), e.g. ``64x64w4s4n1b64k1``;
 ``table`` is what the engine runs here (the device's tuned entry, else the default tiles).
 ``--write-table PATH`` writes an attention table (the ``$DDTREE_ATTENTION_TABLE`` format) with
 each T's fastest config on the ``ddtree`` trees, for an end-to-end A/B in ``bench.bench_round``.
@@ -26,6 +27,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import numpy as np
 
@@ -37,7 +39,7 @@ from ddtree_jax.trees import make_policy
 from pallas_kernels import KernelConfig, attention
 from pallas_kernels.tree_attention import default_config, launch_plan, tuned_attention_config
 
-_SPEC = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)(?:n(\d+))?(?:b(\d+))?(k0)?$")
+_SPEC = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)(?:n(\d+))?(?:b(\d+))?(?:k([01]))?$")
 TABLE_FIELDS = ("block_m", "block_k", "num_warps", "num_stages", "num_splits", "block_new",
                 "skip_empty")
 
@@ -48,13 +50,13 @@ def parse_config(spec: str, t: int, g: int, dh: int, s: int, kind: str | None) -
         return tuned_attention_config(t, g, dh, s=s, device_kind=kind) or default_config(t, g, dh)
     m = _SPEC.match(spec)
     if not m:
-        raise ValueError(f"attention config {spec!r}: write BMxBKwWARPSsSTAGES[nSPLITS][bBLOCKNEW][k0], "
+        raise ValueError(f"attention config {spec!r}: write BMxBKwWARPSsSTAGES[nSPLITS][bBLOCKNEW][k0|k1], "
                          "e.g. 64x64w4s4n1b64, or 'table'")
-    bm, bk, w, st, n, bn, k0 = m.groups()
+    bm, bk, w, st, n, bn, k = m.groups()
     return dataclasses.replace(default_config(t, g, dh), block_m=int(bm), block_k=int(bk),
                                num_warps=int(w), num_stages=int(st),
                                num_splits=int(n) if n else None, block_new=int(bn) if bn else None,
-                               skip_empty=not k0)
+                               skip_empty=None if k is None else k == "1")
 
 
 def parse_configs(text: str) -> dict[int, list[str]]:
@@ -109,8 +111,11 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="CPU smoke run: interpret mode, no timing")
     ap.add_argument("--write-table", default="", help="attention table with each T's fastest config")
     ap.add_argument("--table-s", default="0,3584", help="cache capacities the written entries cover")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="start no new measurement after this many seconds (0: no limit)")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
+    t_start = time.perf_counter()
     hq, hkv, dh = (int(x) for x in args.heads.split(","))
     g = hq // hkv
     ts = [int(x) for x in args.ts.split(",") if x]
@@ -128,6 +133,9 @@ def main(argv=None) -> int:
             a = make_inputs(jax.random.PRNGKey(t), t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype, mask=mask)
             truth = attention(*a, scale=dh ** -0.5, impl="xla")
             for spec, cfg in configs[t]:
+                if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+                    print(f"[attn_configs] budget spent: T={t} {tree} {spec} and after not run", flush=True)
+                    break
                 fn = functools.partial(attention, scale=dh ** -0.5, impl=impl, config=cfg)
                 out = jax.jit(fn)(*a)
                 row = dict(t=t, prefix=s, tree=tree, config=spec, err=rel_err(out, truth),

@@ -88,6 +88,12 @@ MERGES = ("kernel", "last")
 AUTO_MAX_NEW_TOKENS = 2048
 # Measured per-device tiles that beat default_config end to end (see tuned_attention_config).
 TABLE_PATH = Path(__file__).with_name("attention_configs.json")
+# skip_empty=None skips empty new-key steps from this many steps a call. Measured on the H200
+# (session 12, DDTree trees, prefix 512): at T = 1025 (9 steps of 128) the skip took the
+# DDTree-1024 round from 34.0 to 32.1 ms; at T = 257 (3 steps) it cost 0.12-0.24 ms a round
+# (the kernel alone 54.9 vs 47.6 us): a branch per step keeps the compiler from issuing the
+# step's gathers early, and late row blocks need every step anyway.
+SKIP_MIN_STEPS = 8
 TABLE_ENV = "DDTREE_ATTENTION_TABLE"
 
 
@@ -107,8 +113,9 @@ class KernelConfig:
     merge_tile: int = 4096          # elements (parts x columns) per merge program
     block_new: int | None = None    # new keys per step; None: T rounded up to 16..128
     # Skip a new-key step that no row of the program's block may see (tree mask): exact, since
-    # such a step leaves (acc, max, sum) as they are. Only where there are >= 2 steps.
-    skip_empty: bool = True
+    # such a step leaves (acc, max, sum) as they are. None: where a call has at least
+    # SKIP_MIN_STEPS new-key steps (see there).
+    skip_empty: bool | None = None
     # Who combines the parts of a split call: "kernel" (ddtree_attention_merge, a second
     # kernel) or "last" (the program that finishes a row block last, through an atomic counter).
     merge: str = "kernel"
@@ -251,6 +258,14 @@ def launch_plan(bt: int, t: int, hkv: int, g: int, dh: int, s: int,
     width = max(16, min(cfg.merge_tile // _pow2_at_least(parts, 1),
                         _pow2_at_least(rows * dh, 16)))
     return LaunchPlan(rows, n_m, n_split, parts, block_new, width, 2)
+
+
+def _skips(cfg: KernelConfig, t: int, block_new: int) -> bool:
+    """Whether the main kernel skips empty new-key steps (cfg.skip_empty; None: by the step
+    count). One step never skips: every row sees itself."""
+    steps = pl.cdiv(t, block_new)
+    want = steps >= SKIP_MIN_STEPS if cfg.skip_empty is None else cfg.skip_empty
+    return want and steps > 1
 
 
 def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
@@ -502,7 +517,7 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
         # An unmasked block must fit in the cache row.
         split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
         has_window=has_window, has_mask=has_mask, merged=merged, merge_last=plan.merge_last,
-        barrier=not interpret, skip_empty=cfg.skip_empty and pl.cdiv(t, plan.block_new) > 1)
+        barrier=not interpret, skip_empty=_skips(cfg, t, plan.block_new))
     # Grid order (row block, part, b, h): the row blocks of one chunk are launched next to
     # each other, so the chunk's K/V is read from HBM once and then hits L2.
     grid = (n_m, parts, bt, hkv)

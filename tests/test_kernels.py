@@ -271,6 +271,18 @@ def test_skipping_empty_new_key_steps_is_exact(monkeypatch, num_splits):
     assert counts[0] - counts[1] == -(-t // 32)
 
 
+def test_skip_rule():
+    """skip_empty=None skips from SKIP_MIN_STEPS new-key steps (H200: a loss at 3, a gain at 9);
+    True / False force it; one step never skips (every row sees itself)."""
+    from pallas_kernels.tree_attention import SKIP_MIN_STEPS, _skips
+    auto = KernelConfig()
+    assert not _skips(auto, 257, 128) and _skips(auto, 1025, 128)
+    assert _skips(auto, 128 * SKIP_MIN_STEPS, 128) and not _skips(auto, 128 * (SKIP_MIN_STEPS - 1), 128)
+    assert _skips(dataclasses.replace(auto, skip_empty=True), 257, 128)
+    assert not _skips(dataclasses.replace(auto, skip_empty=False), 1025, 128)
+    assert not _skips(dataclasses.replace(auto, skip_empty=True), 65, 128)
+
+
 SPLIT_CASES = [c for c in PATH_CASES if c[6].num_splits > 1]
 
 
