@@ -85,8 +85,8 @@ def tree_masks(kind: str, t: int, bt: int, seed: int, sigma: float, vocab: int =
     if kind != "ddtree":
         raise ValueError(f"tree kind {kind!r}: choose ddtree or random")
     logits = jnp.asarray(rng.standard_normal((bt, depth, vocab)) * sigma, jnp.float32)
-    tree = make_policy("ddtree").build(jax.nn.log_softmax(logits, -1), t - 1)
-    return np.asarray(tree.ancestor_mask)
+    build = jax.jit(make_policy("ddtree").build, static_argnums=1)
+    return np.asarray(build(jax.nn.log_softmax(logits, -1), t - 1).ancestor_mask)
 
 
 def make_inputs(key, *, t: int, s: int, hq: int, hkv: int, dh: int, dtype, mask: np.ndarray):

@@ -379,3 +379,28 @@ def test_xla_options_are_typed():
                         "xla_gpu_autotune_level=4", "xla_dump_to=/tmp/x"]) == {
         "xla_gpu_exhaustive_tiling_search": True, "xla_gpu_enable_command_buffer": "",
         "xla_gpu_autotune_level": 4, "xla_dump_to": "/tmp/x"}
+
+
+def test_attn_configs_specs_trees_and_smoke(tmp_path, capsys):
+    """bench.attn_configs: its config specs, its two tree kinds (ancestor-or-self masks in
+    topological order) and a CPU run in interpret mode that writes its JSON."""
+    from bench import attn_configs as ac
+
+    cfg = ac.parse_config("64x32w4s3n1b64k1", 257, 4, 64, 512, None)
+    assert (cfg.block_m, cfg.block_k, cfg.num_warps, cfg.num_stages, cfg.num_splits, cfg.block_new,
+            cfg.skip_empty) == (64, 32, 4, 3, 1, 64, True)
+    assert ac.parse_config("64x32w4s3", 257, 4, 64, 512, None).skip_empty is None
+    assert ac.parse_config("64x32w4s3k0", 257, 4, 64, 512, None).skip_empty is False
+    with pytest.raises(ValueError, match="BMxBKwWARPSsSTAGES"):
+        ac.parse_config("64x32", 257, 4, 64, 512, None)
+    assert ac.parse_configs("257=table,64x64w4s3;65=table") == {257: ["table", "64x64w4s3"], 65: ["table"]}
+    with pytest.raises(ValueError, match="T=SPEC"):
+        ac.parse_configs("x=table")
+    for kind in ("ddtree", "random"):
+        m = ac.tree_masks(kind, 33, 2, seed=0, sigma=3.0)
+        assert m.shape == (2, 33, 33) and m[:, :, 0].all() and (np.diagonal(m, axis1=1, axis2=2)).all()
+        assert not np.triu(m, 1).any()          # ancestors come first
+    assert ac.main(["--small", "--ts", "17", "--prefix", "24", "--heads", "4,2,64", "--trees", "ddtree",
+                    "--configs", "17=table,16x16w4s2n1b16k1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "attn_configs.json").read_text())["rows"]
+    assert [r["config"] for r in rows] == ["table", "16x16w4s2n1b16k1"] and all(r["err"] < 1e-5 for r in rows)
