@@ -77,16 +77,6 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     assert probe["weights_only_step_io"]["ms"] > 0
 
 
-def test_check_merge_last_smoke(tmp_path):
-    """bench/check_merge_last.py on the CPU (interpret mode, small shapes): both merges agree
-    with the reference and each other, and the JSON says so."""
-    from bench import check_merge_last
-
-    assert check_merge_last.main(["--small", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "check_merge_last.json").read_text())["rows"]
-    assert len(rows) == 2 and all(r["ok"] and r["parts"] > 1 and r["differing_repeats"] == 0 for r in rows)
-
-
 def test_bench_tree_rank_impl_rows(tmp_path):
     """--rank-impl times the build once per ddtree.RANK_IMPL value (rows gain a _rankI suffix) and
     leaves the settings as they were."""
