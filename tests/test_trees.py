@@ -342,7 +342,9 @@ def check_ddtree_against_heap(case, kind, seed, fresh_trace=False):
     batch, depth, vocab, budget = case
     logp = make_logp(kind, (batch, depth, vocab), seed)
     if fresh_trace:  # traced now, so module settings patched by the caller apply
-        built = jax.jit(lambda x: make_policy("ddtree").build(x, budget))(jnp.asarray(logp))
+        x = jnp.asarray(logp)
+        built = jax.jit(lambda x: make_policy("ddtree").build(x, budget)).lower(x).compile(
+            compiler_options=FAST_COMPILE)(x)
         tree = {f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(built)}
     else:
         tree = build("ddtree", logp, budget)
