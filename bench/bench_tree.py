@@ -55,8 +55,8 @@ def timed(fn, x, inner: int, repeats: int) -> float:
 def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
-        for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.RANK_IMPL,
-                      ddtree.SELECT_ONEHOT_MAX, ddtree.GLOBAL_PRUNE, trees_base.ANCESTOR_CHAIN_FROM):
+        for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.SELECT_ONEHOT_MAX,
+                      ddtree.GLOBAL_PRUNE, trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -85,11 +85,6 @@ def main(argv=None) -> int:
     ap.add_argument("--select-barrier", default="",
                     help="ddtree.SELECT_BARRIER values to compare, e.g. 0,1 (default: the backend's "
                          "setting); rows gain build_ms_countN_barrierB")
-    ap.add_argument("--rank-impl", default="",
-                    help="ddtree.RANK_IMPL values to compare, e.g. xla,pallas,pallas:64x256x8 (the "
-                         "pairwise-count branch by XLA or by pallas_kernels.rank_count, optionally with "
-                         "its tiles BIxBJ[xWARPS]; pallas_interpret on a CPU; "
-                         "default: the backend's setting); rows gain build_ms_countN[_barrierB]_rankI")
     ap.add_argument("--ancestor-impl", default="",
                     help="ancestor-mask constructions to compare at every size, e.g. square,chain "
                          "(trees.base.ANCESTOR_CHAIN_FROM; default: the backend's rule); rows gain "
@@ -104,11 +99,6 @@ def main(argv=None) -> int:
                          "build_ms_countN[...]_pruneP")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    for x in filter(None, args.rank_impl.split(",")):
-        try:
-            ddtree.rank_impl_args(x)
-        except ValueError as e:
-            ap.error(f"--rank-impl: {e}")
     bad = set(filter(None, args.ancestor_impl.split(","))) - set(trees_base.ANCESTOR_IMPLS)
     if bad:
         ap.error(f"--ancestor-impl: {', '.join(sorted(bad))}: choose from {', '.join(trees_base.ANCESTOR_IMPLS)}")
@@ -162,19 +152,16 @@ def main(argv=None) -> int:
                 ddtree.VOCAB_TOPK[backend] = dict(topk, **stage1, pallas_keep_max=1 << 30)
             r["stage1"] = ddtree._vocab_top_k_settings(k)[2]
             barriers = [bool(int(x)) for x in args.select_barrier.split(",") if x] or [None]
-            rank_impls = [x for x in args.rank_impl.split(",") if x] or [None]
             ancestors = [x for x in args.ancestor_impl.split(",") if x] or [None]
             onehots = [int(x) for x in args.onehot_max.split(",") if x] or [None]
             prunes = [bool(int(x)) for x in args.global_prune.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, ri, anc, oh, gp in itertools.product(counts, barriers, rank_impls, ancestors, onehots,
-                                                             prunes):
+            for c, bar, anc, oh, gp in itertools.product(counts, barriers, ancestors, onehots, prunes):
                 name = "build_ms"
                 for part, table, value in (
                         (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
                         (f"barrier{int(bool(bar))}", ddtree.SELECT_BARRIER, bar),
-                        (f"rank{ri}", ddtree.RANK_IMPL, ri),
                         (f"anc{anc}", trees_base.ANCESTOR_CHAIN_FROM,
                          None if anc is None else trees_base.chain_from_every_size(anc)),
                         (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh),

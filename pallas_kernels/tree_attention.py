@@ -17,14 +17,9 @@ whole prefix read at 1k-4k keys. So the call is at most two kernels and no XLA o
   part of their own; each part writes a normalised float32 partial and its log-sum-exp, and
   ``ddtree_attention_merge`` (one program per batch row, kv head and column tile of the
   ``[rows, Dh]`` plane) combines all parts in one shot and stores the output: two kernels.
-* Or (``merge="last"``) the program that finishes a row block's parts last merges them, in the
-  same kernel: every part stores its partial, then takes a ticket from a per-row-block counter
-  (an acquire-release atomic add at GPU scope after a CTA barrier, the pattern of a cooperative
-  grid sync); the one that draws ``parts - 1`` reads all partials back (volatile loads, never a
-  stale L1 line) and stores the output: one kernel and a memset of the counters. Correct on the
-  H200 but slower (session 10, bench/check_merge_last.py: 19.1 vs 18.3 us at T = 65 / prefix
-  512, 91 vs 59 us at T = 1 / 32k, DDTree-64 +0.07 ms): one program a row block merges
-  serially what the merge kernel spreads over many. So "kernel" stays the default.
+  An in-kernel merge by the last program of a row block (an atomic ticket, one kernel) was
+  built and measured slower in session 10 (bench/RESULTS.md, "The merge inside the attention
+  kernel"), and removed in session 12.
 
 Chunks are cut at run time from the traced ``[kv_start, cache_len)``, so a cache much larger than
 its prefix still spreads the real keys over all parts; the number of parts is static (from the
@@ -81,7 +76,6 @@ _LN2 = math.log(2.0)
 _NEG = -1e30
 # Most prefix chunks: bounds the merge kernel's tile (parts x columns).
 _MAX_SPLITS = 255
-MERGES = ("kernel", "last")
 # "auto" takes the XLA path above this many new tokens: the kernel unrolls its new-key steps
 # (T / 128 of them), and a prompt-sized T (8192 on the H200) compiled for minutes. The engine
 # prefills long prompts in pieces of 1024 (DecodeSpec.prefill_chunk), so it stays below this.
@@ -116,9 +110,6 @@ class KernelConfig:
     # such a step leaves (acc, max, sum) as they are. None: where a call has at least
     # SKIP_MIN_STEPS new-key steps (see there).
     skip_empty: bool | None = None
-    # Who combines the parts of a split call: "kernel" (ddtree_attention_merge, a second
-    # kernel) or "last" (the program that finishes a row block last, through an atomic counter).
-    merge: str = "kernel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,13 +125,7 @@ class LaunchPlan:
 
     @property
     def merged(self) -> bool:
-        """Parts write float32 partials that something merges (a second kernel, or the last)."""
-        return self.parts > 1
-
-    @property
-    def merge_last(self) -> bool:
-        """The parts are merged by the last program of a row block (merge="last": one kernel)."""
-        return self.merged and self.kernels == 1
+        return self.kernels == 2
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -243,8 +228,6 @@ def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:
 def launch_plan(bt: int, t: int, hkv: int, g: int, dh: int, s: int,
                 cfg: KernelConfig) -> LaunchPlan:
     """The static launch shape of :func:`attention_pallas` for these sizes and tiles."""
-    if cfg.merge not in MERGES:
-        raise ValueError(f"attention config merge={cfg.merge!r}: choose one of {MERGES}")
     rows = t * g
     n_m = pl.cdiv(rows, cfg.block_m)
     n_split = _num_splits(cfg, s, n_m * bt * hkv)
@@ -253,8 +236,6 @@ def launch_plan(bt: int, t: int, hkv: int, g: int, dh: int, s: int,
     if n_split == 1:
         return LaunchPlan(rows, n_m, 1, 1, block_new, 0, 1)
     parts = n_split + 1
-    if cfg.merge == "last":
-        return LaunchPlan(rows, n_m, n_split, parts, block_new, 0, 1)
     width = max(16, min(cfg.merge_tile // _pow2_at_least(parts, 1),
                         _pow2_at_least(rows * dh, 16)))
     return LaunchPlan(rows, n_m, n_split, parts, block_new, width, 2)
@@ -279,7 +260,7 @@ def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
 def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k: int,
                       block_new: int, n_split: int, seq: int, precision, split_edges: bool,
                       has_prefix: bool, has_window: bool, has_mask: bool, merged: bool,
-                      merge_last: bool = False, barrier: bool = True, skip_empty: bool = False):
+                      skip_empty: bool = False):
     """One (row block, part, batch row, kv head).
 
     Refs, in order (some only when their flag is set): kv_start [] (has_window), cache_len []
@@ -287,11 +268,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     batch row and head, never copied), k_new and v_new [T, Dh], mask bits int32 [T, W]
     (has_mask; bit j % 32 of word j // 32 of row i: token i sees new key j);
     outputs: o [T, G, Dh] in q.dtype, or (merged) o [BM, Dh] float32 normalised and lse [BM]
-    float32 (natural log, -inf for a part without keys). With merge_last a counter input int32
-    [row blocks] (zeros, aliased to the last output) follows the inputs, and the outputs are
-    o [T, G, Dh], the partial planes o [parts, Mp, Dh] and lse [parts, Mp], and the counters.
-    barrier: a CTA barrier before the ticket (False only in interpret mode, which has none and
-    runs the programs one at a time).
+    float32 (natural log, -inf for a part without keys).
     skip_empty: a new-key step whose keys no row of this block may see is skipped (a branch
     on the OR of its mask bits); a tree row sees only its ancestors, so most row blocks of a
     large tree skip most steps.
@@ -303,11 +280,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     k_ref, v_ref = (refs.pop(0), refs.pop(0)) if has_prefix else (None, None)
     kn_ref, vn_ref = refs.pop(0), refs.pop(0)
     bits_ref = refs.pop(0) if has_mask else None
-    if merge_last:
-        refs.pop(0)                     # the counters' input: the same buffer as cnt_ref
-        o_ref, part_ref, lse_ref, cnt_ref = refs
-    else:
-        o_ref, lse_ref = (refs[0], refs[1]) if merged else (refs[0], None)
+    o_ref, lse_ref = (refs[0], refs[1]) if merged else (refs[0], None)
 
     dh = q_ref.shape[-1]
     part = pl.program_id(1)
@@ -443,67 +416,18 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     has = l_i > 0.0
     l_safe = jnp.where(has, l_i, 1.0)
     o = acc / l_safe[:, None]
-    lse = jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf) if merged else None
-    if merge_last:
-        _store_and_merge_last(o, lse, part, tq, gq, cols, o_ref, part_ref, lse_ref, cnt_ref, t=t,
-                              block_m=block_m, parts=n_split + 1, barrier=barrier)
-    elif merged:
+    if merged:
         pltriton.store(o_ref, o, mask=(rows < t * g)[:, None])  # padded rows: not read
-        lse_ref[...] = lse
+        lse_ref[...] = jnp.where(has, m_i * _LN2 + jnp.log(l_safe), -jnp.inf)
     else:
         pltriton.store(o_ref.at[tq[:, None], gq[:, None], cols], o.astype(o_ref.dtype),
                        mask=(tq < t)[:, None])
 
 
-def _store_and_merge_last(o, lse, part, tq, gq, cols, o_ref, part_ref, lse_ref, cnt_ref, *,
-                          t: int, block_m: int, parts: int, barrier: bool):
-    """Store this part's partial (o [BM, Dh], lse [BM]), take a ticket, and, if it is the last
-    of the row block's parts, merge all of them into o_ref.
-
-    Ordering: every thread's partial stores come before the CTA barrier; the ticket is one
-    acquire-release atomic at GPU scope (Triton runs a scalar atomic on one thread and hands
-    the old value to the others through shared memory behind another barrier); so the last
-    program's loads, behind both, see every part's stores (the PTX model's causality order,
-    which cooperative groups' grid sync relies on too). They are volatile loads besides, so no
-    stale L1 line of this SM can answer for what another SM wrote (the ``.cg`` cache modifier
-    would say so more narrowly, but jax 0.10's Triton lowering rejects it: its table is keyed
-    'cg', its check '.cg').
-    """
-    m = pl.program_id(0)
-    rows = pl.ds(pl.multiple_of(m * block_m, block_m), block_m)
-    pltriton.store(part_ref.at[part, rows, :], o)     # padded rows too: finite, never stored out
-    pltriton.store(lse_ref.at[part, rows], lse)
-    if barrier:
-        pltriton.debug_barrier()
-    ticket = pltriton.atomic_add(cnt_ref, (m,), jnp.int32(1))
-
-    def merge(_):
-        def lse_max(p, mx):
-            return jnp.maximum(mx, pltriton.load(lse_ref.at[p, rows], volatile=True))
-
-        # The new-key part is finite for every row, so mx is finite and a part without keys
-        # (lse = -inf) weighs exactly 0.
-        mx = lax.fori_loop(0, parts, lse_max, jnp.full((block_m,), -jnp.inf, jnp.float32))
-
-        def fold(p, c):
-            acc, den = c
-            w = jnp.exp(pltriton.load(lse_ref.at[p, rows], volatile=True) - mx)
-            o_p = pltriton.load(part_ref.at[p, rows, :], volatile=True)
-            return acc + w[:, None] * o_p, den + w
-
-        acc, den = lax.fori_loop(0, parts, fold, (jnp.zeros_like(o), jnp.zeros_like(lse)))
-        pltriton.store(o_ref.at[tq[:, None], gq[:, None], cols],
-                       (acc / den[:, None]).astype(o_ref.dtype), mask=(tq < t)[:, None])
-        cnt_ref[m] = jnp.int32(0)       # the counters come back as they went in
-        return 0
-
-    lax.cond(ticket == parts - 1, merge, lambda _: 0, 0)
-
-
 def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mask_bits, *,
                     scale: float, cfg: KernelConfig, plan: LaunchPlan, interpret: bool):
-    """The main kernel. Returns o [Bt, T, Hkv, G, Dh] (one part, or merged by the last
-    program) or the partials (o [Bt, Hkv, parts, Mp, Dh], lse [Bt, Hkv, parts, Mp], float32)."""
+    """The main kernel. Returns o [Bt, T, Hkv, G, Dh] (one part) or the partials
+    (o [Bt, Hkv, parts, Mp, Dh], lse [Bt, Hkv, parts, Mp], float32)."""
     bt, t, hkv, g, dh = q5.shape
     s = k_cache.shape[2]
     bm = cfg.block_m
@@ -516,8 +440,8 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
         block_new=plan.block_new, n_split=plan.num_splits, seq=s, precision=_precision(q5.dtype),
         # An unmasked block must fit in the cache row.
         split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
-        has_window=has_window, has_mask=has_mask, merged=merged, merge_last=plan.merge_last,
-        barrier=not interpret, skip_empty=_skips(cfg, t, plan.block_new))
+        has_window=has_window, has_mask=has_mask, merged=merged,
+        skip_empty=_skips(cfg, t, plan.block_new))
     # Grid order (row block, part, b, h): the row blocks of one chunk are launched next to
     # each other, so the chunk's K/V is read from HBM once and then hits L2.
     grid = (n_m, parts, bt, hkv)
@@ -542,23 +466,7 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
     if has_mask:
         args.append(mask_bits)
         specs.append(pl.BlockSpec((None, t, mask_bits.shape[-1]), lambda m, c, b, h: (b, 0, 0)))
-    aliases = {}
-    if plan.merge_last:
-        # One ticket counter per (batch row, kv head, row block), zero on the way in (a memset).
-        aliases = {len(args): 3}
-        args.append(jnp.zeros((bt, hkv, n_m), jnp.int32))
-        specs.append(pl.BlockSpec((None, None, n_m), lambda m, c, b, h: (b, h, 0)))
-        out_specs = [
-            per_head,
-            pl.BlockSpec((None, None, parts, mp, dh), lambda m, c, b, h: (b, h, 0, 0, 0)),
-            pl.BlockSpec((None, None, parts, mp), lambda m, c, b, h: (b, h, 0, 0)),
-            pl.BlockSpec((None, None, n_m), lambda m, c, b, h: (b, h, 0)),
-        ]
-        out_shape = [jax.ShapeDtypeStruct(q5.shape, q5.dtype),
-                     jax.ShapeDtypeStruct((bt, hkv, parts, mp, dh), jnp.float32),
-                     jax.ShapeDtypeStruct((bt, hkv, parts, mp), jnp.float32),
-                     jax.ShapeDtypeStruct((bt, hkv, n_m), jnp.int32)]
-    elif merged:
+    if merged:
         out_specs = [
             pl.BlockSpec((None, None, None, bm, dh), lambda m, c, b, h: (b, h, c, m, 0)),
             pl.BlockSpec((None, None, None, bm), lambda m, c, b, h: (b, h, c, m)),
@@ -568,18 +476,16 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
     else:
         out_specs = per_head
         out_shape = jax.ShapeDtypeStruct(q5.shape, q5.dtype)
-    out = pl.pallas_call(
+    return pl.pallas_call(
         kernel,
         grid=grid,
         in_specs=specs,
         out_specs=out_specs,
         out_shape=out_shape,
-        input_output_aliases=aliases,
         compiler_params=_compiler_params(cfg.num_warps, cfg.num_stages, interpret),
         interpret=interpret,
         name="ddtree_attention",
     )(*args)
-    return out[0] if plan.merge_last else out
 
 
 # ----------------------------------------------------------------------------- merge kernel
@@ -671,7 +577,7 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
     q5 = q.reshape(bt, t, hkv, g, dh)                     # free: head h*G + j -> (h, j)
     out = _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mask_bits,
                           scale=scale, cfg=cfg, plan=plan, interpret=interpret)
-    if plan.kernels == 2:
+    if plan.merged:
         out = _merge_call(*out, t=t, g=g, dtype=q.dtype, plan=plan, interpret=interpret)
     return out.reshape(bt, t, hq, dh)
 

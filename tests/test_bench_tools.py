@@ -77,45 +77,17 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     assert probe["weights_only_step_io"]["ms"] > 0
 
 
-def test_check_merge_last_smoke(tmp_path):
-    """bench/check_merge_last.py on the CPU (interpret mode, small shapes): both merges agree
-    with the reference and each other, and the JSON says so."""
-    from bench import check_merge_last
-
-    assert check_merge_last.main(["--small", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "check_merge_last.json").read_text())["rows"]
-    assert len(rows) == 2 and all(r["ok"] and r["parts"] > 1 and r["differing_repeats"] == 0 for r in rows)
-
-
-def test_bench_tree_rank_impl_rows(tmp_path):
-    """--rank-impl times the build once per ddtree.RANK_IMPL value (rows gain a _rankI suffix) and
-    leaves the settings as they were."""
-    from bench import bench_tree
-    from ddtree_jax.trees import ddtree
-
-    before = dict(ddtree.RANK_IMPL), dict(ddtree.SELECT_BARRIER)
-    assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
-                            "--count-max", "1024", "--select-barrier", "1", "--rank-impl", "xla,pallas_interpret:8x16",
-                            "--out", str(tmp_path)]) == 0
-    (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
-    builds = sorted(k for k in row if k.startswith("build_ms"))
-    assert builds == ["build_ms_count1024_barrier1_rankpallas_interpret:8x16", "build_ms_count1024_barrier1_rankxla"]
-    assert all(row[k] > 0 for k in builds)
-    assert (ddtree.RANK_IMPL, ddtree.SELECT_BARRIER) == before
-    for bad in ("cuda", "pallas:8", "xla:8x8"):
-        with pytest.raises(SystemExit):
-            bench_tree.main(["--rank-impl", bad])
-
-
 @pytest.mark.parametrize("flag,values,table,suffixes", [
     ("--ancestor-impl", "square,chain", "ANCESTOR_CHAIN_FROM", ["ancchain", "ancsquare"]),
     ("--onehot-max", "0,100000", "SELECT_ONEHOT_MAX", ["onehot0", "onehot100000"]),
     ("--global-prune", "0,1", "GLOBAL_PRUNE", ["prune0", "prune1"]),
+    ("--select-barrier", "0,1", "SELECT_BARRIER", ["barrier0", "barrier1"]),
 ])
 def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
-    """--ancestor-impl / --onehot-max time the whole build (ancestor mask included) once per
-    value and restore the setting they vary (trees.base.ANCESTOR_CHAIN_FROM,
-    ddtree.SELECT_ONEHOT_MAX); an unknown ancestor impl is a usage error."""
+    """--ancestor-impl / --onehot-max / --global-prune / --select-barrier time the whole build
+    (ancestor mask included) once per value and restore the setting they vary
+    (trees.base.ANCESTOR_CHAIN_FROM, ddtree.SELECT_ONEHOT_MAX, ddtree.GLOBAL_PRUNE,
+    ddtree.SELECT_BARRIER); an unknown ancestor impl is a usage error."""
     from bench import bench_tree
     from ddtree_jax.trees import base as trees_base
     from ddtree_jax.trees import ddtree

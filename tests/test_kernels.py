@@ -283,31 +283,6 @@ def test_skip_rule():
     assert not _skips(dataclasses.replace(auto, skip_empty=True), 65, 128)
 
 
-SPLIT_CASES = [c for c in PATH_CASES if c[6].num_splits > 1]
-
-
-@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: f"T{c[0]}-S{c[1]}-splits{c[6].num_splits}")
-def test_merge_in_the_last_program(case):
-    """merge="last": the parts' partials are combined by whichever program of a row block takes
-    the last ticket, in the main kernel (one pallas_call, no merge kernel), to the same output.
-    Interpret mode runs the programs one at a time, so this checks the arithmetic and the
-    ticket's bookkeeping; the GPU-side ordering is what test_merge_last_lowering checks the
-    lowering for, and bench/check_merge_last.py checks on the device."""
-    t, s, lens, starts, hkv, g, cfg = case
-    cfg = dataclasses.replace(cfg, merge="last")
-    args, jargs = make_inputs(300 + SPLIT_CASES.index(case), t=t, s=s, hkv=hkv, g=g, dh=64,
-                              dtype=jnp.float32, cache_len=lens, kv_start=starts)
-    plan = launch_plan(2, t, hkv, g, 64, s, cfg)
-    assert (plan.kernels, plan.parts, plan.merge_last) == (1, cfg.num_splits + 1, True)
-    calls = [e for e in _pallas_jaxpr(jargs, cfg).jaxpr.eqns if e.primitive.name == "pallas_call"]
-    assert len(calls) == 1
-    want = numpy_reference(**args, scale=0.125)
-    _, ker = run_both(jargs, 0.125, config=cfg)
-    assert rel_err(ker, want) < 1e-5
-    with pytest.raises(ValueError, match="merge='first'.*choose one of"):
-        launch_plan(2, t, hkv, g, 64, s, dataclasses.replace(cfg, merge="first"))
-
-
 @pytest.mark.parametrize("t,g", [(1, 4), (16, 2), (65, 1)])
 def test_empty_prefix_cache(t, g):
     """S = 0: the kernel gets no cache at all and attends to the new tokens only."""
@@ -478,39 +453,6 @@ def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype):
     assert len(modules) == plan.kernels
     for module in modules:
         assert module.operation.verify()
-
-
-@pytest.mark.parametrize("t,s,g", [(1, 4096, 4), (65, 4096, 4), (257, 4096, 4)])
-def test_merge_last_lowering(monkeypatch, t, s, g):
-    """merge="last" lowers for CUDA to one verified Triton module in which every part's stores
-    come before a CTA barrier, the ticket is one acquire-release atomic add at GPU scope on a
-    scalar (one thread takes it), the partials are read back with volatile loads, and the
-    counters are a zeroed input aliased to an output."""
-    modules = _verified_triton_modules(monkeypatch)
-    hkv, dh, dtype = 2, 128, jnp.bfloat16
-    sds = jax.ShapeDtypeStruct
-    args = (sds((1, t, hkv * g, dh), dtype), sds((1, t, hkv, dh), dtype),
-            sds((1, t, hkv, dh), dtype), sds((1, hkv, s, dh), dtype),
-            sds((1, hkv, s, dh), dtype), sds((1,), jnp.int32), sds((1, t, t), jnp.bool_))
-    cfg = dataclasses.replace(default_config(t, g, dh), merge="last")
-    assert launch_plan(1, t, hkv, g, dh, s, cfg).parts > 2
-    fn = functools.partial(attention, scale=dh ** -0.5, impl="pallas", config=cfg)
-    try:
-        lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
-    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
-        pytest.skip(f"cannot lower for CUDA here: {e}")
-    assert len(modules) == 1 and modules[0].operation.verify()
-    lines = str(modules[0]).splitlines()
-    barrier = [i for i, x in enumerate(lines) if "gpu.barrier" in x]
-    atomics = [i for i, x in enumerate(lines) if "tt.atomic_rmw" in x]
-    assert len(atomics) == 1 and "add, acq_rel, gpu" in lines[atomics[0]]
-    assert "(!tt.ptr<i32>, i32) -> i32" in lines[atomics[0]]       # a scalar: one thread
-    assert barrier and barrier[0] < atomics[0]
-    stores_before = [i for i, x in enumerate(lines[:atomics[0]]) if "tt.store" in x]
-    assert stores_before and stores_before[-1] < barrier[-1] < atomics[0]
-    volatile = [i for i, x in enumerate(lines) if "tt.load" in x and "isVolatile = true" in x]
-    assert len(volatile) >= 2 and min(volatile) > atomics[0]
-    assert "output_operand_aliases" in lowered.as_text()
 
 
 def test_impl_selection():

@@ -274,6 +274,28 @@ def test_select_onehot_equals_gathering_at_select_best():
         assert (np.signbit(np.asarray(g)) == np.signbit(want)).all()
 
 
+def test_pairwise_rank_equals_the_sort_with_ties(monkeypatch):
+    """The counting branch (XLA's pairwise compare-and-sum) orders by (score desc, key asc) like
+    the sort branch: -0.0 ties +0.0 and -inf ties -inf, both broken by the key; the same holds
+    for _lex_rank."""
+    from ddtree_jax.trees import ddtree
+
+    s = jnp.asarray([[0.0, -np.inf, -0.0, 1.0, -np.inf, -0.0]], jnp.float32)
+    k = jnp.asarray([[5, 2, 3, 9, 1, 4]], jnp.int32)
+    np.testing.assert_array_equal(np.asarray(ddtree._rank(s, k)), [[3, 5, 1, 0, 4, 2]])
+    rng = np.random.default_rng(6)
+    scores = np.where(rng.random((3, 300)) < 0.4, -np.inf, np.round(rng.normal(size=(3, 300)) * 2) / 2)
+    scores = jnp.asarray(scores, jnp.float32)
+    keys = jnp.asarray(np.stack([rng.permutation(100_000)[:300] for _ in range(3)]), jnp.int32)
+    backend = jax.default_backend()
+    results = []
+    for limit in (0, 4096):  # the sort branch, then the counting branch (eager: no cached trace)
+        monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, limit)
+        results.append((np.asarray(ddtree.select_best(scores, keys, 40)), np.asarray(ddtree._lex_rank(keys))))
+    for want, got in zip(*results):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_tree_settings_from_the_environment():
     """Every DDTREE_* tree setting (trees.base.env_setting) sets every backend, parsed by its
     type; a malformed value stops the import with a one-line error naming the variable."""
@@ -282,16 +304,16 @@ def test_tree_settings_from_the_environment():
 
     code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.GLOBAL_PRUNE['gpu'], ddtree.RANK_BY_COUNT_MAX, "
             "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
-            "ddtree.SELECT_BARRIER['cpu'], ddtree.RANK_IMPL['gpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
+            "ddtree.SELECT_BARRIER['cpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
             "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'])")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
            "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
-           "DDTREE_SELECT_BARRIER": "1", "DDTREE_RANK_IMPL": "pallas:64x256",
+           "DDTREE_SELECT_BARRIER": "1",
            "DDTREE_VOCAB_STAGE1": "threshold:r4w2", "DDTREE_GLOBAL_PRUNE": "0"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("False {'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
-                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True pallas:64x256 threshold 4 2\n")
+                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2\n")
     for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
                              ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
                              ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
@@ -320,7 +342,9 @@ def check_ddtree_against_heap(case, kind, seed, fresh_trace=False):
     batch, depth, vocab, budget = case
     logp = make_logp(kind, (batch, depth, vocab), seed)
     if fresh_trace:  # traced now, so module settings patched by the caller apply
-        built = jax.jit(lambda x: make_policy("ddtree").build(x, budget))(jnp.asarray(logp))
+        x = jnp.asarray(logp)
+        built = jax.jit(lambda x: make_policy("ddtree").build(x, budget)).lower(x).compile(
+            compiler_options=FAST_COMPILE)(x)
         tree = {f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(built)}
     else:
         tree = build("ddtree", logp, budget)

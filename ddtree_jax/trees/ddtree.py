@@ -30,7 +30,6 @@ import numpy as np
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, index_ordered
-from pallas_kernels.rank_count import rank_by_count
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -56,41 +55,6 @@ def _count_limit() -> int:
 # 0.271 / 0.315, 0.699 / 0.708, 0.619 / 0.615 (Pallas first stage): on for GPUs. The values are
 # the same either way; DDTREE_SELECT_BARRIER=0 or 1 in the environment overrides every backend.
 SELECT_BARRIER: dict[str, bool] = env_setting("DDTREE_SELECT_BARRIER", flag, {"gpu": True})
-
-
-def rank_impl_args(value: str) -> dict:
-    """rank_by_count's keyword arguments for a RANK_IMPL value ("pallas", "pallas:64x256x8", ...)."""
-    impl, _, tiles = value.partition(":")
-    if impl not in ("xla", "pallas", "pallas_interpret"):
-        raise ValueError(f"rank impl {value!r}: choose xla, pallas or pallas_interpret, "
-                         "optionally with :BIxBJ[xWARPS] tiles")
-    try:
-        sizes = [int(x) for x in tiles.split("x")] if tiles else []
-    except ValueError:
-        sizes = None
-    if sizes is None or len(sizes) not in (0, 2, 3) or (sizes and impl == "xla"):
-        raise ValueError(f"rank impl {value!r}: tiles are BIxBJ or BIxBJxWARPS after a pallas impl")
-    return dict(impl=impl, **dict(zip(("block_i", "block_j", "num_warps"), sizes)))
-
-
-def _checked_rank_impl(text: str) -> str:
-    rank_impl_args(text)
-    return text
-
-
-# Per backend: how the counting branch of select_best / _lex_rank ranks (absent: "xla", the
-# pairwise [P, P] comparison summed by XLA). On the H200 XLA writes that [P, P] pred out and sums
-# it in a second kernel (~50 MB a depth at B = 1024, P ~ 7100); "pallas"
-# (pallas_kernels.rank_count) counts in registers and writes only the [P] ranks. Off: with its
-# untuned default tiles the build was slower at every budget (session 8, H200: 0.313 / 0.478 /
-# 0.701 ms at B = 64 / 256 / 1024 against 0.269 / 0.404 / 0.617; `python -m bench.bench_tree
-# --rank-impl xla,pallas`); DDTREE_RANK_IMPL in the environment sets every backend. A value
-# may name the kernel's tiles: "pallas:BIxBJ" or "pallas:BIxBJxWARPS" (e.g. pallas:64x256x8).
-RANK_IMPL: dict[str, str] = env_setting("DDTREE_RANK_IMPL", _checked_rank_impl, {})
-
-
-def _rank_impl() -> str:
-    return RANK_IMPL.get(jax.default_backend(), "xla")
 
 
 # Per backend: the largest n * P (selected entries times candidates) for which a depth's
@@ -144,9 +108,6 @@ def select_onehot(scores: Array, keys: Array, n: int, *extra: Array) -> tuple[Ar
 
 def _rank(scores: Array, keys: Array) -> Array:
     """Position of every entry under (score desc, key asc) by pairwise count: int32[Bt, P]."""
-    impl = _rank_impl()
-    if impl != "xla":
-        return rank_by_count(scores, keys, **rank_impl_args(impl))
     si, sj = scores[:, :, None], scores[:, None, :]
     better = (sj > si) | ((sj == si) & (keys[:, None, :] < keys[:, :, None]))
     return better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
@@ -270,9 +231,6 @@ def _lex_rank(keys: Array) -> Array:
     """Rank of each of the distinct keys int32[Bt, n] among its row, ascending."""
     n = keys.shape[1]
     if n <= _count_limit():
-        impl = _rank_impl()
-        if impl != "xla":
-            return rank_by_count(jnp.zeros(keys.shape, jnp.float32), keys, **rank_impl_args(impl))
         return (keys[:, None, :] < keys[:, :, None]).sum(-1, dtype=jnp.int32)
     return _invert(jnp.argsort(keys, axis=-1).astype(jnp.int32), n)
 
