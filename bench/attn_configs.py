@@ -34,7 +34,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from bench.bench_kernels import rel_err, time_chain
+from bench.bench_kernels import make_case, random_tree_mask, rel_err, time_chain
 from ddtree_jax.trees import make_policy
 from pallas_kernels import KernelConfig, attention
 from pallas_kernels.tree_attention import default_config, launch_plan, tuned_attention_config
@@ -75,26 +75,12 @@ def tree_masks(kind: str, t: int, bt: int, seed: int, sigma: float, vocab: int =
     """bool [bt, t, t] ancestor-or-self masks of `bt` trees of t slots (root included)."""
     rng = np.random.default_rng(seed)
     if kind == "random":
-        masks = []
-        for _ in range(bt):
-            m = np.eye(t, dtype=bool)
-            for i in range(1, t):
-                m[i] |= m[rng.integers(0, i)]
-            masks.append(m)
-        return np.stack(masks)
+        return np.stack([random_tree_mask(rng, t) for _ in range(bt)])
     if kind != "ddtree":
         raise ValueError(f"tree kind {kind!r}: choose ddtree or random")
     logits = jnp.asarray(rng.standard_normal((bt, depth, vocab)) * sigma, jnp.float32)
     build = jax.jit(make_policy("ddtree").build, static_argnums=1)
     return np.asarray(build(jax.nn.log_softmax(logits, -1), t - 1).ancestor_mask)
-
-
-def make_inputs(key, *, t: int, s: int, hq: int, hkv: int, dh: int, dtype, mask: np.ndarray):
-    ks = jax.random.split(key, 5)
-    q = jax.random.normal(ks[0], (1, t, hq, dh), jnp.float32).astype(dtype)
-    k_new, v_new = (jax.random.normal(k, (1, t, hkv, dh), jnp.float32).astype(dtype) for k in ks[1:3])
-    k_cache, v_cache = (jax.random.normal(k, (1, hkv, s, dh), jnp.float32).astype(dtype) for k in ks[3:])
-    return q, k_new, v_new, k_cache, v_cache, jnp.full((1,), s, jnp.int32), jnp.asarray(mask[:1])
 
 
 def main(argv=None) -> int:
@@ -130,7 +116,8 @@ def main(argv=None) -> int:
     for t in ts:
         for tree in args.trees.split(","):
             mask = tree_masks(tree, t, 1, seed=t, sigma=args.sigma)
-            a = make_inputs(jax.random.PRNGKey(t), t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype, mask=mask)
+            a = make_case(jax.random.PRNGKey(t), bt=1, t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype,
+                          new_mask=mask)
             truth = attention(*a, scale=dh ** -0.5, impl="xla")
             for spec, cfg in configs[t]:
                 if args.budget_s and time.perf_counter() - t_start > args.budget_s:

@@ -63,7 +63,19 @@ def int_list(text: str) -> list[int]:
 
 # ----------------------------------------------------------------------------- inputs
 
-def make_case(key, *, bt, t, s, hq, hkv, dh, dtype, cache_len=None, poison=False, tree=True):
+def random_tree_mask(rng, t: int) -> np.ndarray:
+    """Ancestor-or-self mask [t, t] of a random recursive tree (slot i's parent uniform over the
+    earlier slots), whose ancestors spread over the whole tree."""
+    m = np.eye(t, dtype=bool)
+    for i in range(1, t):
+        m[i] |= m[rng.integers(0, i)]
+    return m
+
+
+def make_case(key, *, bt, t, s, hq, hkv, dh, dtype, cache_len=None, poison=False, tree=True,
+              new_mask=None):
+    """One call's inputs; new_mask (bool [bt, t, t]) replaces the random trees (tree=True) or
+    the causal masks."""
     ks = jax.random.split(key, 6)
     q = jax.random.normal(ks[0], (bt, t, hq, dh), jnp.float32).astype(dtype)
     k_new = jax.random.normal(ks[1], (bt, t, hkv, dh), jnp.float32).astype(dtype)
@@ -76,18 +88,11 @@ def make_case(key, *, bt, t, s, hq, hkv, dh, dtype, cache_len=None, poison=False
         stale = jnp.arange(s)[None, None, :, None] >= cache_len[:, None, None, None]
         k_cache = jnp.where(stale, jnp.nan, k_cache).astype(dtype)
         v_cache = jnp.where(stale, jnp.nan, v_cache).astype(dtype)
-    rng = np.random.default_rng(int(jax.random.randint(ks[5], (), 0, 2**30)))
-    masks = []
-    for _ in range(bt):
-        m = np.eye(t, dtype=bool)
-        if tree:
-            for i in range(1, t):
-                m[i] |= m[rng.integers(0, i)]
-        else:
-            m = np.tril(np.ones((t, t), bool))
-        masks.append(m)
-    new_mask = jnp.asarray(np.stack(masks))
-    return (q, k_new, v_new, k_cache, v_cache, cache_len, new_mask)
+    if new_mask is None:
+        rng = np.random.default_rng(int(jax.random.randint(ks[5], (), 0, 2**30)))
+        new_mask = np.stack([random_tree_mask(rng, t) if tree else np.tril(np.ones((t, t), bool))
+                             for _ in range(bt)])
+    return (q, k_new, v_new, k_cache, v_cache, cache_len, jnp.asarray(new_mask))
 
 
 def rel_err(a, b):

@@ -13,13 +13,9 @@ step prof256 150 python3 -m bench.profile_round --model qwen3-8b --prompt-len 51
   --rounds 32 --out "$R/prof256"
 step prof256_nolt 150 env XLA_FLAGS=--xla_gpu_enable_cublaslt=false python3 -m bench.profile_round \
   --model qwen3-8b --prompt-len 512 --methods ddtree:256 --rounds 32 --out "$R/prof256_nolt"
-r1024() {  # r1024 NAME [env...]
-  local name=$1; shift
-  step "$name" 120 env DDTREE_X=0 "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
-    --methods ddtree --budgets 1024 --rounds 16 --repeats 3 --stage-repeats 0 --out "$R/$name"
-}
-r1024 base1
-r1024 m64_1 DDTREE_ATTENTION_TABLE=bench/tables/t1025_m64_skip.json
-r1024 m64_2 DDTREE_ATTENTION_TABLE=bench/tables/t1025_m64_skip.json
-r1024 base2
+T1025=DDTREE_ATTENTION_TABLE=bench/tables/t1025_m64_skip.json
+ROUNDS=16 SECS=120 ddtree_rounds base1 ddtree 1024
+ROUNDS=16 SECS=120 ddtree_rounds m64_1 ddtree 1024 "$T1025"
+ROUNDS=16 SECS=120 ddtree_rounds m64_2 ddtree 1024 "$T1025"
+ROUNDS=16 SECS=120 ddtree_rounds base2 ddtree 1024
 finish s13a

@@ -82,13 +82,13 @@ _MAX_SPLITS = 255
 AUTO_MAX_NEW_TOKENS = 2048
 # Measured per-device tiles that beat default_config end to end (see tuned_attention_config).
 TABLE_PATH = Path(__file__).with_name("attention_configs.json")
+TABLE_ENV = "DDTREE_ATTENTION_TABLE"
 # skip_empty=None skips empty new-key steps from this many steps a call. Measured on the H200
 # (session 12, DDTree trees, prefix 512): at T = 1025 (9 steps of 128) the skip took the
 # DDTree-1024 round from 34.0 to 32.1 ms; at T = 257 (3 steps) it cost 0.12-0.24 ms a round
 # (the kernel alone 54.9 vs 47.6 us): a branch per step keeps the compiler from issuing the
 # step's gathers early, and late row blocks need every step anyway.
 SKIP_MIN_STEPS = 8
-TABLE_ENV = "DDTREE_ATTENTION_TABLE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,11 +121,16 @@ class LaunchPlan:
     parts: int           # partials per row (num_splits + 1 when merged, else 1)
     block_new: int       # new keys per step
     merge_width: int     # merge kernel: columns of the [rows, Dh] plane per program (0: none)
-    kernels: int         # pallas_calls per attention call (1 or 2)
 
     @property
     def merged(self) -> bool:
-        return self.kernels == 2
+        """Parts write float32 partials that the merge kernel combines."""
+        return self.parts > 1
+
+    @property
+    def kernels(self) -> int:
+        """pallas_calls per attention call: the main kernel, and the merge when merged."""
+        return 2 if self.merged else 1
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -234,16 +239,16 @@ def launch_plan(bt: int, t: int, hkv: int, g: int, dh: int, s: int,
     # One step for T <= 128: fewer unrolled steps kept registers lower (Triton 3.9, sm_90).
     block_new = cfg.block_new or min(128, _pow2_at_least(t, 16))
     if n_split == 1:
-        return LaunchPlan(rows, n_m, 1, 1, block_new, 0, 1)
+        return LaunchPlan(rows, n_m, 1, 1, block_new, 0)
     parts = n_split + 1
     width = max(16, min(cfg.merge_tile // _pow2_at_least(parts, 1),
                         _pow2_at_least(rows * dh, 16)))
-    return LaunchPlan(rows, n_m, n_split, parts, block_new, width, 2)
+    return LaunchPlan(rows, n_m, n_split, parts, block_new, width)
 
 
 def _skips(cfg: KernelConfig, t: int, block_new: int) -> bool:
     """Whether the main kernel skips empty new-key steps (cfg.skip_empty; None: by the step
-    count). One step never skips: every row sees itself."""
+    count). One step never skips: every row sees itself (and T = 1 has no mask bits)."""
     steps = pl.cdiv(t, block_new)
     want = steps >= SKIP_MIN_STEPS if cfg.skip_empty is None else cfg.skip_empty
     return want and steps > 1
@@ -392,7 +397,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
             s = jnp.where(allowed, scores(kn), _NEG)
             return online(carry, s, vn, allowed)
 
-        if not (skip_empty and has_mask):
+        if not skip_empty:
             return step(carry)
         # No row sees any of these keys: online() would keep (acc, max, sum) bit for bit, so
         # skip the loads and both products.
