@@ -22,6 +22,7 @@ import jax  # noqa: E402
 import jax.extend.core as jax_core  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from bench.bench_kernels import random_tree_mask  # noqa: E402
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, auto_impl_for_kind, available_impls)
 from pallas_kernels.tree_attention import (_num_splits, _pack_mask, attention_pallas,  # noqa: E402
@@ -31,16 +32,6 @@ TOL = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2}
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def random_tree_mask(rng, t: int) -> np.ndarray:
-    """Ancestor-or-self mask of a random tree: node 0 is the root, parent[i] < i."""
-    parent = np.full(t, -1)
-    parent[1:] = [rng.integers(0, i) for i in range(1, t)]
-    mask = np.eye(t, dtype=bool)
-    for i in range(1, t):
-        mask[i] |= mask[parent[i]]
-    return mask
-
 
 def make_inputs(seed, *, bt=2, t, s, hkv, g, dh, dtype, cache_len, kv_start=None,
                 mask_kind="tree", poison=np.nan):
