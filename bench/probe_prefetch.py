@@ -33,13 +33,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.compute_on import compute_on
 
+from ddtree_jax.models.layers import on_side_stream
 from pallas_kernels import attention
 
 
-@compute_on("gpu_stream:1")
-@jax.jit
+@on_side_stream
 def _prefetch_side(w):
     """Read w once (a max over it) on the second stream: its lines end up in L2."""
     return jnp.max(w)

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.compute_on import compute_on
+from jax.experimental import compute_on as _compute_on
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
 from ddtree_jax.trees.base import env_setting
@@ -71,8 +71,15 @@ def prefetch_setting(text: str) -> dict[str, float]:
 L2_PREFETCH: dict[str, dict[str, float]] = env_setting("DDTREE_L2_PREFETCH", prefetch_setting, {})
 
 
-@compute_on("gpu_stream:1")
-@jax.jit
+def on_side_stream(f):
+    """f run on a second GPU stream (an async call that XLA overlaps with the main stream's
+    kernels; ignored off GPUs). jax 0.10 calls the function form compute_on2; 0.11 compute_on."""
+    form = getattr(_compute_on, "compute_on2", _compute_on.compute_on)
+    space = jax.memory.Space.Device if hasattr(jax, "memory") else jax._src.core.MemorySpace.Device
+    return form(f, compute_type="gpu_stream:1", out_memory_spaces=space)
+
+
+@on_side_stream
 def _read_on_side_stream(ws):
     return [jnp.max(w) for w in ws]
 
