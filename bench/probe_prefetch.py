@@ -17,7 +17,8 @@ profile): the products run at 2.8-4.0 TB/s, and while the attention, its merge a
     python3 -m bench.probe_prefetch --out DIR       # GPU
     python3 -m bench.probe_prefetch --small         # CPU smoke run (the stream annotation is ignored)
 
-Times: median of --calls synced calls of a jitted fori_loop over --inner passes of the layer
+The second stream needs XLA_FLAGS=--xla_gpu_experimental_stream_annotation=true (off by default
+in jax 0.11.2's XLA: without it the annotated call runs in line, as s13_1 found). Times: median of --calls synced calls of a jitted fori_loop over --inner passes of the layer
 chain, divided by the layers run. One process, one machine start: compare rows with each other.
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ def layer_chain(shape: str, attend: bool, mode: str, frac: float, layers: int, i
     def fn(x, ws, kc, vc, cache_len, mask):
         def one_pass(_, x):
             for i in range(layers):
-                w = ws[i] if ws.ndim == 3 else ws
+                w = ws[i] if isinstance(ws, list) else ws
                 rows = None if frac >= 1 else max(8, int(w.shape[0] * frac) // 8 * 8)
                 if attend:
                     bt, t, hid = x.shape
@@ -120,8 +121,11 @@ def main(argv=None) -> int:
     dh = hid // 32
 
     @functools.partial(jax.jit, static_argnums=1)
-    def weights(key, k):
-        return (jax.random.normal(key, (layers, k, hid), jnp.float32) * 0.02).astype(dtype)
+    def weight(key, k):
+        return (jax.random.normal(key, (k, hid), jnp.float32) * 0.02).astype(dtype)
+
+    def weights(key, k):  # one array per layer: a slice of a stacked array may be copied
+        return [weight(jax.random.fold_in(key, i), k) for i in range(layers)]
 
     kc = [(jax.random.normal(jax.random.fold_in(key, 100 + i), (1, 8, s, dh), jnp.float32)).astype(dtype)
           for i in range(layers)]
