@@ -205,6 +205,10 @@ def main():
     ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
+    ap.add_argument("--read-floor", action="store_true",
+                    help="table: also time a plain XLA read of the same K/V bytes in the same chain "
+                         "(max over the caches, added to q): what reading the prefix costs with "
+                         "nothing else done, launches and the pipeline's fill included")
     args = ap.parse_args()
     t_start = now_s()
 
@@ -403,7 +407,8 @@ def main():
     header = (f"{'T':>4} {'prefix':>7} {'kern':>4} {'splits':>6} {'bytes_us':>9} "
               f"{'flops_us':>9} {'pallas_us':>10} {'%bytes':>7} {'%roof':>6} "
               f"{'xla_us':>8} {'cudnn_us':>9}" + (f" {'loop_us':>8}" if args.timing == "loop"
-                                                    else ""))
+                                                    else "")
+              + (f" {'read_us':>8}" if args.read_floor else ""))
     print(header, flush=True)
     # Extra rows: T a multiple of 16 (B = 63, 255) folds into whole row tiles (no padding).
     extra = [] if args.small or not args.extra else [
@@ -431,6 +436,8 @@ def main():
                                                          config=cfg)}
         if not args.no_xla:
             impls["xla"] = lambda *x: attention(*x, scale=scale, impl="xla")
+        if args.read_floor:
+            impls["read"] = lambda q, kn, vn, kc, vc, *_: q + (kc.max() + vc.max()).astype(q.dtype)
         for name, fn in impls.items():
             try:
                 row[name + "_us"] = timer(fn, a, inner=args.inner, reps=args.reps) * 1e6
@@ -465,7 +472,8 @@ def main():
               f"{f('flops_floor_us')} {f('pallas_us', 10)} "
               f"{f('pct_of_bytes_floor', 7)} {f('pct_of_roofline', 6)} "
               f"{f('xla_us', 8)} {f('cudnn_us')}"
-              + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)
+              + (f" {f('loop_us', 8)}" if args.timing == "loop" else "")
+              + (f" {f('read_us', 8)}" if args.read_floor else ""), flush=True)
         for k, v in row.items():
             if k.endswith("_error"):
                 print(f"     {k}: {v[:300]}", flush=True)

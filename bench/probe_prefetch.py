@@ -17,8 +17,11 @@ profile): the products run at 2.8-4.0 TB/s, and while the attention, its merge a
     python3 -m bench.probe_prefetch --out DIR       # GPU
     python3 -m bench.probe_prefetch --small         # CPU smoke run (the stream annotation is ignored)
 
-The second stream needs XLA_FLAGS=--xla_gpu_experimental_stream_annotation=true (off by default
-in jax 0.11.2's XLA: without it the annotated call runs in line, as s13_1 found). Times: median of --calls synced calls of a jitted fori_loop over --inner passes of the layer
+Session 13 (bench/RESULTS.md): the o product L2-warm was only ~2.5 us faster than cold (21.7 vs
+19.3 us a layer with its scaling), and jax 0.11.2's XLA ran the annotated read in line (no
+call-start in the compiled HLO, with or without XLA_FLAGS=--xla_gpu_experimental_stream_annotation=
+true), so the read was never hidden. The model-side prefetch (DDTREE_L2_PREFETCH) was removed;
+this probe stays to re-check on a later jax. Times: median of --calls synced calls of a jitted fori_loop over --inner passes of the layer
 chain, divided by the layers run. One process, one machine start: compare rows with each other.
 """
 from __future__ import annotations
@@ -35,8 +38,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.models.layers import on_side_stream
+from jax.experimental import compute_on as _compute_on
+
 from pallas_kernels import attention
+
+
+def on_side_stream(f):
+    """f run as an async call on a second GPU stream, where XLA honours the annotation (it did
+    not in session 13, see the docstring above). jax 0.10 calls the function form compute_on2,
+    0.11 compute_on."""
+    form = getattr(_compute_on, "compute_on2", _compute_on.compute_on)
+    space = jax.memory.Space.Device if hasattr(jax, "memory") else jax._src.core.MemorySpace.Device
+    return form(f, compute_type="gpu_stream:1", out_memory_spaces=space)
 
 
 @on_side_stream

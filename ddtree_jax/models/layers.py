@@ -7,10 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import compute_on as _compute_on
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
-from ddtree_jax.trees.base import env_setting
 from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl, write_cache_rows
 from pallas_kernels.matmul import Int8Weight, matmul
 
@@ -41,62 +39,6 @@ def mlp(p: dict, x: jax.Array, *, impl: str = "xla") -> jax.Array:
     else:
         gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
     return linear(jax.nn.silu(gate) * up, p["down"], impl=impl)
-
-
-PREFETCH_WEIGHTS = ("o", "gate_up", "down")
-
-
-def prefetch_setting(text: str) -> dict[str, float]:
-    """"o,gate_up:0.06" -> {"o": 1.0, "gate_up": 0.06}: which of a layer's products get their
-    weight (or its first rows, a fraction in (0, 1]) read on a second stream ahead of them."""
-    plan = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        name, _, frac = item.partition(":")
-        if name not in PREFETCH_WEIGHTS:
-            raise ValueError(f"{name!r} is not one of {', '.join(PREFETCH_WEIGHTS)}")
-        try:
-            plan[name] = float(frac) if frac else 1.0
-        except ValueError:
-            raise ValueError(f"{frac!r} after {name}: is not a number") from None
-        if not 0.0 < plan[name] <= 1.0:
-            raise ValueError(f"the fraction after {name} must lie in (0, 1]")
-    return plan
-
-
-# Per backend: a verify layer's weights read into the L2 on a second stream while the layer's
-# latency-bound kernels (q/k norm + RoPE, attention, merge: ~15 us a layer at T = 65 on the
-# H200, when HBM is nearly idle) run, so that the products after them find their weights in L2.
-# Off until measured (bench/probe_prefetch.py, then the round); DDTREE_L2_PREFETCH="o,gate_up:0.06"
-# sets every backend (names from PREFETCH_WEIGHTS, each with the fraction of its rows to read).
-L2_PREFETCH: dict[str, dict[str, float]] = env_setting("DDTREE_L2_PREFETCH", prefetch_setting, {})
-
-
-def on_side_stream(f):
-    """f run on a second GPU stream (an async call that XLA overlaps with the main stream's
-    kernels; ignored off GPUs). jax 0.10 calls the function form compute_on2; 0.11 compute_on."""
-    form = getattr(_compute_on, "compute_on2", _compute_on.compute_on)
-    space = jax.memory.Space.Device if hasattr(jax, "memory") else jax._src.core.MemorySpace.Device
-    return form(f, compute_type="gpu_stream:1", out_memory_spaces=space)
-
-
-@on_side_stream
-def _read_on_side_stream(ws):
-    return [jnp.max(w) for w in ws]
-
-
-def prefetch_weights(p: dict, after: jax.Array) -> dict:
-    """Layer params p with the weights that L2_PREFETCH names replaced by the same arrays tied to
-    a read of them (of their first rows) on a second stream, which starts once `after` exists:
-    the products that take them wait for the read, which the kernels in between hide."""
-    plan = {n: f for n, f in L2_PREFETCH.get(jax.default_backend(), {}).items() if n in p}
-    if not plan:
-        return p
-    names = sorted(plan)
-    srcs, _ = jax.lax.optimization_barrier(([p[n] for n in names], after))
-    parts = [w if plan[n] >= 1 else w[:max(1, int(w.shape[0] * plan[n]))] for n, w in zip(names, srcs)]
-    done = _read_on_side_stream(parts)
-    ws, _ = jax.lax.optimization_barrier(([p[n] for n in names], done))
-    return {**p, **dict(zip(names, ws))}
 
 
 def fuse_layer_weights(p: dict, groups: dict[str, tuple[str, ...]]) -> dict:

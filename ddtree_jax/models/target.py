@@ -24,7 +24,6 @@ from ddtree_jax.models.layers import (
     linear,
     masked_attention,
     mlp,
-    prefetch_weights,
     rms_norm,
     rope_tables,
     split_heads,
@@ -119,8 +118,6 @@ def forward(
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
             q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
-            if cache is not None and q.shape[1] > 1:
-                p = prefetch_weights(p, q)
             new_k.append(k)
             new_v.append(v)
             o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
