@@ -25,13 +25,16 @@ Results go to DIR/bench_kernels.json (rewritten after every row) and tables on s
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import datetime
 import functools
+import glob
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 
@@ -103,14 +106,9 @@ def rel_err(a, b):
 
 # ----------------------------------------------------------------------------- timing
 
-def time_chain(fn, args, *, inner, reps, cold_bytes=0):
-    """Median seconds per call of fn(*args): `inner` calls in one jit, output -> next q.
-
-    cold_bytes > 0: the calls rotate over copies of the K/V cache (args 3 and 4) that together
-    hold at least that many bytes (at most `inner` copies), as the layers of a forward each read
-    their own cache; otherwise every call re-reads one cache, which stays in L2 (50 MB on an
-    H100/H200) up to ~8k keys of an 8B layer and then beats the HBM floor.
-    """
+def _chain(fn, args, *, inner, cold_bytes=0):
+    """(jitted, its args): `inner` calls of fn in one jit, output -> next q, rotating over
+    copies of the K/V cache (args 3 and 4) that hold at least cold_bytes (see time_chain)."""
     kv = args[3].nbytes + args[4].nbytes
     copies = max(1, min(inner, -(-cold_bytes // max(kv, 1)))) if cold_bytes else 1
     ks = [args[3]] + [jnp.copy(args[3]) for _ in range(copies - 1)]
@@ -123,8 +121,42 @@ def time_chain(fn, args, *, inner, reps, cold_bytes=0):
                    new_mask).astype(q.dtype)
         return q
 
-    return median_call_s(chained, (args[0], args[1], args[2], ks, vs, *args[5:]), inner=inner,
-                         reps=reps)
+    return chained, (args[0], args[1], args[2], ks, vs, *args[5:])
+
+
+def time_chain(fn, args, *, inner, reps, cold_bytes=0):
+    """Median seconds per call of fn(*args): `inner` calls in one jit, output -> next q.
+
+    cold_bytes > 0: the calls rotate over copies of the K/V cache (args 3 and 4) that together
+    hold at least that many bytes (at most `inner` copies), as the layers of a forward each read
+    their own cache; otherwise every call re-reads one cache, which stays in L2 (50 MB on an
+    H100/H200) up to ~8k keys of an 8B layer and then beats the HBM floor.
+    """
+    chained, cargs = _chain(fn, args, inner=inner, cold_bytes=cold_bytes)
+    return median_call_s(chained, cargs, inner=inner, reps=reps)
+
+
+def trace_chain(fn, args, *, inner, cold_bytes=0) -> dict:
+    """One traced run of time_chain's chain: per call, the device time of each kernel name
+    (summed over its launches), all kernels together, and the span from the first kernel's
+    start to the last one's end (kernels + the gaps between them), in us."""
+    from bench.profile_round import device_events  # the same trace reader as the round profiles
+
+    chained, cargs = _chain(fn, args, inner=inner, cold_bytes=cold_bytes)
+    jax.block_until_ready(chained(*cargs))
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            jax.block_until_ready(chained(*cargs))
+        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
+        events = device_events(paths[-1]) if paths else []
+    if not events:
+        return {}
+    per = collections.defaultdict(float)
+    for e in events:
+        per[e["name"]] += e["dur"] / 1e3 / inner
+    span = (max(e["start"] + e["dur"] for e in events) - min(e["start"] for e in events)) / 1e3
+    return dict(kernels_us=dict(sorted(per.items(), key=lambda kv: -kv[1])),
+                busy_us=sum(per.values()), span_us=span / inner, launches=len(events) / inner)
 
 
 def time_looped(fn, args, *, inner, reps):
@@ -205,10 +237,9 @@ def main():
     ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
-    ap.add_argument("--read-floor", action="store_true",
-                    help="table: also time a plain XLA read of the same K/V bytes in the same chain "
-                         "(max over the caches, added to q): what reading the prefix costs with "
-                         "nothing else done, launches and the pipeline's fill included")
+    ap.add_argument("--trace", action="store_true",
+                    help="table: also trace one chained run of the kernel (chain timing) and report "
+                         "each kernel's device time per call, their sum and the span with gaps")
     args = ap.parse_args()
     t_start = now_s()
 
@@ -408,7 +439,7 @@ def main():
               f"{'flops_us':>9} {'pallas_us':>10} {'%bytes':>7} {'%roof':>6} "
               f"{'xla_us':>8} {'cudnn_us':>9}" + (f" {'loop_us':>8}" if args.timing == "loop"
                                                     else "")
-              + (f" {'read_us':>8}" if args.read_floor else ""))
+)
     print(header, flush=True)
     # Extra rows: T a multiple of 16 (B = 63, 255) folds into whole row tiles (no padding).
     extra = [] if args.small or not args.extra else [
@@ -436,8 +467,6 @@ def main():
                                                          config=cfg)}
         if not args.no_xla:
             impls["xla"] = lambda *x: attention(*x, scale=scale, impl="xla")
-        if args.read_floor:
-            impls["read"] = lambda q, kn, vn, kc, vc, *_: q + (kc.max() + vc.max()).astype(q.dtype)
         for name, fn in impls.items():
             try:
                 row[name + "_us"] = timer(fn, a, inner=args.inner, reps=args.reps) * 1e6
@@ -454,6 +483,11 @@ def main():
                                         reps=args.reps) * 1e6
             except Exception as e:
                 row["cudnn_error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        if args.trace and args.timing == "chain" and "pallas_us" in row:
+            try:
+                row["trace"] = trace_chain(impls["pallas"], a, inner=args.inner, cold_bytes=cold)
+            except Exception as e:
+                row["trace_error"] = f"{type(e).__name__}: {str(e)[:400]}"
         roof = max(row["bytes_floor_us"], row["flops_floor_us"])
         if "pallas_us" in row:
             row["pct_of_bytes_floor"] = 100 * row["bytes_floor_us"] / row["pallas_us"]
@@ -472,8 +506,12 @@ def main():
               f"{f('flops_floor_us')} {f('pallas_us', 10)} "
               f"{f('pct_of_bytes_floor', 7)} {f('pct_of_roofline', 6)} "
               f"{f('xla_us', 8)} {f('cudnn_us')}"
-              + (f" {f('loop_us', 8)}" if args.timing == "loop" else "")
-              + (f" {f('read_us', 8)}" if args.read_floor else ""), flush=True)
+              + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)
+        if row.get("trace"):
+            tr = row["trace"]
+            print(f"     trace, us a call: span {tr['span_us']:.1f}, kernels {tr['busy_us']:.1f} "
+                  f"({tr['launches']:.1f} launches): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in list(tr["kernels_us"].items())[:6]), flush=True)
         for k, v in row.items():
             if k.endswith("_error"):
                 print(f"     {k}: {v[:300]}", flush=True)
