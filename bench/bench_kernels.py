@@ -356,10 +356,12 @@ def main():
     if not kernel_ok:
         print("KERNEL CORRECTNESS FAILED: timings below are for information only", flush=True)
 
-    def measure(t, p, cfg):
+    def measure(t, p, cfg, trace=False):
         a = make_case(jax.random.fold_in(key, 100 + t * 7 + p), bt=1, t=t, s=p, hq=hq, hkv=hkv,
                       dh=dh, dtype=table_dtype)
         fn = lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl, config=cfg)  # noqa: E731
+        if trace:
+            return trace_chain(fn, a, inner=args.inner, cold_bytes=cold)
         return timer(fn, a, inner=args.inner, reps=max(3, args.reps // 2))
 
     # ---- 2. tile sweep at one prefix per T
@@ -416,12 +418,16 @@ def main():
                         row["us"] = measure(t, p, cfg) * 1e6
                         if (t, p) not in split_best or row["us"] < split_best[(t, p)][1]:
                             split_best[(t, p)] = (n, row["us"])
+                        if args.trace and args.timing == "chain":
+                            row["trace"] = measure(t, p, cfg, trace=True)
                     except Exception as e:
                         row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
                     result["split_sweep"].append(row)
                     dump()
                     us = f"{row['us']:8.1f}" if "us" in row else f"{'error':>8}"
-                    print(f"{t:>4} {p:>7} {n:>6} {row['kernels']:>7} {us}", flush=True)
+                    span = (f"   device span {row['trace']['span_us']:.1f} us"
+                            if row.get("trace") else "")
+                    print(f"{t:>4} {p:>7} {n:>6} {row['kernels']:>7} {us}{span}", flush=True)
                 default_n = launch_plan(1, t, hkv, g, dh, p, best[t]).num_splits
                 if (t, p) in split_best:
                     print(f"     T={t} prefix={p}: best num_splits={split_best[(t, p)][0]}, "
