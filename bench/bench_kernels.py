@@ -237,9 +237,12 @@ def main():
     ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
-    ap.add_argument("--trace", action="store_true",
-                    help="table: also trace one chained run of the kernel (chain timing) and report "
-                         "each kernel's device time per call, their sum and the span with gaps")
+    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
+                    help="also trace one chained run of the kernel (chain timing; table and split "
+                         "sweep) and report each kernel's device time per call, their sum and the "
+                         "span with gaps; %%dev is the bytes floor over that span (default: on a GPU; "
+                         "the wall time per call carries the jitted call's dispatch, ~9 us a call at "
+                         "--inner 20 on the H200, session 13)")
     args = ap.parse_args()
     t_start = now_s()
 
@@ -270,6 +273,8 @@ def main():
         tile_p, split_ps = 0, []
     if args.cold_mb is None:
         args.cold_mb = 160.0 if on_gpu else 0.0
+    if args.trace is None:
+        args.trace = on_gpu
     cold = int(args.cold_mb * 1e6)
     timer = (functools.partial(time_chain, cold_bytes=cold) if args.timing == "chain"
              else time_looped)
@@ -443,9 +448,8 @@ def main():
 
     header = (f"{'T':>4} {'prefix':>7} {'kern':>4} {'splits':>6} {'bytes_us':>9} "
               f"{'flops_us':>9} {'pallas_us':>10} {'%bytes':>7} {'%roof':>6} "
-              f"{'xla_us':>8} {'cudnn_us':>9}" + (f" {'loop_us':>8}" if args.timing == "loop"
-                                                    else "")
-)
+              f"{'xla_us':>8} {'cudnn_us':>9} {'dev_us':>7} {'%dev':>5}"
+              + (f" {'loop_us':>8}" if args.timing == "loop" else ""))
     print(header, flush=True)
     # Extra rows: T a multiple of 16 (B = 63, 255) folds into whole row tiles (no padding).
     extra = [] if args.small or not args.extra else [
@@ -495,6 +499,8 @@ def main():
             except Exception as e:
                 row["trace_error"] = f"{type(e).__name__}: {str(e)[:400]}"
         roof = max(row["bytes_floor_us"], row["flops_floor_us"])
+        if row.get("trace"):
+            row["pct_of_bytes_floor_device"] = 100 * row["bytes_floor_us"] / row["trace"]["span_us"]
         if "pallas_us" in row:
             row["pct_of_bytes_floor"] = 100 * row["bytes_floor_us"] / row["pallas_us"]
             row["pct_of_roofline"] = 100 * roof / row["pallas_us"]
@@ -511,7 +517,9 @@ def main():
         print(f"{t:>4} {p:>7} {row['kernels']:>4} {row['splits']:>6} {f('bytes_floor_us')} "
               f"{f('flops_floor_us')} {f('pallas_us', 10)} "
               f"{f('pct_of_bytes_floor', 7)} {f('pct_of_roofline', 6)} "
-              f"{f('xla_us', 8)} {f('cudnn_us')}"
+              f"{f('xla_us', 8)} {f('cudnn_us')} "
+              f"{row['trace']['span_us'] if row.get('trace') else float('nan'):7.1f} "
+              f"{f('pct_of_bytes_floor_device', 5, 0)}"
               + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)
         if row.get("trace"):
             tr = row["trace"]

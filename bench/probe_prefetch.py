@@ -161,6 +161,7 @@ def main(argv=None) -> int:
     runs += [("down", True, "none", 1.0, "cold")]
     for shape, attend, mode, frac, temp in runs:
         name = f"{'attn+' if attend else ''}{shape}_{temp}" + ("" if mode == "none" else f"_pf{mode}{frac:g}")
+        name += "_again" if name in res["us_per_layer"] else ""  # the baselines run first and last
         w = ws[shape] if temp == "cold" else ws[shape][0]
         fn = layer_chain(shape, attend, mode, frac, layers, inner, impl)
         if mode == "side" and not args.small:

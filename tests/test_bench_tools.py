@@ -153,6 +153,29 @@ def test_cold_chain_rotates_over_enough_cache_copies():
     assert len({id(k) for k, _ in seen[:4]}) == 4
 
 
+def test_trace_chain_reports_device_time_per_call():
+    """bench_kernels.trace_chain: the chain's kernels (CPU: the PjRt thunks) per call, their
+    sum and the span, from one traced run."""
+    def fn(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask):
+        return q + (k_cache * q[0, 0, 0, 0]).sum()
+
+    tr = bk.trace_chain(fn, _args(64), inner=4, cold_bytes=20_000)
+    assert tr["span_us"] > 0 and tr["busy_us"] > 0 and tr["launches"] > 0
+    assert abs(sum(tr["kernels_us"].values()) - tr["busy_us"]) < 1e-6
+    assert list(tr["kernels_us"].values()) == sorted(tr["kernels_us"].values(), reverse=True)
+
+
+def test_probe_prefetch_smoke(tmp_path):
+    """bench.probe_prefetch --small runs every row (the side-stream annotation is ignored on CPU)."""
+    from bench import probe_prefetch
+
+    assert probe_prefetch.main(["--small", "--fracs", "0.5", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "probe_prefetch.json").read_text())["us_per_layer"]
+    assert {"o_cold", "o_warm", "attn+o_cold", "attn+o_cold_pfside1", "attn+o_cold_pfmain1",
+            "attn+down_cold", "attn+down_cold_pfside0.5"} <= set(rows)
+    assert all(v > 0 for v in rows.values())
+
+
 def test_round_latency_plot_from_a_bench_round_json(tmp_path):
     from bench import plots
 
