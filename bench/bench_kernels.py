@@ -275,6 +275,7 @@ def main():
         args.cold_mb = 160.0 if on_gpu else 0.0
     if args.trace is None:
         args.trace = on_gpu
+    tracing = args.trace and args.timing == "chain"   # the trace reruns time_chain's chain
     cold = int(args.cold_mb * 1e6)
     timer = (functools.partial(time_chain, cold_bytes=cold) if args.timing == "chain"
              else time_looped)
@@ -362,12 +363,12 @@ def main():
         print("KERNEL CORRECTNESS FAILED: timings below are for information only", flush=True)
 
     def measure(t, p, cfg, trace=False):
+        """Seconds a call, and (trace) the traced chain's figures, on one case's inputs."""
         a = make_case(jax.random.fold_in(key, 100 + t * 7 + p), bt=1, t=t, s=p, hq=hq, hkv=hkv,
                       dh=dh, dtype=table_dtype)
         fn = lambda *x, cfg=cfg: attention(*x, scale=scale, impl=kimpl, config=cfg)  # noqa: E731
-        if trace:
-            return trace_chain(fn, a, inner=args.inner, cold_bytes=cold)
-        return timer(fn, a, inner=args.inner, reps=max(3, args.reps // 2))
+        sec = timer(fn, a, inner=args.inner, reps=max(3, args.reps // 2))
+        return sec, (trace_chain(fn, a, inner=args.inner, cold_bytes=cold) if trace else None)
 
     # ---- 2. tile sweep at one prefix per T
     if args.small:
@@ -393,7 +394,7 @@ def main():
                 row = dict(t=t, prefix=tile_p, config=dataclasses.asdict(cfg),
                            **plan_of(t, tile_p, cfg))
                 try:
-                    sec = measure(t, tile_p, cfg)
+                    sec, _ = measure(t, tile_p, cfg)
                     row["us"] = sec * 1e6
                     if best_t is None or sec < best_t[0]:
                         best_t = (sec, cfg)
@@ -420,11 +421,10 @@ def main():
                     cfg = dataclasses.replace(best[t], num_splits=n)
                     row = dict(t=t, prefix=p, num_splits=n, **plan_of(t, p, cfg))
                     try:
-                        row["us"] = measure(t, p, cfg) * 1e6
+                        sec, row["trace"] = measure(t, p, cfg, trace=tracing)
+                        row["us"] = sec * 1e6
                         if (t, p) not in split_best or row["us"] < split_best[(t, p)][1]:
                             split_best[(t, p)] = (n, row["us"])
-                        if args.trace and args.timing == "chain":
-                            row["trace"] = measure(t, p, cfg, trace=True)
                     except Exception as e:
                         row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
                     result["split_sweep"].append(row)
@@ -493,14 +493,15 @@ def main():
                                         reps=args.reps) * 1e6
             except Exception as e:
                 row["cudnn_error"] = f"{type(e).__name__}: {str(e)[:400]}"
-        if args.trace and args.timing == "chain" and "pallas_us" in row:
+        if tracing and "pallas_us" in row:
             try:
                 row["trace"] = trace_chain(impls["pallas"], a, inner=args.inner, cold_bytes=cold)
             except Exception as e:
                 row["trace_error"] = f"{type(e).__name__}: {str(e)[:400]}"
         roof = max(row["bytes_floor_us"], row["flops_floor_us"])
         if row.get("trace"):
-            row["pct_of_bytes_floor_device"] = 100 * row["bytes_floor_us"] / row["trace"]["span_us"]
+            row["device_span_us"] = row["trace"]["span_us"]
+            row["pct_of_bytes_floor_device"] = 100 * row["bytes_floor_us"] / row["device_span_us"]
         if "pallas_us" in row:
             row["pct_of_bytes_floor"] = 100 * row["bytes_floor_us"] / row["pallas_us"]
             row["pct_of_roofline"] = 100 * roof / row["pallas_us"]
@@ -518,7 +519,7 @@ def main():
               f"{f('flops_floor_us')} {f('pallas_us', 10)} "
               f"{f('pct_of_bytes_floor', 7)} {f('pct_of_roofline', 6)} "
               f"{f('xla_us', 8)} {f('cudnn_us')} "
-              f"{row['trace']['span_us'] if row.get('trace') else float('nan'):7.1f} "
+              f"{f('device_span_us', 7)} "
               f"{f('pct_of_bytes_floor_device', 5, 0)}"
               + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)
         if row.get("trace"):

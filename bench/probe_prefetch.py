@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -40,6 +38,8 @@ import numpy as np
 
 from jax.experimental import compute_on as _compute_on
 
+from bench.bench_kernels import random_tree_mask
+from bench.probe_decode import per_call
 from pallas_kernels import attention
 
 
@@ -105,16 +105,6 @@ def layer_chain(shape: str, attend: bool, mode: str, frac: float, layers: int, i
     return jax.jit(fn)
 
 
-def timed(fn, args, calls: int) -> float:
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.probe_prefetch", description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="tiny sizes (CPU smoke run)")
@@ -145,11 +135,7 @@ def main(argv=None) -> int:
     vc = [(jax.random.normal(jax.random.fold_in(key, 200 + i), (1, 8, s, dh), jnp.float32)).astype(dtype)
           for i in range(layers)]
     cache_len = jnp.full((1,), min(512, s), jnp.int32)
-    rng = np.random.default_rng(0)
-    m = np.eye(t, dtype=bool)
-    for i in range(1, t):
-        m[i] |= m[rng.integers(0, i)]
-    mask = jnp.asarray(m[None])
+    mask = jnp.asarray(random_tree_mask(np.random.default_rng(0), t)[None])
     res = {"device": jax.devices()[0].device_kind, "jax": jax.__version__, "rows": t, "layers": layers,
            "inner": inner, "us_per_layer": {}}
     ws = {"o": weights(jax.random.fold_in(key, 1), hid), "down": weights(jax.random.fold_in(key, 2), 3 * hid)}
@@ -167,7 +153,7 @@ def main(argv=None) -> int:
         if mode == "side" and not args.small:
             text = fn.lower(x, w, kc, vc, cache_len, mask).compile().as_text()
             print(f"[prefetch] {name}: {text.count('call-start')} call-start in the compiled HLO", flush=True)
-        sec = timed(fn, (x, w, kc, vc, cache_len, mask), calls)
+        sec = per_call(fn, x, w, kc, vc, cache_len, mask, calls=calls)
         us = 1e6 * sec / (layers * inner)
         res["us_per_layer"][name] = us
         print(f"[prefetch] {name:32s} {us:8.2f} us a layer", flush=True)
