@@ -15,12 +15,15 @@ tokens, so XLA dropped the mask's work), with the backend's settings in ddtree.V
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import glob
 import itertools
 import json
 import re
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -34,14 +37,19 @@ from ddtree_jax.trees import ddtree
 from ddtree_jax.trees.ddtree import vocab_top_k
 
 
-def timed(fn, x, inner: int, repeats: int) -> float:
+def _loop(fn, inner: int):
+    """A jitted fori_loop of `inner` calls of fn on x perturbed per iteration (nothing hoisted)."""
     @jax.jit
     def loop(x):
         def body(i, acc):
             out = fn(x + i.astype(x.dtype) * 1e-9)
             return acc + sum(jnp.sum(o.astype(jnp.float32)) for o in jax.tree_util.tree_leaves(out)) * 0
         return jax.lax.fori_loop(0, inner, body, jnp.float32(0))
+    return loop
 
+
+def timed(fn, x, inner: int, repeats: int) -> float:
+    loop = _loop(fn, inner)
     jax.block_until_ready(loop(x))
     ts = []
     for _ in range(repeats):
@@ -49,6 +57,30 @@ def timed(fn, x, inner: int, repeats: int) -> float:
         jax.block_until_ready(loop(x))
         ts.append((time.perf_counter() - t0) / inner)
     return 1e3 * statistics.median(ts)
+
+
+def traced(fn, x, inner: int, top: int = 12) -> dict:
+    """One profiled run of timed's loop: per build, the device time of the `top` kernels by
+    name, of all kernels, their launches and the span from the first kernel's start to the last
+    one's end (us). Empty where the trace holds no device events."""
+    from bench.profile_round import device_events
+
+    loop = _loop(fn, inner)
+    jax.block_until_ready(loop(x))
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            jax.block_until_ready(loop(x))
+        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
+        events = device_events(paths[-1]) if paths else []
+    if not events:
+        return {}
+    per = collections.defaultdict(float)
+    for e in events:
+        per[e["name"]] += e["dur"] / 1e3 / inner
+    span = (max(e["start"] + e["dur"] for e in events) - min(e["start"] for e in events)) / 1e3 / inner
+    kernels = sorted(per.items(), key=lambda kv: -kv[1])
+    return dict(span_us=span, busy_us=sum(per.values()), launches=len(events) / inner,
+                kernels_us=dict(kernels[:top]))
 
 
 @contextlib.contextmanager
@@ -97,8 +129,13 @@ def main(argv=None) -> int:
                     help="ddtree.GLOBAL_PRUNE values to compare, e.g. 0,1 (the exact tree pruned by the "
                          "global budget too; default: the backend's setting); rows gain "
                          "build_ms_countN[...]_pruneP")
+    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
+                    help="also trace one loop of each default build: its kernels by device time and the "
+                         "span a build (default: on a GPU)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.trace is None:
+        args.trace = jax.default_backend() == "gpu"
     bad = set(filter(None, args.ancestor_impl.split(","))) - set(trees_base.ANCESTOR_IMPLS)
     if bad:
         ap.error(f"--ancestor-impl: {', '.join(sorted(bad))}: choose from {', '.join(trees_base.ANCESTOR_IMPLS)}")
@@ -170,6 +207,13 @@ def main(argv=None) -> int:
                         table[backend] = value
                         name += "_" + part
                 r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
+        if args.trace:
+            r["build_trace"] = traced(lambda x: policy.build(x, b), logp, args.inner)
+            t = r["build_trace"]
+            if t:
+                print(f"[bench_tree] {args.policy} B={b:5d} by device time: span {t['span_us']:.1f} us a build, "
+                      f"kernels {t['busy_us']:.1f} us in {t['launches']:.0f} launches; "
+                      + ", ".join(f"{name} {us:.1f}" for name, us in t["kernels_us"].items()), flush=True)
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")
