@@ -59,10 +59,10 @@ def timed(fn, x, inner: int, repeats: int) -> float:
     return 1e3 * statistics.median(ts)
 
 
-def traced(fn, x, inner: int, top: int = 12) -> dict:
-    """One profiled run of timed's loop: per build, the device time of the `top` kernels by
-    name, of all kernels, their launches and the span from the first kernel's start to the last
-    one's end (us). Empty where the trace holds no device events."""
+def traced(fn, x, inner: int) -> dict:
+    """One profiled run of timed's loop: per build, the device time of every kernel by name
+    (largest first), of all kernels, their launches and the span from the first kernel's start
+    to the last one's end (us). Empty where the trace holds no device events."""
     from bench.profile_round import device_events
 
     loop = _loop(fn, inner)
@@ -78,9 +78,8 @@ def traced(fn, x, inner: int, top: int = 12) -> dict:
     for e in events:
         per[e["name"]] += e["dur"] / 1e3 / inner
     span = (max(e["start"] + e["dur"] for e in events) - min(e["start"] for e in events)) / 1e3 / inner
-    kernels = sorted(per.items(), key=lambda kv: -kv[1])
     return dict(span_us=span, busy_us=sum(per.values()), launches=len(events) / inner,
-                kernels_us=dict(kernels[:top]))
+                kernels_us=dict(sorted(per.items(), key=lambda kv: -kv[1])))
 
 
 @contextlib.contextmanager
@@ -129,6 +128,9 @@ def main(argv=None) -> int:
                     help="ddtree.GLOBAL_PRUNE values to compare, e.g. 0,1 (the exact tree pruned by the "
                          "global budget too; default: the backend's setting); rows gain "
                          "build_ms_countN[...]_pruneP")
+    ap.add_argument("--beam-kernel-max", default="",
+                    help="ddtree.BEAM_KERNEL_MAX values to compare (largest candidate count a depth for the "
+                         "one-kernel depth loop; 0: XLA's ops), e.g. 0,256")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="also trace one loop of each default build: its kernels by device time and the "
                          "span a build (default: on a GPU)")
@@ -192,9 +194,10 @@ def main(argv=None) -> int:
             ancestors = [x for x in args.ancestor_impl.split(",") if x] or [None]
             onehots = [int(x) for x in args.onehot_max.split(",") if x] or [None]
             prunes = [bool(int(x)) for x in args.global_prune.split(",") if x] or [None]
+            beams = [int(x) for x in args.beam_kernel_max.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, anc, oh, gp in itertools.product(counts, barriers, ancestors, onehots, prunes):
+            for c, bar, anc, oh, gp, bk in itertools.product(counts, barriers, ancestors, onehots, prunes, beams):
                 name = "build_ms"
                 for part, table, value in (
                         (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
@@ -202,18 +205,20 @@ def main(argv=None) -> int:
                         (f"anc{anc}", trees_base.ANCESTOR_CHAIN_FROM,
                          None if anc is None else trees_base.chain_from_every_size(anc)),
                         (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh),
-                        (f"prune{int(bool(gp))}", ddtree.GLOBAL_PRUNE, gp)):
+                        (f"prune{int(bool(gp))}", ddtree.GLOBAL_PRUNE, gp),
+                        (f"beam{bk}", ddtree.BEAM_KERNEL_MAX, bk)):
                     if value is not None:
                         table[backend] = value
                         name += "_" + part
                 r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
-        if args.trace:
-            r["build_trace"] = traced(lambda x: policy.build(x, b), logp, args.inner)
-            t = r["build_trace"]
-            if t:
-                print(f"[bench_tree] {args.policy} B={b:5d} by device time: span {t['span_us']:.1f} us a build, "
-                      f"kernels {t['busy_us']:.1f} us in {t['launches']:.0f} launches; "
-                      + ", ".join(f"{name} {us:.1f}" for name, us in t["kernels_us"].items()), flush=True)
+                if args.trace:
+                    t = r[name.replace("build_ms", "build_trace")] = traced(
+                        lambda x: policy.build(x, b), logp, args.inner)
+                    if t:
+                        top = list(t["kernels_us"].items())[:12]
+                        print(f"[bench_tree] {args.policy} B={b:5d} {name[9:] or 'default'} by device time: span "
+                              f"{t['span_us']:.1f} us a build, kernels {t['busy_us']:.1f} us in {t['launches']:.0f} "
+                              "launches; " + ", ".join(f"{k} {us:.1f}" for k, us in top), flush=True)
         rows.append(r)
         builds = ", ".join(f"{k[6:]} {v:.3f}" for k, v in r.items() if k.startswith("build_ms"))
         builds += "".join(f"; {k[:-3]} {v:.3f}" for k, v in r.items() if k.startswith("topk_") and k != "topk_ms")

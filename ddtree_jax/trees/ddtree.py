@@ -29,6 +29,7 @@ import numpy as np
 
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
+from pallas_kernels.beam_select import beam_select, make_plan
 from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, index_ordered
 
 
@@ -83,6 +84,27 @@ SELECT_ONEHOT_MAX: dict[str, int] = env_setting("DDTREE_SELECT_ONEHOT_MAX", whol
 # every backend (less work by construction: ~25-50 % fewer pairwise comparisons a depth);
 # DDTREE_GLOBAL_PRUNE=0 or 1 in the environment sets every backend, for A/B timings.
 GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fromkeys(BACKENDS, True))
+
+
+# Per backend: the largest candidate count a depth (P, the longest pair list of `_beam_bounds`)
+# for which every depth's selection runs in one Pallas kernel (`pallas_kernels.beam_select`: one
+# program a batch row, all depths, no launch per depth) instead of XLA's ops (absent: 0, never).
+# The kernel's work is O(P^2) a depth on one SM, so it is for small trees: P is 34 / 216 / 1210
+# at B = 16 / 64 / 256 (exact tree, depth 2). Off the GPU it runs in Pallas interpret mode
+# (tests). DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (0: never).
+BEAM_KERNEL_MAX: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_MAX", whole_number, {"gpu": 256})
+# The kernel's [tile, tile] comparison blocks.
+BEAM_TILE = 64
+
+
+def _beam_impl(plan: list) -> str:
+    """How the depth loop runs: "xla", or the one-kernel "pallas" (its "pallas_interpret" twin
+    off the GPU) where BEAM_KERNEL_MAX covers every depth's candidates."""
+    backend = jax.default_backend()
+    most = max((len(pairs) for _, pairs, _ in plan), default=0)
+    if not plan or most > BEAM_KERNEL_MAX.get(backend, 0):
+        return "xla"
+    return "pallas" if backend == "gpu" else "pallas_interpret"
 
 
 def _materialized(*xs):
@@ -270,6 +292,47 @@ def _beam_bounds(prev: int, k: int, width: int, n: int | None, d: int) -> tuple[
     return max(0, n - d + 1), pairs
 
 
+def _depth_plan(w: int, k: int, width: int, n: int | None, depth: int) -> list[tuple[int, list, int]]:
+    """The static shape of the depth loop: per depth 2, 3, ... (previous beam width, candidate
+    (i, r) pairs, chosen count), stopping where no pair is left (`_beam_bounds`)."""
+    plan, prev = [], w
+    for d in range(1, depth):
+        beam, pairs = _beam_bounds(prev, k, width, n, d + 1)
+        if not pairs:  # no node this deep can be among the n best (nor deeper ones)
+            break
+        plan.append((prev, pairs, min(beam, len(pairs))))
+        prev = plan[-1][2]
+    return plan
+
+
+def _beams_xla(vals: Array, toks: Array, w: int, k: int, plan: list) -> tuple[list, list, list, list]:
+    """Every depth's beam (scores, lexicographic ranks, parents, tokens; one [Bt, width] array a
+    depth), by XLA ops: a selection (`select_best` or `select_onehot`) and a rank count a depth."""
+    batch = vals.shape[0]
+    score = vals[:, 0, :w]
+    lex = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (batch, w))
+    scores, lexes, parents, tokens = [score], [lex], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
+    for d, (_, pairs, n_sel) in enumerate(plan, start=1):
+        rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
+        cand = score[:, rows] + vals[:, d, cols]
+        key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
+        cand, key = _materialized(cand, key)
+        if _onehot_applies(n_sel, len(pairs)):
+            rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
+            score, chosen, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
+            score, chosen = _materialized(score, chosen)
+        else:
+            sel = select_best(cand, key, n_sel)
+            score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
+            parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
+        lex = _lex_rank(chosen)
+        scores.append(score)
+        lexes.append(lex)
+        parents.append(parent)
+        tokens.append(jnp.take_along_axis(toks[:, d], col, axis=-1))
+    return scores, lexes, parents, tokens
+
+
 def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> DraftTree:
     """The `budget` best nodes among those reached by a beam of `width` per depth.
 
@@ -298,31 +361,13 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     exact = width >= n and GLOBAL_PRUNE.get(jax.default_backend(), True)
     # Depth 1: ranks in order; best-first, rank and lexicographic order coincide.
     w = min(width, k, n) if exact else min(width, k)
-    score = vals[:, 0, :w]
-    lex = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (batch, w))
-    scores, lexes, parents, tokens = [score], [lex], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
-    for d in range(1, depth):
-        beam, pairs = _beam_bounds(score.shape[1], k, width, n if exact else None, d + 1)
-        if not pairs:  # no node this deep can be among the n best (nor deeper ones)
-            break
-        rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
-        cand = score[:, rows] + vals[:, d, cols]
-        key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
-        cand, key = _materialized(cand, key)
-        n_sel = min(beam, len(pairs))
-        if _onehot_applies(n_sel, len(pairs)):
-            rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
-            score, chosen, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
-            score, chosen = _materialized(score, chosen)
-        else:
-            sel = select_best(cand, key, n_sel)
-            score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
-            parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
-        lex = _lex_rank(chosen)
-        scores.append(score)
-        lexes.append(lex)
-        parents.append(parent)
-        tokens.append(jnp.take_along_axis(toks[:, d], col, axis=-1))
+    plan = _depth_plan(w, k, width, n if exact else None, depth)
+    impl = _beam_impl(plan)
+    if impl != "xla":
+        scores, lexes, parents, tokens = beam_select(
+            vals, toks, make_plan(w, plan, BEAM_TILE), k, interpret=impl == "pallas_interpret")
+    else:
+        scores, lexes, parents, tokens = _beams_xla(vals, toks, w, k, plan)
 
     # Global order over all depths: score desc, then depth asc, then lexicographic.
     widths = [s.shape[1] for s in scores]
