@@ -8,7 +8,7 @@ the lexicographic rank and the token gather), 14 depths a build, each launch-bou
 hundred candidates. Here one program runs all depths: a depth's candidates are gathered through
 the static pair table (`_beam_bounds`), ranked by pairwise comparison in [TI, TJ] tiles, and
 scattered to their best-first slot; the chosen keys get their lexicographic rank the same way.
-Three CTA barriers a depth order the scratch traffic.
+Two CTA barriers a depth order the scratch traffic; the loops over depths and tiles stay rolled.
 
 Exactly the XLA path's result: the same float32 sums (previous score + the depth's log-prob),
 the same order (score desc, then key asc, keys distinct), the same pair tables and widths. The
@@ -70,7 +70,7 @@ def make_plan(width0: int, per_depth: list[tuple[int, list[tuple[int, int]], int
     return BeamPlan(width0, tuple(depths), cat(rows), cat(cols), tile)
 
 
-def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, score_ref, lex_ref, parent_ref, tok_ref,
+def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, plan_ref, score_ref, lex_ref, parent_ref, tok_ref,
             ckey_ref, ccol_ref, *, plan: BeamPlan, k: int, kp: int, w: int, interpret: bool):
     spare = score_ref.shape[0] - 1         # the outputs' spare slot
     cspare = ckey_ref.shape[0] - 1         # the scratch's
@@ -95,12 +95,20 @@ def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, score_ref, lex_ref, parent_r
     store(tok_ref, at, load(toks_ref, src, ok, 0), ok)
     barrier()
 
-    for d, (prev, off, p, n_sel) in enumerate(plan.depths, start=1):
-        base_prev, base = (d - 1) * w, d * w
+    # Depths 2, 3, ...: rolled loops (scf.for) over depths and tiles, the depth's pair-table
+    # offset, candidate count and chosen count read from plan_ref. (Unrolled, B = 64's 14 depths
+    # x 16 tile pairs took minutes for Triton to compile on the H200, session 14.)
+    np2 = _pow2_at_least(max(plan.widths[1:], default=1))
+    t = jnp.arange(np2, dtype=jnp.int32)
 
-        def candidates(start, size):
-            """(score, key, row, col, valid) of pair-table entries [start, start + size)."""
-            q = start + jnp.arange(size, dtype=jnp.int32)
+    def depth_step(d, carry):
+        off, p, n_sel = plan_ref[d - 1, 0], plan_ref[d - 1, 1], plan_ref[d - 1, 2]
+        base_prev, base = (d - 1) * w, d * w
+        tiles = (p + tile - 1) // tile
+
+        def candidates(start):
+            """(score, key, row, col, valid) of pair-table entries [start, start + tile)."""
+            q = start + jnp.arange(tile, dtype=jnp.int32)
             valid = q < p
             rows = load(rows_ref, off + q)
             cols = load(cols_ref, off + q)
@@ -108,25 +116,27 @@ def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, score_ref, lex_ref, parent_r
             key = load(lex_ref, base_prev + rows) * k + cols
             return (jnp.where(valid, s, -jnp.inf), jnp.where(valid, key, _BIG_KEY + q), rows, cols, valid)
 
-        for i0 in range(0, p, tile):
-            s_i, key_i, rows_i, cols_i, _ = candidates(i0, tile)
-            rank = jnp.zeros((tile,), jnp.int32)
-            for j0 in range(0, p, tile):
-                s_j, key_j, _, _, valid_j = candidates(j0, tile)
+        def i_step(it, carry):
+            s_i, key_i, rows_i, cols_i, _ = candidates(it * tile)
+
+            def j_step(jt, rank):
+                s_j, key_j, _, _, valid_j = candidates(jt * tile)
                 better = valid_j[None, :] & ((s_j[None, :] > s_i[:, None])
                                              | ((s_j[None, :] == s_i[:, None]) & (key_j[None, :] < key_i[:, None])))
-                rank = rank + jnp.sum(jnp.where(better, 1, 0), axis=1)
+                return rank + jnp.sum(jnp.where(better, 1, 0), axis=1)
+
+            rank = jax.lax.fori_loop(0, tiles, j_step, jnp.zeros((tile,), jnp.int32))
             take = rank < n_sel          # invalid entries rank >= p >= n_sel: every valid one beats them
-            slot = jnp.where(take, rank, -1)
-            store(score_ref, jnp.where(take, base + slot, spare), s_i, take)
-            store(parent_ref, jnp.where(take, base + slot, spare), rows_i, take)
-            store(ckey_ref, jnp.where(take, slot, cspare), key_i, take)
-            store(ccol_ref, jnp.where(take, slot, cspare), cols_i, take)
+            store(score_ref, jnp.where(take, base + rank, spare), s_i, take)
+            store(parent_ref, jnp.where(take, base + rank, spare), rows_i, take)
+            store(ckey_ref, jnp.where(take, rank, cspare), key_i, take)
+            store(ccol_ref, jnp.where(take, rank, cspare), cols_i, take)
+            return carry
+
+        jax.lax.fori_loop(0, tiles, i_step, 0)
         barrier()
 
         # the chosen keys' lexicographic rank among themselves, and their tokens
-        np2 = _pow2_at_least(n_sel)
-        t = jnp.arange(np2, dtype=jnp.int32)
         valid_t = t < n_sel
         ck = load(ckey_ref, jnp.minimum(t, cspare), valid_t, _BIG_KEY)
         ck = jnp.where(valid_t, ck, _BIG_KEY + t)
@@ -136,6 +146,9 @@ def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, score_ref, lex_ref, parent_r
         store(lex_ref, at, lex, valid_t)
         store(tok_ref, at, load(toks_ref, d * kp + jnp.clip(col, 0, kp - 1), valid_t, 0), valid_t)
         barrier()
+        return carry
+
+    jax.lax.fori_loop(1, len(plan.depths) + 1, depth_step, 0)
 
 
 def beam_select(vals: jax.Array, toks: jax.Array, plan: BeamPlan, k: int, *, interpret: bool = False,
@@ -156,6 +169,8 @@ def beam_select(vals: jax.Array, toks: jax.Array, plan: BeamPlan, k: int, *, int
         toks = jnp.pad(toks, ((0, 0), (0, 0), (0, kp - kk)))
     widths = plan.widths
     w = max(widths)
+    # per depth 2, 3, ...: (pair-table offset, candidate count, chosen count, 0); one row at least
+    table = np.array([(off, p, n_sel, 0) for _, off, p, n_sel in plan.depths] or [(0, 0, 0, 0)], np.int32)
     n_depths = len(widths)
     size = n_depths * w + 1
     cap = _pow2_at_least(max(widths[1:], default=1)) + 1
@@ -168,14 +183,15 @@ def beam_select(vals: jax.Array, toks: jax.Array, plan: BeamPlan, k: int, *, int
     score, lex, parent, tok, _, _ = pl.pallas_call(
         functools.partial(_kernel, plan=plan, k=k, kp=kp, w=w, interpret=interpret),
         grid=(bt,),
-        in_specs=[row(depth * kp), row(depth * kp), whole, whole],
+        in_specs=[row(depth * kp), row(depth * kp), whole, whole,
+                  pl.BlockSpec(table.shape, lambda b: (0, 0))],
         out_specs=[row(size)] * 4 + [row(cap)] * 2,
         out_shape=out_shape,
         compiler_params=params,
         interpret=interpret,
         name="beam_select",
     )(vals.astype(jnp.float32).reshape(bt, depth * kp), toks.astype(jnp.int32).reshape(bt, depth * kp),
-      jnp.asarray(plan.rows), jnp.asarray(plan.cols))
+      jnp.asarray(plan.rows), jnp.asarray(plan.cols), jnp.asarray(table))
     out = ([], [], [], [])
     for d, wd in enumerate(widths):
         for lst, x in zip(out, (score, lex, parent, tok)):
