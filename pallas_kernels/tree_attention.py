@@ -103,6 +103,7 @@ class KernelConfig:
     num_splits: int | None = None
     target_programs: int = 528      # ~4 programs per H100/H200 SM
     min_chunk: int = 256            # keys; a cache shorter than 2 chunks is not split
+    max_chunk: int | None = None    # keys; a long cache gets more chunks than target_programs asks
     split_edges: bool = True        # unmasked loop over interior key blocks
     merge_tile: int = 4096          # elements (parts x columns) per merge program
     block_new: int | None = None    # new keys per step; None: T rounded up to 16..128
@@ -151,6 +152,12 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     16-255; 32k: 53.9 at 64 vs 55-71; 4k: flat, 22.7-23.0 at 16-64); tree verify prefers few
     chunks (4k: T=65 43.6 us at 4 vs 47 at 16 and 100 at 64; T=257 90.5 at 4 vs 144 / 203),
     since every chunk adds a [rows, Dh] float32 partial to write and merge: 1024-key chunks.
+    Decode was re-swept by device time in session 14 (the chain's traced span; the wall time of
+    session 4 carried ~9 us a call of dispatch that hid the differences), us a call at 2 / 4 / 8
+    / 16 / 32 / 64 chunks: 1k 8.1 (4) / 6.9 (8) / 6.9 (16); 2k 11.0 / 8.5 / 8.8 / 7.0 at 4-32;
+    4k 11.5 / 11.9 / 9.3 / 10.9 at 8-64; 8k 17.3 / 16.1 / 13.8 / 15.3 at 8-64. So decode aims
+    at 32 chunks (256 programs for 8 kv heads) of 64 keys or more, and at most 512 keys a chunk
+    (16k: 32 chunks, 32k: 64, as before: 94 / 103 % of the bytes floor in session 13).
 
     float32 inputs (itemsize 4: IEEE dots on CUDA cores, twice the bytes per tile) keep the
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
@@ -160,7 +167,8 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     """
     m = t * g
     if m <= 16:
-        return KernelConfig(block_m=16, block_k=64, num_warps=4, num_stages=4, min_chunk=512)
+        return KernelConfig(block_m=16, block_k=64, num_warps=4, num_stages=4, target_programs=256,
+                            min_chunk=64, max_chunk=512)
     if m < 512 or itemsize >= 4:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
                             num_stages=3, min_chunk=1024)
@@ -219,13 +227,16 @@ def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:
 
     Enough programs to fill the GPU (target_programs), but every chunk of a full cache keeps at
     least min_chunk keys: below two chunks' worth there is one part and no merge kernel, whose
-    launch costs more than the few keys a split would save.
+    launch costs more than the few keys a split would save. max_chunk (if set) bounds a chunk
+    from above: a long cache gets more chunks than target_programs asks for.
     """
     if s == 0:
         return 1
     if cfg.num_splits is not None:
         return max(1, min(cfg.num_splits, pl.cdiv(s, cfg.block_k), _MAX_SPLITS))
     want = pl.cdiv(cfg.target_programs, programs_per_split)
+    if cfg.max_chunk:
+        want = max(want, pl.cdiv(s, cfg.max_chunk))
     most = s // max(cfg.min_chunk, cfg.block_k)
     return max(1, min(want, most, _MAX_SPLITS))
 

@@ -336,6 +336,9 @@ def test_split_heuristic():
     assert _num_splits(cfg, 4096, 10_000) == 1                 # the rows fill the GPU
     assert _num_splits(KernelConfig(num_splits=7), 4096, 8) == 7
     assert _num_splits(KernelConfig(block_k=64, num_splits=7), 100, 8) == 2   # <= key blocks
+    capped = KernelConfig(target_programs=256, min_chunk=64, max_chunk=512)
+    assert [_num_splits(capped, s, 8) for s in (100, 1024, 4096, 16384, 32768)] == [1, 16, 32, 32, 64]
+
 
 
 def test_float32_keeps_small_tiles():
@@ -346,7 +349,8 @@ def test_float32_keeps_small_tiles():
         assert (cfg.block_m, cfg.block_k, cfg.num_warps) == (64, 64, 4)
 
 
-@pytest.mark.parametrize("t,s,splits", [(1, 4096, 8), (1, 16384, 32), (1, 32768, 64), (65, 4096, 4),
+@pytest.mark.parametrize("t,s,splits", [(1, 1024, 16), (1, 2048, 32), (1, 4096, 32), (1, 8192, 32),
+                                        (1, 16384, 32), (1, 32768, 64), (65, 4096, 4),
                                         (65, 32768, 14), (257, 4096, 4), (257, 32768, 8)])
 def test_default_splits_for_an_8b_layer(t, s, splits):
     """The chunk counts the H200 split sweeps chose (default_config's docstring), Hq=32, Hkv=8."""

@@ -89,10 +89,14 @@ GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fr
 # Per backend: the largest candidate count a depth (P, the longest pair list of `_beam_bounds`)
 # for which every depth's selection runs in one Pallas kernel (`pallas_kernels.beam_select`: one
 # program a batch row, all depths, no launch per depth) instead of XLA's ops (absent: 0, never).
-# The kernel's work is O(P^2) a depth on one SM, so it is for small trees: P is 34 / 216 / 1210
-# at B = 16 / 64 / 256 (exact tree, depth 2). Off the GPU it runs in Pallas interpret mode
-# (tests). DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (0: never).
-BEAM_KERNEL_MAX: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_MAX", whole_number, {"gpu": 256})
+# P is 34 / 216 / 517 at B = 16 / 64 / 128 (exact tree, depth 2). Off the GPU the kernel runs in
+# Pallas interpret mode (tests). Off by default everywhere: on the H200 (session 14, bench_tree
+# --trace, device time a build) the kernel took 31.7 / 171.6 / 736.2 us at B = 16 / 64 / 128,
+# the whole build 0.156 / 0.301 / 0.907 ms against XLA's 0.170 / 0.197 / 0.280: one SM's
+# O(P^2) comparisons cost more than the launches they save from B = 64, and the DDTree-16 round
+# was unchanged (steady 5.810 / 5.940 against 5.917, per call 6.019 / 6.032 against 6.029).
+# DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (e.g. 64 for B <= 16).
+BEAM_KERNEL_MAX: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_MAX", whole_number, {})
 # The kernel's [tile, tile] comparison blocks.
 BEAM_TILE = 64
 
