@@ -87,7 +87,7 @@ def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.SELECT_ONEHOT_MAX,
-                      ddtree.GLOBAL_PRUNE, trees_base.ANCESTOR_CHAIN_FROM):
+                      ddtree.GLOBAL_PRUNE, ddtree.BEAM_KERNEL_MAX, trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -131,6 +131,10 @@ def main(argv=None) -> int:
     ap.add_argument("--beam-kernel-max", default="",
                     help="ddtree.BEAM_KERNEL_MAX values to compare (largest candidate count a depth for the "
                          "one-kernel depth loop; 0: XLA's ops), e.g. 0,256")
+    ap.add_argument("--stage2-max-k", default="",
+                    help="ddtree.VOCAB_TOPK stage2_max_k values to compare (the vocabulary top-k's second "
+                         "stage by the threshold kernel up to this K; 0: lax.top_k), e.g. 0,64; only where "
+                         "the backend has a two-stage top-k")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="also trace one loop of each default build: its kernels by device time and the "
                          "span a build (default: on a GPU)")
@@ -195,10 +199,14 @@ def main(argv=None) -> int:
             onehots = [int(x) for x in args.onehot_max.split(",") if x] or [None]
             prunes = [bool(int(x)) for x in args.global_prune.split(",") if x] or [None]
             beams = [int(x) for x in args.beam_kernel_max.split(",") if x] or [None]
+            stage2s = [int(x) for x in args.stage2_max_k.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, anc, oh, gp, bk in itertools.product(counts, barriers, ancestors, onehots, prunes, beams):
+            for c, bar, anc, oh, gp, bk, s2 in itertools.product(counts, barriers, ancestors, onehots, prunes, beams,
+                                                                 stage2s):
                 name = "build_ms"
+                if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
+                    ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_max_k=s2)
                 for part, table, value in (
                         (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
                         (f"barrier{int(bool(bar))}", ddtree.SELECT_BARRIER, bar),
@@ -210,6 +218,8 @@ def main(argv=None) -> int:
                     if value is not None:
                         table[backend] = value
                         name += "_" + part
+                if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
+                    name += f"_s2max{s2}"
                 r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
                 if args.trace:
                     t = r[name.replace("build_ms", "build_trace")] = traced(

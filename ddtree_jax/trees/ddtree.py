@@ -210,6 +210,17 @@ def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
     return cfg["chunks"], keep, stage1
 
 
+def _stage2(k: int) -> str:
+    """The second stage of `vocab_top_k` for this backend and K: "threshold" (its
+    "threshold_interpret" twin off the GPU) where VOCAB_TOPK's `stage2_max_k` covers K and every
+    chunk keeps all K, else "xla"."""
+    cfg = VOCAB_TOPK.get(jax.default_backend()) or {}
+    chunks, keep, _ = _vocab_top_k_settings(k)
+    if not chunks or keep is not None or k > cfg.get("stage2_max_k", 0):
+        return "xla"
+    return "threshold" if jax.default_backend() == "gpu" else "threshold_interpret"
+
+
 def _stage1_options() -> dict:
     """The first-stage kernel's launch options in VOCAB_TOPK (`num_warps`, `radix_bits`)."""
     cfg = VOCAB_TOPK.get(jax.default_backend()) or {}
@@ -217,7 +228,8 @@ def _stage1_options() -> dict:
 
 
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
-                keep: int | None = None, stage1: str = "xla", **stage1_options) -> tuple[Array, Array]:
+                keep: int | None = None, stage1: str = "xla", stage2: str = "xla",
+                **stage1_options) -> tuple[Array, Array]:
     """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top `keep` (default
     k) of each of `chunks` contiguous slices, then the top k of those candidates. Same values,
     indices and tie rule (lower index first): candidates stay in index order by chunk, and each
@@ -234,6 +246,10 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     the second stage's sort makes no difference to (chunk-major index order is token order, so
     its lower-position-first tie rule still picks the lower token). stage1_options go to
     chunk_top_k (num_warps, radix_bits; the XLA stage ignores them).
+
+    stage2: "xla" (one `lax.top_k` over the candidates, a sort on GPUs) or a threshold impl
+    ("threshold" / "threshold_interpret": `_second_stage_by_threshold`), the latter only where
+    every chunk keeps all k (no exactness check needed).
     """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
@@ -245,12 +261,44 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     last = vals.min(axis=-1) if index_ordered(stage1) else vals[..., -1]
     vals = vals.reshape(*logp.shape[:-1], chunks * keep)
     idx = idx.reshape(*logp.shape[:-1], chunks * keep)
+    if keep == k and stage2 != "xla":
+        return _second_stage_by_threshold(vals, idx, k, stage2, **stage1_options)
     top, pos = jax.lax.top_k(vals, k)
     out = top, jnp.take_along_axis(idx, pos, axis=-1)
     if keep == k:
         return out
     exact = jnp.all(last < top[..., -1:])
     return jax.lax.cond(exact, lambda: out, lambda: tuple(jax.lax.top_k(logp, k)))
+
+
+# Candidates a program of the threshold second stage holds (`_second_stage_by_threshold`).
+STAGE2_CHUNK = 1024
+
+
+def _second_stage_by_threshold(vals: Array, idx: Array, k: int, impl: str, **options) -> tuple[Array, Array]:
+    """The top k of the first stage's candidates (vals [..., n] with token indices idx), as
+    `lax.top_k` orders them (value desc in the float total order, -0.0 below +0.0; equal values
+    by lower token first), without a sort: the threshold kernel keeps the k best of every
+    STAGE2_CHUNK candidates (its ties by lower position, which is token order among equal
+    values: chunk-major candidates, each chunk's listed by token or, for equal values, by lower
+    token first), then a pairwise count orders the c * k survivors and one-hot reductions pick
+    the k best in order. O((c k)^2) a row: for small k only (VOCAB_TOPK's stage2_max_k)."""
+    n = vals.shape[-1]
+    c = max(1, n // STAGE2_CHUNK)
+    v, pos = chunk_top_k(vals, c, k, impl=impl, **options)        # [..., c, k]
+    v = v.reshape(*vals.shape[:-1], c * k)
+    tok = jnp.take_along_axis(idx, pos.reshape(*vals.shape[:-1], c * k), axis=-1)
+    bits = jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
+    key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)            # float total order as int32
+    better = (key[..., None, :] > key[..., :, None]) | (
+        (key[..., None, :] == key[..., :, None]) & (tok[..., None, :] < tok[..., :, None]))
+    rank = better.sum(-1, dtype=jnp.int32)                        # a permutation of 0..ck-1
+    hit = rank[..., None, :] == jnp.arange(k, dtype=jnp.int32)[:, None]   # [..., k, ck]
+    low = jnp.iinfo(jnp.int32).min
+    top_key = jnp.max(jnp.where(hit, key[..., None, :], low), axis=-1)
+    top_bits = jnp.where(top_key < 0, top_key ^ 0x7FFFFFFF, top_key)
+    top = jax.lax.bitcast_convert_type(top_bits, jnp.float32).astype(vals.dtype)
+    return top, jnp.max(jnp.where(hit, tok[..., None, :], low), axis=-1)
 
 
 def _lex_rank(keys: Array) -> Array:
@@ -355,7 +403,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
     # [Bt, D, K]: rank r -> (log-prob, token)
-    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k), **_stage1_options())
+    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k), stage2=_stage2(k), **_stage1_options())
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
