@@ -82,6 +82,7 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     ("--onehot-max", "0,100000", "SELECT_ONEHOT_MAX", ["onehot0", "onehot100000"]),
     ("--global-prune", "0,1", "GLOBAL_PRUNE", ["prune0", "prune1"]),
     ("--select-barrier", "0,1", "SELECT_BARRIER", ["barrier0", "barrier1"]),
+    ("--beam-kernel-max", "0,1000", "BEAM_KERNEL_MAX", ["beam0", "beam1000"]),
 ])
 def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
     """--ancestor-impl / --onehot-max / --global-prune / --select-barrier time the whole build
@@ -95,9 +96,12 @@ def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
     setting = getattr(trees_base, table, None) or getattr(ddtree, table)
     before = dict(setting)
     assert bench_tree.main(["--vocab", "128", "--depth", "3", "--budgets", "8", "--inner", "1", "--repeats", "1",
-                            "--count-max", "1024", flag, values, "--out", str(tmp_path)]) == 0
+                            "--count-max", "1024", flag, values, "--trace", "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "bench_tree.json").read_text())["rows"]
     assert sorted(k for k in row if k.startswith("build_ms")) == [f"build_ms_count1024_{x}" for x in suffixes]
+    # --trace: one traced loop a variant (on the CPU its events are the thunks), nonempty
+    traces = [row[f"build_trace_count1024_{x}"] for x in suffixes]
+    assert all(t["launches"] > 0 and t["span_us"] > 0 and t["kernels_us"] for t in traces)
     assert setting == before
     if flag == "--ancestor-impl":
         with pytest.raises(SystemExit):
