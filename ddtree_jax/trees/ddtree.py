@@ -170,7 +170,13 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # 256 / 1024; at 256 it also replaces XLA's sort; the first stage alone, 128 chunks keeping 64,
 # 0.171 vs 0.096 ms at 64; DDTree-64 round, two interleaved A/Bs, 6.337 / 6.351 vs 6.269 / 6.259
 # ms steady, DDTree-256 10.003 / 10.016 vs 9.924 / 10.004). `pallas_keep_max` limits "pallas".
-VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64)}
+# stage2_max_k (session 14): up to this K (where every chunk keeps all K) the second stage is
+# `_second_stage_by_threshold` (the threshold kernel over chunks of 1024 candidates, then a
+# pairwise order of the survivors) instead of lax.top_k, which on the H200 ran XLA's TopK kernel
+# at K = 16 (45.3 us) and a sort at K = 64 (32.3 us); with it 6.4 us + small fusions. Whole
+# build (bench_tree --trace, one call): 0.172 -> 0.132 ms at B = 16, 0.204 -> 0.165 at B = 64.
+VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64,
+                          stage2_max_k=64)}
 # An entry may also hold the kernel's `num_warps` and `radix_bits` (chunk_top_k's defaults
 # otherwise: 4 warps, 2 bits a round; session 11's sweep at 128 chunks keeping 64: radix 1 / 2 /
 # 4 bits 0.104 / 0.096 / 0.134 ms, 1 / 2 / 4 / 8 warps 0.117 / 0.105 / 0.096 / 0.106 at B = 64).

@@ -1,0 +1,69 @@
+"""On-device equality of the tree build's fast paths with plain XLA: the same DraftTree.
+
+    python3 -m bench.check_tree                       # GPU: the backend's settings vs lax.top_k + XLA
+    python3 -m bench.check_tree --interpret --vocab 3000 --budgets 16    # CPU smoke run
+
+The CPU tests compare the Pallas paths in interpret mode; this builds the DDTree tree on the
+device with the backend's settings (ddtree.VOCAB_TOPK: the chunked first stage and, where
+`stage2_max_k` covers K, the threshold second stage) and with the one-kernel depth loop forced
+on (ddtree.BEAM_KERNEL_MAX), and compares every array with a build that uses one lax.top_k and
+XLA's depth loop, on log-probs with distinct values, many ties, and signed zeros. Exits
+non-zero on any difference.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ddtree_jax.trees import ddtree, make_policy
+
+
+def logp_of(kind: str, shape, seed: int):
+    x = jax.nn.log_softmax(3.0 * jax.random.normal(jax.random.PRNGKey(seed), shape), -1)
+    if kind == "ties":
+        x = jnp.round(x * 2) / 2
+    elif kind == "zeros":   # -0.0 and +0.0 (and nothing else) on half the vocabulary
+        sign = jax.random.bernoulli(jax.random.PRNGKey(seed + 1), 0.5, shape)
+        x = jnp.where(jnp.arange(shape[-1]) % 2 == 0, jnp.where(sign, 0.0, -0.0), x - 50.0)
+    return x
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.check_tree", description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--depth", type=int, default=15)
+    ap.add_argument("--budgets", default="16,64")
+    ap.add_argument("--interpret", action="store_true",
+                    help="off the GPU: give this backend the GPU's settings with the Pallas kernels in interpret mode")
+    args = ap.parse_args(argv)
+    backend = jax.default_backend()
+    policy = make_policy("ddtree")
+    fast = dict(ddtree.VOCAB_TOPK.get("gpu", {}))
+    if args.interpret:
+        fast.update(stage1=fast.get("stage1", "xla") + "_interpret" * (fast.get("stage1", "xla") != "xla"))
+    bad = 0
+    for b in [int(x) for x in args.budgets.split(",") if x]:
+        for kind in ("float", "ties", "zeros"):
+            logp = logp_of(kind, (2, args.depth, args.vocab), seed=b)
+            with mock.patch.dict(ddtree.VOCAB_TOPK, {backend: None}), \
+                    mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}):
+                want = jax.jit(lambda x: policy.build(x, b))(logp)
+            for name, beam in (("settings", None), ("settings + beam kernel", 1 << 20)):
+                with mock.patch.dict(ddtree.VOCAB_TOPK, {backend: fast} if (args.interpret or backend == "gpu") else {}), \
+                        mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}):
+                    got = jax.jit(lambda x: policy.build(x, b))(logp)
+                same = all(np.array_equal(np.asarray(x), np.asarray(y))
+                           for x, y in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
+                bad += not same
+                print(f"[check_tree] B={b} {kind:6s} {name}: {'equal' if same else 'DIFFERENT'}", flush=True)
+    print(f"[check_tree] {'all equal' if not bad else f'{bad} differ'} on {jax.devices()[0].device_kind}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
