@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -201,21 +199,13 @@ def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: in
 def kernel_us(fn, args, calls: int) -> tuple[float, float, str]:
     """From a trace of one chain: (device time of all its kernels per call, the device time per
     call of its costliest kernel name, that name)."""
-    from bench.profile_round import device_events
+    from bench.profile_round import kernel_summary, traced_events
 
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp):
-            jax.block_until_ready(fn(*args))
-        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
-        events = device_events(paths[-1]) if paths else []
-    by = {}
-    for e in events:
-        by.setdefault(e["name"], []).append(e["dur"])
-    if not by:
+    t = kernel_summary(traced_events(lambda: jax.block_until_ready(fn(*args))), calls)
+    if not t:
         return float("nan"), float("nan"), ""
-    name, durs = max(by.items(), key=lambda kv: sum(kv[1]))
-    total = sum(sum(d) for d in by.values())
-    return total / 1e3 / calls, sum(durs) / 1e3 / calls, name[:60]
+    name, us = next(iter(t["kernels_us"].items()))
+    return t["busy_us"], us, name[:60]
 
 
 def main(argv=None) -> int:

@@ -25,16 +25,13 @@ Results go to DIR/bench_kernels.json (rewritten after every row) and tables on s
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import datetime
 import functools
-import glob
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 
@@ -140,23 +137,12 @@ def trace_chain(fn, args, *, inner, cold_bytes=0) -> dict:
     """One traced run of time_chain's chain: per call, the device time of each kernel name
     (summed over its launches), all kernels together, and the span from the first kernel's
     start to the last one's end (kernels + the gaps between them), in us."""
-    from bench.profile_round import device_events  # the same trace reader as the round profiles
+    from bench.profile_round import kernel_summary, traced_events  # the round profiles' trace reader
 
     chained, cargs = _chain(fn, args, inner=inner, cold_bytes=cold_bytes)
     jax.block_until_ready(chained(*cargs))
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp):
-            jax.block_until_ready(chained(*cargs))
-        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
-        events = device_events(paths[-1]) if paths else []
-    if not events:
-        return {}
-    per = collections.defaultdict(float)
-    for e in events:
-        per[e["name"]] += e["dur"] / 1e3 / inner
-    span = (max(e["start"] + e["dur"] for e in events) - min(e["start"] for e in events)) / 1e3
-    return dict(kernels_us=dict(sorted(per.items(), key=lambda kv: -kv[1])),
-                busy_us=sum(per.values()), span_us=span / inner, launches=len(events) / inner)
+    events = traced_events(lambda: jax.block_until_ready(chained(*cargs)))
+    return kernel_summary(events, inner)
 
 
 def time_looped(fn, args, *, inner, reps):

@@ -11,19 +11,19 @@ per iteration so nothing is hoisted), divided by --inner: device time without di
 times that fallback, on logits whose K best tokens share one chunk); `build` the whole
 policy build, every array of the DraftTree (ancestor mask included; before session 9 only its
 tokens, so XLA dropped the mask's work), with the backend's settings in ddtree.VOCAB_TOPK.
+`--trace` (default on a GPU) also traces one loop of each build variant: every kernel's device
+time a build, their sum, launches and the span (first kernel start to last kernel end), which
+leave out the loop's dispatch.
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import glob
 import itertools
 import json
 import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -63,23 +63,12 @@ def traced(fn, x, inner: int) -> dict:
     """One profiled run of timed's loop: per build, the device time of every kernel by name
     (largest first), of all kernels, their launches and the span from the first kernel's start
     to the last one's end (us). Empty where the trace holds no device events."""
-    from bench.profile_round import device_events
+    from bench.profile_round import kernel_summary, traced_events
 
     loop = _loop(fn, inner)
     jax.block_until_ready(loop(x))
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp):
-            jax.block_until_ready(loop(x))
-        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
-        events = device_events(paths[-1]) if paths else []
-    if not events:
-        return {}
-    per = collections.defaultdict(float)
-    for e in events:
-        per[e["name"]] += e["dur"] / 1e3 / inner
-    span = (max(e["start"] + e["dur"] for e in events) - min(e["start"] for e in events)) / 1e3 / inner
-    return dict(span_us=span, busy_us=sum(per.values()), launches=len(events) / inner,
-                kernels_us=dict(sorted(per.items(), key=lambda kv: -kv[1])))
+    events = traced_events(lambda: jax.block_until_ready(loop(x)))
+    return kernel_summary(events, inner)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 14, call 6: the tree build's fast paths (threshold second stage, the one-kernel depth
+# Session 14, call 6 (refused: no device time left; gpu_next_s15a.sh repeats it): the tree build's fast paths (threshold second stage, the one-kernel depth
 # loop) give XLA's tree on the H200 (bench/check_tree.py).
 # Usage (device tool): bash bench/gpu_s14_6.sh -> $OUT/s14_6.tar.xz
 source bench/gpu_step.sh

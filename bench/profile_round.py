@@ -109,6 +109,29 @@ def device_events(xspace_path: str) -> list[dict]:
     return gpu or cpu
 
 
+def traced_events(run) -> list[dict]:
+    """The device events (`device_events`) of one call of run() under the profiler."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            run()
+        paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
+        return device_events(paths[-1]) if paths else []
+
+
+def kernel_summary(events: list[dict], calls: int) -> dict:
+    """Per call of a traced run of `calls` calls (us): every kernel name's device time (largest
+    first), their sum, the launches and the span from the first kernel's start to the last
+    one's end (kernels + the gaps between them). Empty for no events."""
+    if not events:
+        return {}
+    per = collections.defaultdict(float)
+    for e in events:
+        per[e["name"]] += e["dur"] / 1e3 / calls
+    span = (max(e["start"] + e["dur"] for e in events) - min(e["start"] for e in events)) / 1e3
+    return dict(kernels_us=dict(sorted(per.items(), key=lambda kv: -kv[1])), busy_us=sum(per.values()),
+                span_us=span / calls, launches=len(events) / calls)
+
+
 def op_of(event: dict, scopes: dict[str, str]) -> str:
     """The HLO name to attribute a kernel event to: its op, or inside a command buffer (whose
     name is the op) or without metadata, the kernel's own name."""

@@ -108,6 +108,19 @@ def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
             bench_tree.main([flag, "bits"])
 
 
+def test_check_tree_smoke(capsys):
+    """bench.check_tree (the device check of the tree build's fast paths) with the GPU's
+    settings in interpret mode: every build equals plain XLA's, exit 0."""
+    from bench import check_tree
+    from ddtree_jax.trees import ddtree
+
+    before = (dict(ddtree.VOCAB_TOPK), dict(ddtree.BEAM_KERNEL_MAX))
+    assert check_tree.main(["--interpret", "--vocab", "2000", "--depth", "4", "--budgets", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("equal") >= 6 and "DIFFERENT" not in out and "all equal" in out
+    assert (dict(ddtree.VOCAB_TOPK), dict(ddtree.BEAM_KERNEL_MAX)) == before
+
+
 def test_building_the_bench_model_leaves_the_prng_default_alone():
     """bench_round.build uses a fast generator for random weights through typed keys; the
     process-wide default (which generation's sampling uses) must not change."""

@@ -91,3 +91,15 @@ def test_chunk_top_k_triton_lowering_verifies(monkeypatch, impl, options):
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax
         pytest.skip(f"cannot lower for CUDA here: {e}")
     assert len(modules) == 1 and modules[0].operation.verify()
+
+
+def test_second_stage_shape_lowering_verifies(monkeypatch):
+    """The vocabulary top-k's threshold second stage at K = 64 (15 rows of 128 x 64 candidates,
+    chunks of 1024 keeping 64) lowers for CUDA and its Triton module verifies."""
+    modules = _verified_triton_modules(monkeypatch)
+    fn = functools.partial(chunk_top_k, chunks=8, keep=64, impl="threshold")
+    try:
+        jax.jit(fn).trace(jax.ShapeDtypeStruct((1, 15, 8192), jnp.float32)).lower(lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert len(modules) == 1 and modules[0].operation.verify()

@@ -305,16 +305,19 @@ def test_tree_settings_from_the_environment():
     code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.GLOBAL_PRUNE['gpu'], ddtree.RANK_BY_COUNT_MAX, "
             "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
             "ddtree.SELECT_BARRIER['cpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
-            "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'])")
+            "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'], "
+            "ddtree.VOCAB_TOPK['gpu']['stage2_max_k'], ddtree.BEAM_KERNEL_MAX['cpu'])")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
            "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
            "DDTREE_SELECT_BARRIER": "1",
-           "DDTREE_VOCAB_STAGE1": "threshold:r4w2", "DDTREE_GLOBAL_PRUNE": "0"}
+           "DDTREE_VOCAB_STAGE1": "threshold:r4w2", "DDTREE_GLOBAL_PRUNE": "0",
+           "DDTREE_VOCAB_STAGE2_MAX_K": "16", "DDTREE_BEAM_KERNEL_MAX": "40"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("False {'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
-                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2\n")
+                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2 16 40\n")
     for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
+                             ("DDTREE_VOCAB_STAGE2_MAX_K", "-1", "give a whole number"),
                              ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
                              ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
                              ("DDTREE_VOCAB_STAGE1", "threshold:r3", "radix bits are one of 1, 2, 4"),
@@ -692,3 +695,51 @@ def test_vocab_top_k_settings_use_the_pallas_stage_only_for_short_keeps(monkeypa
     monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
                         dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64))
     assert ddtree._vocab_top_k_settings(256) == (128, None, "threshold")
+
+
+@pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
+@pytest.mark.parametrize("kind", KINDS + ["zeros"])
+@pytest.mark.parametrize("shape,k,chunks", [((2, 3, 20000), 16, 128), ((1, 2, 30000), 64, 128),
+                                            ((1, 5000), 40, 16), ((2, 4096), 8, 16)])
+def test_second_stage_by_threshold_is_lax_top_k(stage1, kind, shape, k, chunks):
+    """vocab_top_k's threshold second stage (the kernel over chunks of 1024 candidates, then a
+    pairwise order) gives lax.top_k's values bit for bit (-0.0 below +0.0) and its indices
+    (equal values: lower token first), after either first stage."""
+    from ddtree_jax.trees import ddtree
+
+    if kind == "zeros":
+        rng = np.random.default_rng(k)
+        x = jnp.asarray(np.where(rng.random(shape) < 0.5, 0.0, -0.0).astype(np.float32))
+    else:
+        x = jnp.asarray(make_logp(kind, shape if len(shape) == 3 else (1, *shape), seed=k).reshape(shape))
+    want = jax.lax.top_k(x, k)
+    got = ddtree.vocab_top_k(x, k, chunks=chunks, stage1=stage1, stage2="threshold_interpret")
+    np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_stage2_setting(monkeypatch):
+    """The threshold second stage runs up to VOCAB_TOPK's stage2_max_k, only where every chunk
+    keeps all K (the keep path has its own exactness check), and never without the setting."""
+    from ddtree_jax.trees import ddtree
+
+    backend = jax.default_backend()
+    twin = "threshold" if backend == "gpu" else "threshold_interpret"
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512,
+                                                         stage1="threshold", stage2_max_k=64))
+    assert [ddtree._stage2(k) for k in (16, 64, 128, 1024)] == [twin, twin, "xla", "xla"]
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=8, keep_from_k=8, stage2_max_k=64))
+    assert ddtree._stage2(16) == "xla"                 # chunks keep 8 < K: lax.top_k and its check
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512))
+    assert ddtree._stage2(16) == "xla"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ddtree_equals_heap_with_the_threshold_second_stage(kind, monkeypatch):
+    """The GPU's vocabulary top-k with the threshold first and second stages builds the heap's tree."""
+    from ddtree_jax.trees import ddtree
+
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
+                        dict(chunks=16, keep=64, keep_from_k=512, stage1="threshold_interpret", stage2_max_k=64))
+    assert ddtree._stage2(40) == "threshold_interpret"
+    check_ddtree_against_heap((1, 15, 4000, 40), kind, seed=23, fresh_trace=True)

@@ -202,6 +202,10 @@ def stage1_setting(text: str) -> dict:
 for _backend, _setting in env_setting("DDTREE_VOCAB_STAGE1", stage1_setting, {}).items():
     if _backend in VOCAB_TOPK:
         VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], **_setting)
+# DDTREE_VOCAB_STAGE2_MAX_K=N sets stage2_max_k wherever the top-k has two stages (0: lax.top_k).
+for _backend, _k in env_setting("DDTREE_VOCAB_STAGE2_MAX_K", whole_number, {}).items():
+    if _backend in VOCAB_TOPK:
+        VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], stage2_max_k=_k)
 
 
 def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
