@@ -8,7 +8,8 @@ per iteration so nothing is hoisted), divided by --inner: device time without di
 `topk` is `lax.top_k(logp, K)` over the vocabulary alone; `topk2` the two-stage variant
 (`ddtree.vocab_top_k`, 128 chunks keeping K each); `topk2_keep` the same keeping at most
 --keep per chunk (exact fallback to one top_k when a chunk held more; `topk2_keep_fallback`
-times that fallback, on logits whose K best tokens share one chunk); `build` the whole
+times that fallback, on logits whose K best tokens share one chunk; these rows keep lax.top_k as
+the second stage, which the build replaces up to VOCAB_TOPK's stage2_max_k); `build` the whole
 policy build, every array of the DraftTree (ancestor mask included; before session 9 only its
 tokens, so XLA dropped the mask's work), with the backend's settings in ddtree.VOCAB_TOPK.
 `--trace` (default on a GPU) also traces one loop of each build variant: every kernel's device
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
                          "stage by the threshold kernel up to this K; 0: lax.top_k), e.g. 0,64; only where "
                          "the backend has a two-stage top-k")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
-                    help="also trace one loop of each default build: its kernels by device time and the "
+                    help="also trace one loop of each build variant: its kernels by device time and the "
                          "span a build (default: on a GPU)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -138,6 +139,9 @@ def main(argv=None) -> int:
         stage1 = ddtree.stage1_setting(args.stage1) if args.stage1 else None
     except ValueError as e:
         ap.error(f"--stage1 {args.stage1}: {e}")
+    if args.stage2_max_k and not ddtree.VOCAB_TOPK.get(jax.default_backend()):
+        ap.error(f"--stage2-max-k: the {jax.default_backend()} backend's vocabulary top-k has one stage "
+                 "(ddtree.VOCAB_TOPK); leave it out here")
     variants = []
     for v in filter(None, args.variants.lower().split(",")):
         # CHUNKSxKEEP, then p (extraction) or t (threshold) and the options stage1_setting takes
@@ -207,7 +211,7 @@ def main(argv=None) -> int:
                     if value is not None:
                         table[backend] = value
                         name += "_" + part
-                if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
+                if s2 is not None:
                     name += f"_s2max{s2}"
                 r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
                 if args.trace:

@@ -16,8 +16,9 @@ work is O(P^2) a depth on one SM (P ~ B ln B candidates), so it is for small bud
 (``ddtree.BEAM_KERNEL_MAX``).
 
 Layout (per batch row, flattened): vals/toks [D * Kp] (K padded to Kp); the outputs score / lex /
-parent / token [D * W + 1], depth d's beam at [d * W, d * W + width_d), the last element a spare
-slot that masked-off scatter lanes point at (interpret mode writes masked lanes back).
+parent / token [L * W + 1] (L the depths the plan reaches, W the widest beam), depth d's beam at
+[d * W, d * W + width_d), the last element a spare slot that masked-off scatter lanes point at
+(interpret mode writes masked lanes back).
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ _BIG_KEY = 1 << 30      # above every real key (lex * k + col < 2**20 for budget
 
 @dataclasses.dataclass(frozen=True)
 class BeamPlan:
-    """The static shape of a build: depth 1's width, then per later depth (prev width, pair
-    table offset, pair count, chosen count). ``rows``/``cols``: the concatenated pair tables
+    """The static shape of a build: depth 1's width, then per later depth (pair table offset,
+    pair count, chosen count). ``rows``/``cols``: the concatenated pair tables
     (each depth's padded with zeros to a multiple of the tile)."""
     width0: int
-    depths: tuple[tuple[int, int, int, int], ...]
+    depths: tuple[tuple[int, int, int], ...]
     rows: np.ndarray
     cols: np.ndarray
     tile: int
@@ -54,9 +55,10 @@ class BeamPlan:
 
 
 def make_plan(width0: int, per_depth: list[tuple[int, list[tuple[int, int]], int]], tile: int) -> BeamPlan:
-    """per_depth: (prev width, pairs, chosen count) for depths 2, 3, ... in order."""
+    """per_depth: (previous width, pairs, chosen count) for depths 2, 3, ... in order
+    (`ddtree._depth_plan`; the previous width is implied by the pairs)."""
     rows, cols, depths, off = [], [], [], 0
-    for prev, pairs, n_sel in per_depth:
+    for _, pairs, n_sel in per_depth:
         p = len(pairs)
         padded = -(-p // tile) * tile
         r = np.zeros(padded, np.int32)
@@ -64,7 +66,7 @@ def make_plan(width0: int, per_depth: list[tuple[int, list[tuple[int, int]], int
         r[:p], c[:p] = zip(*pairs)
         rows.append(r)
         cols.append(c)
-        depths.append((prev, off, p, n_sel))
+        depths.append((off, p, n_sel))
         off += padded
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(tile, np.int32))
     return BeamPlan(width0, tuple(depths), cat(rows), cat(cols), tile)
@@ -170,7 +172,10 @@ def beam_select(vals: jax.Array, toks: jax.Array, plan: BeamPlan, k: int, *, int
     widths = plan.widths
     w = max(widths)
     # per depth 2, 3, ...: (pair-table offset, candidate count, chosen count, 0); one row at least
-    table = np.array([(off, p, n_sel, 0) for _, off, p, n_sel in plan.depths] or [(0, 0, 0, 0)], np.int32)
+    table = np.array([(*d, 0) for d in plan.depths] or [(0, 0, 0, 0)], np.int32)
+    if max(widths) * k >= _BIG_KEY:
+        raise ValueError(f"beam_select: keys lex * k + col reach {max(widths) * k}, above its padding key "
+                         f"{_BIG_KEY}; use the XLA depth loop for trees this wide")
     n_depths = len(widths)
     size = n_depths * w + 1
     cap = _pow2_at_least(max(widths[1:], default=1)) + 1

@@ -228,14 +228,16 @@ def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:
     Enough programs to fill the GPU (target_programs), but every chunk of a full cache keeps at
     least min_chunk keys: below two chunks' worth there is one part and no merge kernel, whose
     launch costs more than the few keys a split would save. max_chunk (if set) bounds a chunk
-    from above: a long cache gets more chunks than target_programs asks for.
+    from above: a long cache gets more chunks than target_programs asks for, up to twice its
+    programs (so a batch that fills the GPU with its rows is not cut further). Decode's rule
+    was swept at batch 1 only (session 14).
     """
     if s == 0:
         return 1
     if cfg.num_splits is not None:
         return max(1, min(cfg.num_splits, pl.cdiv(s, cfg.block_k), _MAX_SPLITS))
     want = pl.cdiv(cfg.target_programs, programs_per_split)
-    if cfg.max_chunk:
+    if cfg.max_chunk and programs_per_split * pl.cdiv(s, cfg.max_chunk) <= 2 * cfg.target_programs:
         want = max(want, pl.cdiv(s, cfg.max_chunk))
     most = s // max(cfg.min_chunk, cfg.block_k)
     return max(1, min(want, most, _MAX_SPLITS))

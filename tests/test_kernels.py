@@ -338,7 +338,7 @@ def test_split_heuristic():
     assert _num_splits(KernelConfig(block_k=64, num_splits=7), 100, 8) == 2   # <= key blocks
     capped = KernelConfig(target_programs=256, min_chunk=64, max_chunk=512)
     assert [_num_splits(capped, s, 8) for s in (100, 1024, 4096, 16384, 32768)] == [1, 16, 32, 32, 64]
-
+    assert _num_splits(capped, 32768, 32) == 8    # batch 4: the rows fill the GPU, no max_chunk cut
 
 
 def test_float32_keeps_small_tiles():

@@ -700,7 +700,8 @@ def test_vocab_top_k_settings_use_the_pallas_stage_only_for_short_keeps(monkeypa
 @pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
 @pytest.mark.parametrize("kind", KINDS + ["zeros"])
 @pytest.mark.parametrize("shape,k,chunks", [((2, 3, 20000), 16, 128), ((1, 2, 30000), 64, 128),
-                                            ((1, 5000), 40, 16), ((2, 4096), 8, 16)])
+                                            ((1, 5000), 40, 16), ((2, 4096), 8, 16),
+                                            ((1, 70000), 44, 128)])   # padded chunks both stages
 def test_second_stage_by_threshold_is_lax_top_k(stage1, kind, shape, k, chunks):
     """vocab_top_k's threshold second stage (the kernel over chunks of 1024 candidates, then a
     pairwise order) gives lax.top_k's values bit for bit (-0.0 below +0.0) and its indices

@@ -91,8 +91,9 @@ GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fr
 # program a batch row, all depths, no launch per depth) instead of XLA's ops (absent: 0, never).
 # P is 34 / 216 / 517 at B = 16 / 64 / 128 (exact tree, depth 2). Off the GPU the kernel runs in
 # Pallas interpret mode (tests). Off by default everywhere: on the H200 (session 14, bench_tree
-# --trace, device time a build) the kernel took 31.7 / 171.6 / 736.2 us at B = 16 / 64 / 128,
-# the whole build 0.156 / 0.301 / 0.907 ms against XLA's 0.170 / 0.197 / 0.280: one SM's
+# --trace) the kernel alone took 31.7 / 171.6 / 736.2 us of device time at B = 16 / 64 / 128, the
+# whole build (wall time a build in the loop) 0.156 / 0.301 / 0.907 ms against XLA's 0.170 /
+# 0.197 / 0.280 (device spans 150.6 / 289.5 / 883.6 against 192.3 / 209.5 / 399.2 us): one SM's
 # O(P^2) comparisons cost more than the launches they save from B = 64, and the DDTree-16 round
 # was unchanged (steady 5.810 / 5.940 against 5.917, per call 6.019 / 6.032 against 6.029).
 # DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (e.g. 64 for B <= 16).
@@ -287,8 +288,9 @@ STAGE2_CHUNK = 1024
 
 def _second_stage_by_threshold(vals: Array, idx: Array, k: int, impl: str, **options) -> tuple[Array, Array]:
     """The top k of the first stage's candidates (vals [..., n] with token indices idx), as
-    `lax.top_k` orders them (value desc in the float total order, -0.0 below +0.0; equal values
-    by lower token first), without a sort: the threshold kernel keeps the k best of every
+    `lax.top_k` orders them on the CPU and by sort (value desc in the float total order, -0.0
+    below +0.0; equal values by lower token first; XLA's GPU TopK kernel, which lax.top_k runs
+    at K <= 16, ranks -0.0 and +0.0 as equal instead), without a sort: the threshold kernel keeps the k best of every
     STAGE2_CHUNK candidates (its ties by lower position, which is token order among equal
     values: chunk-major candidates, each chunk's listed by token or, for equal values, by lower
     token first), then a pairwise count orders the c * k survivors and one-hot reductions pick
