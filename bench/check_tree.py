@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.trees import ddtree, make_policy
+from pallas_kernels.chunk_topk import order_key
 
 
 def logp_of(kind: str, shape, seed: int):
@@ -37,8 +38,7 @@ def top_k_by_sort(logp, k, *_, **__):
     """`lax.top_k`'s contract by one sort in the float total order (-0.0 below +0.0; equal values
     by lower index first). The reference: on GPUs lax.top_k with K <= 16 runs XLA's TopK kernel,
     which ranks -0.0 and +0.0 as equal, while the CPU and the fast paths use the total order."""
-    bits = jax.lax.bitcast_convert_type(logp.astype(jnp.float32), jnp.int32)
-    key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    key = order_key(logp)
     idx = jnp.broadcast_to(jnp.arange(logp.shape[-1], dtype=jnp.int32), logp.shape)
     _, _, vals, order = jax.lax.sort((-1 - key, idx, logp, idx), dimension=-1, num_keys=2)
     return vals[..., :k], order[..., :k]

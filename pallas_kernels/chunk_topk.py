@@ -46,13 +46,25 @@ from jax.experimental import pallas as pl
 
 from .norms import _pow2_at_least, pltriton
 
-__all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "IMPLS"]
+__all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "order_key", "from_order_key", "IMPLS"]
 
 # Widest chunk one program holds (values in registers: 32 a thread on 4 warps).
 _MAX_CHUNK = 4096
 
 
 IMPLS = ("xla", "pallas", "pallas_interpret", "threshold", "threshold_interpret")
+
+
+def order_key(x: jax.Array) -> jax.Array:
+    """float32 -> int32 keys in the float total order that lax.top_k sorts by (-0.0 below +0.0);
+    the map is its own inverse on the bits (`from_order_key`)."""
+    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+    return jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def from_order_key(key: jax.Array) -> jax.Array:
+    """The float32 values of `order_key` keys."""
+    return lax.bitcast_convert_type(jnp.where(key < 0, key ^ 0x7FFFFFFF, key), jnp.float32)
 
 
 def index_ordered(impl: str) -> bool:
@@ -86,9 +98,7 @@ def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, kee
     valid = (lane < length) & (pos < x_ref.shape[0])
     x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)], mask=valid,
                       other=-jnp.inf).astype(jnp.float32)
-    # float32 -> int32 keys in the total order lax.top_k sorts by (-0.0 below +0.0)
-    bits = lax.bitcast_convert_type(x, jnp.int32)
-    key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    key = order_key(x)   # the total order lax.top_k sorts by (-0.0 below +0.0)
     slot = jnp.arange(keep_pad, dtype=jnp.int32)
     lowest = jnp.iinfo(jnp.int32).min
 
@@ -106,7 +116,7 @@ def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, kee
     best0 = jnp.full((keep_pad,), lowest, jnp.int32)
     idx0 = jnp.zeros((keep_pad,), jnp.int32)
     _, best, idx = lax.fori_loop(0, keep, step, (lane < length, best0, idx0))
-    vals = lax.bitcast_convert_type(jnp.where(best < 0, best ^ 0x7FFFFFFF, best), jnp.float32)
+    vals = from_order_key(best)
     vals_ref[...] = vals.astype(vals_ref.dtype)
     idx_ref[...] = idx
 
@@ -126,8 +136,7 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
     inchunk = lane < length
     x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)],
                       mask=inchunk & (pos < x_ref.shape[0]), other=-jnp.inf).astype(jnp.float32)
-    bits = lax.bitcast_convert_type(x, jnp.int32)
-    key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)       # signed total order, as _kernel
+    key = order_key(x)                                       # signed total order, as _kernel
     top = jnp.int32(-(2**31))   # the sign bit: an unsigned pattern u is the signed key u ^ top
 
     digit = jnp.arange(1 << radix_bits, dtype=jnp.int32)

@@ -30,7 +30,7 @@ import numpy as np
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.beam_select import beam_select, make_plan
-from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, index_ordered
+from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -125,11 +125,13 @@ def select_onehot(scores: Array, keys: Array, n: int, *extra: Array) -> tuple[Ar
     """(scores, keys, *extra) at the n best entries, best first, under (score desc, key asc):
     the values that gathering at select_best's positions gives, picked by one-hot reductions
     over the ranks (for output slot t: max over p of where(rank[p] == t, x[p], fill)) instead of
-    a scatter and gathers. extra: int32[Bt, P] arrays carried along. O(n P) work."""
+    a scatter and gathers. scores: float32 or int32[Bt, P]; extra: int32[Bt, P] arrays carried
+    along. O(n P) work."""
     rank = _rank(scores, keys)
     hit = rank[:, None, :] == jnp.arange(n, dtype=jnp.int32)[:, None]  # [Bt, n, P]
     low = jnp.iinfo(jnp.int32).min
-    return ((jnp.max(jnp.where(hit, scores[:, None, :], -jnp.inf), axis=-1),)
+    lowest = -jnp.inf if jnp.issubdtype(scores.dtype, jnp.floating) else low
+    return ((jnp.max(jnp.where(hit, scores[:, None, :], lowest), axis=-1),)
             + tuple(jnp.max(jnp.where(hit, x[:, None, :], low), axis=-1) for x in (keys, *extra)))
 
 
@@ -293,24 +295,15 @@ def _second_stage_by_threshold(vals: Array, idx: Array, k: int, impl: str, **opt
     at K <= 16, ranks -0.0 and +0.0 as equal instead), without a sort: the threshold kernel keeps the k best of every
     STAGE2_CHUNK candidates (its ties by lower position, which is token order among equal
     values: chunk-major candidates, each chunk's listed by token or, for equal values, by lower
-    token first), then a pairwise count orders the c * k survivors and one-hot reductions pick
-    the k best in order. O((c k)^2) a row: for small k only (VOCAB_TOPK's stage2_max_k)."""
-    n = vals.shape[-1]
+    token first), then `select_onehot` orders the c * k survivors by (total-order key desc,
+    token asc) and picks the k best. O((c k)^2) a row: for small k only (VOCAB_TOPK's
+    stage2_max_k)."""
+    lead, n = vals.shape[:-1], vals.shape[-1]
     c = max(1, n // STAGE2_CHUNK)
     v, pos = chunk_top_k(vals, c, k, impl=impl, **options)        # [..., c, k]
-    v = v.reshape(*vals.shape[:-1], c * k)
-    tok = jnp.take_along_axis(idx, pos.reshape(*vals.shape[:-1], c * k), axis=-1)
-    bits = jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
-    key = jnp.where(bits < 0, bits ^ 0x7FFFFFFF, bits)            # float total order as int32
-    better = (key[..., None, :] > key[..., :, None]) | (
-        (key[..., None, :] == key[..., :, None]) & (tok[..., None, :] < tok[..., :, None]))
-    rank = better.sum(-1, dtype=jnp.int32)                        # a permutation of 0..ck-1
-    hit = rank[..., None, :] == jnp.arange(k, dtype=jnp.int32)[:, None]   # [..., k, ck]
-    low = jnp.iinfo(jnp.int32).min
-    top_key = jnp.max(jnp.where(hit, key[..., None, :], low), axis=-1)
-    top_bits = jnp.where(top_key < 0, top_key ^ 0x7FFFFFFF, top_key)
-    top = jax.lax.bitcast_convert_type(top_bits, jnp.float32).astype(vals.dtype)
-    return top, jnp.max(jnp.where(hit, tok[..., None, :], low), axis=-1)
+    tok = jnp.take_along_axis(idx, pos.reshape(*lead, c * k), axis=-1)
+    top_key, top_tok = select_onehot(order_key(v).reshape(-1, c * k), tok.reshape(-1, c * k), k)
+    return from_order_key(top_key).astype(vals.dtype).reshape(*lead, k), top_tok.reshape(*lead, k)
 
 
 def _lex_rank(keys: Array) -> Array:
