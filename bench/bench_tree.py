@@ -77,7 +77,8 @@ def _settings_restored():
     """The tree build's per-backend settings (ddtree's tables) as they were on entry, afterwards."""
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.SELECT_ONEHOT_MAX,
-                      ddtree.GLOBAL_PRUNE, ddtree.BEAM_KERNEL_MAX, trees_base.ANCESTOR_CHAIN_FROM):
+                      ddtree.GLOBAL_PRUNE, ddtree.BEAM_KERNEL_MAX, ddtree.SELECT_TOP_FROM,
+                      trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -125,6 +126,13 @@ def main(argv=None) -> int:
                     help="ddtree.VOCAB_TOPK stage2_max_k values to compare (the vocabulary top-k's second "
                          "stage by the threshold kernel up to this K; 0: lax.top_k), e.g. 0,64; only where "
                          "the backend has a two-stage top-k")
+    ap.add_argument("--stage2-select", default="",
+                    help="ddtree.VOCAB_TOPK stage2_select values to compare, e.g. 0,1 (the second stage by "
+                         "select_top where stage2_max_k does not cover K); only where the backend has a "
+                         "two-stage top-k")
+    ap.add_argument("--select-top-from", default="",
+                    help="ddtree.SELECT_TOP_FROM values to compare, e.g. 0,2048 (a selection of n < P from P "
+                         "candidates keeps its n best by select_top first from this P; 0: never)")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="also trace one loop of each build variant: its kernels by device time and the "
                          "span a build (default: on a GPU)")
@@ -139,9 +147,10 @@ def main(argv=None) -> int:
         stage1 = ddtree.stage1_setting(args.stage1) if args.stage1 else None
     except ValueError as e:
         ap.error(f"--stage1 {args.stage1}: {e}")
-    if args.stage2_max_k and not ddtree.VOCAB_TOPK.get(jax.default_backend()):
-        ap.error(f"--stage2-max-k: the {jax.default_backend()} backend's vocabulary top-k has one stage "
-                 "(ddtree.VOCAB_TOPK); leave it out here")
+    for flag, given in (("--stage2-max-k", args.stage2_max_k), ("--stage2-select", args.stage2_select)):
+        if given and not ddtree.VOCAB_TOPK.get(jax.default_backend()):
+            ap.error(f"{flag}: the {jax.default_backend()} backend's vocabulary top-k has one stage "
+                     "(ddtree.VOCAB_TOPK); leave it out here")
     variants = []
     for v in filter(None, args.variants.lower().split(",")):
         # CHUNKSxKEEP, then p (extraction) or t (threshold) and the options stage1_setting takes
@@ -193,13 +202,17 @@ def main(argv=None) -> int:
             prunes = [bool(int(x)) for x in args.global_prune.split(",") if x] or [None]
             beams = [int(x) for x in args.beam_kernel_max.split(",") if x] or [None]
             stage2s = [int(x) for x in args.stage2_max_k.split(",") if x] or [None]
+            selects = [bool(int(x)) for x in args.stage2_select.split(",") if x] or [None]
+            tops = [int(x) for x in args.select_top_from.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, anc, oh, gp, bk, s2 in itertools.product(counts, barriers, ancestors, onehots, prunes, beams,
-                                                                 stage2s):
+            for c, bar, anc, oh, gp, bk, s2, sel, top in itertools.product(
+                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, tops):
                 name = "build_ms"
                 if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
                     ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_max_k=s2)
+                if sel is not None and ddtree.VOCAB_TOPK.get(backend):
+                    ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_select=sel)
                 for part, table, value in (
                         (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
                         (f"barrier{int(bool(bar))}", ddtree.SELECT_BARRIER, bar),
@@ -207,12 +220,15 @@ def main(argv=None) -> int:
                          None if anc is None else trees_base.chain_from_every_size(anc)),
                         (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh),
                         (f"prune{int(bool(gp))}", ddtree.GLOBAL_PRUNE, gp),
-                        (f"beam{bk}", ddtree.BEAM_KERNEL_MAX, bk)):
+                        (f"beam{bk}", ddtree.BEAM_KERNEL_MAX, bk),
+                        (f"top{top}", ddtree.SELECT_TOP_FROM, top)):
                     if value is not None:
                         table[backend] = value
                         name += "_" + part
                 if s2 is not None:
                     name += f"_s2max{s2}"
+                if sel is not None:
+                    name += f"_s2sel{int(sel)}"
                 r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
                 if args.trace:
                     t = r[name.replace("build_ms", "build_trace")] = traced(

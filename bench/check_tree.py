@@ -5,9 +5,11 @@
 
 The CPU tests compare the Pallas paths in interpret mode; this builds the DDTree tree on the
 device with the backend's settings (ddtree.VOCAB_TOPK: the chunked first stage and, where
-`stage2_max_k` covers K, the threshold second stage) and with the one-kernel depth loop forced
-on (ddtree.BEAM_KERNEL_MAX), and compares every array with a build that uses
-XLA's depth loop and a vocabulary top-k by one total-order sort (`top_k_by_sort`), on log-probs
+`stage2_max_k` covers K, the threshold second stage, else with `stage2_select` the select_top
+one; ddtree.SELECT_TOP_FROM's prefilter) and with the one-kernel depth loop forced on
+(ddtree.BEAM_KERNEL_MAX; --no-beam-kernel leaves it out), and compares every array with a build
+that uses XLA's depth loop without the prefilter and a vocabulary top-k by one total-order sort
+(`top_k_by_sort`), on log-probs
 with distinct values, many ties, and signed zeros. Exits non-zero on any difference.
 """
 from __future__ import annotations
@@ -49,12 +51,15 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--depth", type=int, default=15)
     ap.add_argument("--budgets", default="16,64")
+    ap.add_argument("--beam-kernel", action=argparse.BooleanOptionalAction, default=True,
+                    help="also build with the one-kernel depth loop forced on (slow from B = 256)")
     ap.add_argument("--interpret", action="store_true",
                     help="off the GPU: give this backend the GPU's settings with the Pallas kernels in interpret mode")
     args = ap.parse_args(argv)
     backend = jax.default_backend()
     policy = make_policy("ddtree")
     fast = dict(ddtree.VOCAB_TOPK.get("gpu", {}))
+    top_from = {backend: ddtree.SELECT_TOP_FROM.get("gpu", 0)} if args.interpret else {}
     if args.interpret:
         fast.update(stage1=fast.get("stage1", "xla") + "_interpret" * (fast.get("stage1", "xla") != "xla"))
     bad = 0
@@ -62,10 +67,13 @@ def main(argv=None) -> int:
         for kind in ("float", "ties", "zeros"):
             logp = logp_of(kind, (2, args.depth, args.vocab), seed=b)
             with mock.patch.object(ddtree, "vocab_top_k", top_k_by_sort), \
-                    mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}):
+                    mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}), \
+                    mock.patch.dict(ddtree.SELECT_TOP_FROM, {backend: 0}):
                 want = jax.jit(lambda x: policy.build(x, b))(logp)
-            for name, beam in (("settings", None), ("settings + beam kernel", 1 << 20)):
+            variants = [("settings", None)] + [("settings + beam kernel", 1 << 20)] * args.beam_kernel
+            for name, beam in variants:
                 with mock.patch.dict(ddtree.VOCAB_TOPK, {backend: fast} if (args.interpret or backend == "gpu") else {}), \
+                        mock.patch.dict(ddtree.SELECT_TOP_FROM, top_from), \
                         mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}):
                     got = jax.jit(lambda x: policy.build(x, b))(logp)
                 same = all(np.array_equal(np.asarray(x), np.asarray(y))

@@ -255,6 +255,39 @@ def test_ddtree_one_hot_selection_keeps_the_tree(case, kind, monkeypatch):
     check_ddtree_against_heap(case, kind, seed=sum(case) + len(kind), fresh_trace=True)
 
 
+@pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
+                                       ((1, 15, 400, 300), "float"), ((2, 5, 3000, 1100), "ties")])
+def test_ddtree_select_top_prefilter_keeps_the_tree(case, kind, monkeypatch):
+    """ddtree.SELECT_TOP_FROM (a selection keeps its n best by pallas_kernels.select_top, here in
+    interpret mode, and ranks only those) builds the heap's tree: on the depths' selections past
+    the limit and, at budget 1100 (~15k entries over all depths, 5 x ~3000 candidates a depth),
+    on the final selection too; 'dyadic' ties scores across depths and has zero log-probs."""
+    from ddtree_jax.trees import ddtree
+
+    backend = jax.default_backend()
+    monkeypatch.setitem(ddtree.SELECT_TOP_FROM, backend, 100)
+    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, 4096)
+    check_ddtree_against_heap(case, kind, seed=sum(case) + 2 * len(kind), fresh_trace=True)
+
+
+def test_select_ranked_equals_select_best_with_signed_zeros(monkeypatch):
+    """select_ranked through the prefilter gives select_best's positions where scores tie, hold
+    -0.0 and +0.0 (equal to `>`, then ordered by key) and -inf."""
+    from ddtree_jax.trees import ddtree
+
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.normal(size=(3, 700)) * 2) / 2
+    scores[0, ::2] = 0.0
+    scores[0, 1::2] = -0.0
+    scores[1, ::3] = -np.inf
+    keys = np.stack([rng.permutation(700) for _ in range(3)]).astype(np.int32)
+    s, k = jnp.asarray(scores, jnp.float32), jnp.asarray(keys)
+    want = ddtree.select_best(s, k, 250)
+    monkeypatch.setitem(ddtree.SELECT_TOP_FROM, jax.default_backend(), 500)
+    assert ddtree._select_top_impl(700, 250) == "pallas_interpret"
+    np.testing.assert_array_equal(np.asarray(ddtree.select_ranked(s, k, 250)), np.asarray(want))
+
+
 def test_select_onehot_equals_gathering_at_select_best():
     """select_onehot's values are exactly the gathers at select_best's positions, ties included
     (equal scores, -0.0 and +0.0, -inf)."""
@@ -733,6 +766,54 @@ def test_stage2_setting(monkeypatch):
     assert ddtree._stage2(16) == "xla"                 # chunks keep 8 < K: lax.top_k and its check
     monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512))
     assert ddtree._stage2(16) == "xla"
+    # stage2_select: any K the candidates of which fit (after the threshold kernel's chunking)
+    pick = "select" if backend == "gpu" else "select_interpret"
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512,
+                                                         stage2_max_k=64, stage2_select=True))
+    assert [ddtree._stage2(k) for k in (16, 128, 256, 1024)] == [twin, pick, pick, pick]
+    # 128 chunks keeping all 1024: 131072 candidates, each chunk of 1024 keeps them all
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=2048, stage2_select=True))
+    assert ddtree._stage2(1024) == "xla" and ddtree._stage2(256) == pick
+
+
+@pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
+@pytest.mark.parametrize("kind", KINDS + ["zeros"])
+@pytest.mark.parametrize("shape,k,chunks,keep", [((2, 3, 20000), 200, 16, None), ((1, 2, 60000), 700, 64, 32),
+                                                 ((1, 5000), 40, 16, 8), ((2, 4096), 100, 16, None),
+                                                 ((1, 70000), 44, 128, None)])
+def test_second_stage_by_select_is_lax_top_k(stage1, kind, shape, k, chunks, keep):
+    """vocab_top_k's select second stage (the threshold kernel's chunks where they halve the
+    candidates, select_top, a pairwise order of the K kept) gives lax.top_k's values bit for bit
+    (-0.0 below +0.0) and its indices (equal values: lower token first), after either first
+    stage, with every chunk keeping K or fewer (then behind the exactness check: 'ties' and
+    'zeros' take its fallback)."""
+    from ddtree_jax.trees import ddtree
+
+    if kind == "zeros":
+        rng = np.random.default_rng(k)
+        x = jnp.asarray(np.where(rng.random(shape) < 0.5, 0.0, -0.0).astype(np.float32))
+    else:
+        x = jnp.asarray(make_logp(kind, shape if len(shape) == 3 else (1, *shape), seed=k).reshape(shape))
+    want = jax.lax.top_k(x, k)
+    got = ddtree.vocab_top_k(x, k, chunks=chunks, keep=keep, stage1=stage1, stage2="select_interpret")
+    np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ddtree_equals_heap_with_the_select_second_stage(kind, monkeypatch):
+    """The GPU's tree build at a large budget, CPU-sized: the select second stage (chunks
+    keeping fewer than K, behind the exactness check) and the select_top prefilter of the depths'
+    and the final selections build the heap's tree."""
+    from ddtree_jax.trees import ddtree
+
+    backend = jax.default_backend()
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=16, keep=32, keep_from_k=256,
+                                                         stage1="threshold_interpret", stage2_select=True))
+    monkeypatch.setitem(ddtree.SELECT_TOP_FROM, backend, 1000)
+    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, 4096)
+    assert ddtree._stage2(300) == "select_interpret"
+    check_ddtree_against_heap((1, 6, 4000, 300), kind, seed=29, fresh_trace=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -31,6 +31,8 @@ from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.beam_select import beam_select, make_plan
 from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key
+from pallas_kernels.select_top import MAX_WIDTH as SELECT_TOP_MAX_WIDTH
+from pallas_kernels.select_top import select_top
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -142,6 +144,38 @@ def _rank(scores: Array, keys: Array) -> Array:
     return better.sum(-1, dtype=jnp.int32)  # a permutation of 0..P-1 (keys are distinct)
 
 
+# Per backend: the smallest candidate count P from which a selection of n < P entries (a depth's,
+# or the final one over all depths, where select_best would rank all P pairwise or sort them)
+# first keeps the n best by `pallas_kernels.select_top` (one program a row: a radix select of
+# the n-th best score, O(P) work, the kept positions in position order) and then ranks only those
+# n (`select_ranked`): O(n^2) comparisons instead of O(P^2). The same positions either way
+# (tests). Off (absent, 0) off the GPU; DDTREE_SELECT_TOP_FROM=N in the environment sets every
+# backend (off the GPU the kernel runs in interpret mode: tests only).
+SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_number, {"gpu": 2048})
+
+
+def _select_top_impl(p: int, n: int) -> str | None:
+    """How a selection of n of p entries prefilters: None (it does not), "pallas" or, off the
+    GPU, "pallas_interpret"."""
+    backend = jax.default_backend()
+    start = SELECT_TOP_FROM.get(backend, 0)
+    if not start or p < start or n >= p or p > SELECT_TOP_MAX_WIDTH:
+        return None
+    return "pallas" if backend == "gpu" else "pallas_interpret"
+
+
+def select_ranked(scores: Array, keys: Array, n: int) -> Array:
+    """`select_best`'s positions, through the select_top prefilter where SELECT_TOP_FROM says so:
+    the n best kept first (in position order), then ordered among themselves by select_best."""
+    impl = _select_top_impl(scores.shape[1], n)
+    if impl is None:
+        return select_best(scores, keys, n)
+    # zeros_equal: select_best's `>` ranks -0.0 and +0.0 equal (then by key); so must the prefilter
+    pos = select_top(scores, n, keys, zeros_equal=True, impl=impl)
+    kept = _materialized(jnp.take_along_axis(scores, pos, axis=-1), jnp.take_along_axis(keys, pos, axis=-1))
+    return jnp.take_along_axis(pos, select_best(*kept, n), axis=-1)
+
+
 def select_best(scores: Array, keys: Array, n: int) -> Array:
     """Positions of the n best entries, best first, under (score desc, key asc); keys distinct.
 
@@ -179,7 +213,7 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # at K = 16 (45.3 us) and a sort at K = 64 (32.3 us); with it 6.4 us + small fusions. Whole
 # build (bench_tree --trace, one call): 0.172 -> 0.132 ms at B = 16, 0.204 -> 0.165 at B = 64.
 VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64,
-                          stage2_max_k=64)}
+                          stage2_max_k=64, stage2_select=True)}
 # An entry may also hold the kernel's `num_warps` and `radix_bits` (chunk_top_k's defaults
 # otherwise: 4 warps, 2 bits a round; session 11's sweep at 128 chunks keeping 64: radix 1 / 2 /
 # 4 bits 0.104 / 0.096 / 0.134 ms, 1 / 2 / 4 / 8 warps 0.117 / 0.105 / 0.096 / 0.106 at B = 64).
@@ -209,6 +243,10 @@ for _backend, _setting in env_setting("DDTREE_VOCAB_STAGE1", stage1_setting, {})
 for _backend, _k in env_setting("DDTREE_VOCAB_STAGE2_MAX_K", whole_number, {}).items():
     if _backend in VOCAB_TOPK:
         VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], stage2_max_k=_k)
+# DDTREE_VOCAB_STAGE2_SELECT=0 or 1 sets stage2_select wherever the top-k has two stages.
+for _backend, _on in env_setting("DDTREE_VOCAB_STAGE2_SELECT", flag, {}).items():
+    if _backend in VOCAB_TOPK:
+        VOCAB_TOPK[_backend] = dict(VOCAB_TOPK[_backend], stage2_select=_on)
 
 
 def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
@@ -224,14 +262,23 @@ def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
 
 
 def _stage2(k: int) -> str:
-    """The second stage of `vocab_top_k` for this backend and K: "threshold" (its
-    "threshold_interpret" twin off the GPU) where VOCAB_TOPK's `stage2_max_k` covers K and every
-    chunk keeps all K, else "xla"."""
-    cfg = VOCAB_TOPK.get(jax.default_backend()) or {}
+    """The second stage of `vocab_top_k` for this backend and K: "threshold" where VOCAB_TOPK's
+    `stage2_max_k` covers K and every chunk keeps all K; else "select" where its `stage2_select`
+    is on and the candidates fit `_second_stage_by_select`; else "xla". Off the GPU the kernels'
+    "_interpret" twins."""
+    backend = jax.default_backend()
+    cfg = VOCAB_TOPK.get(backend) or {}
     chunks, keep, _ = _vocab_top_k_settings(k)
-    if not chunks or keep is not None or k > cfg.get("stage2_max_k", 0):
+    if not chunks:
         return "xla"
-    return "threshold" if jax.default_backend() == "gpu" else "threshold_interpret"
+    suffix = "" if backend == "gpu" else "_interpret"
+    if keep is None and k <= cfg.get("stage2_max_k", 0):
+        return "threshold" + suffix
+    n = chunks * min(keep or k, k)
+    c = _select_chunking(n, k)
+    if cfg.get("stage2_select") and k < n and (c * k if c > 1 else n) <= SELECT_TOP_MAX_WIDTH:
+        return "select" + suffix
+    return "xla"
 
 
 def _stage1_options() -> dict:
@@ -274,12 +321,16 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     last = vals.min(axis=-1) if index_ordered(stage1) else vals[..., -1]
     vals = vals.reshape(*logp.shape[:-1], chunks * keep)
     idx = idx.reshape(*logp.shape[:-1], chunks * keep)
-    if keep == k and stage2 != "xla":
+    if keep == k and stage2.startswith("threshold"):
         return _second_stage_by_threshold(vals, idx, k, stage2, **stage1_options)
-    top, pos = jax.lax.top_k(vals, k)
-    out = top, jnp.take_along_axis(idx, pos, axis=-1)
+    if stage2.startswith("select"):
+        out = _second_stage_by_select(vals, idx, k, stage2.endswith("_interpret"), **stage1_options)
+    else:
+        top, pos = jax.lax.top_k(vals, k)
+        out = top, jnp.take_along_axis(idx, pos, axis=-1)
     if keep == k:
         return out
+    top = out[0]
     exact = jnp.all(last < top[..., -1:])
     return jax.lax.cond(exact, lambda: out, lambda: tuple(jax.lax.top_k(logp, k)))
 
@@ -304,6 +355,32 @@ def _second_stage_by_threshold(vals: Array, idx: Array, k: int, impl: str, **opt
     tok = jnp.take_along_axis(idx, pos.reshape(*lead, c * k), axis=-1)
     top_key, top_tok = select_onehot(order_key(v).reshape(-1, c * k), tok.reshape(-1, c * k), k)
     return from_order_key(top_key).astype(vals.dtype).reshape(*lead, k), top_tok.reshape(*lead, k)
+
+
+def _select_chunking(n: int, k: int) -> int:
+    """Chunks of the threshold kernel in front of `_second_stage_by_select` for n candidates
+    (1: none): STAGE2_CHUNK-candidate chunks where each keeps at most half of its candidates."""
+    return n // STAGE2_CHUNK if n > SELECT_TOP_MAX_WIDTH or (n >= 2 * STAGE2_CHUNK and 2 * k <= STAGE2_CHUNK) else 1
+
+
+def _second_stage_by_select(vals: Array, idx: Array, k: int, interpret: bool, **options) -> tuple[Array, Array]:
+    """The top k of the first stage's candidates (vals [..., n] with token indices idx) in
+    `lax.top_k`'s order, as `_second_stage_by_threshold` but for any k: the threshold kernel
+    first keeps the k best of every STAGE2_CHUNK candidates where that halves them at least
+    (`_select_chunking`), then `select_top` keeps the k best of the rest (ties by lower position:
+    token order among equal values, see `_second_stage_by_threshold`), and a pairwise rank of
+    those k (total-order key desc, position asc) orders them: O(k^2) a row instead of a sort."""
+    lead, n = vals.shape[:-1], vals.shape[-1]
+    c = _select_chunking(n, k)
+    v, tok = vals.reshape(-1, n), idx.reshape(-1, n)
+    if c > 1:
+        v, pos = chunk_top_k(v, c, k, impl="threshold_interpret" if interpret else "threshold", **options)
+        v, tok = v.reshape(-1, c * k), jnp.take_along_axis(tok, pos.reshape(-1, c * k), axis=-1)
+    pos = select_top(v, k, impl="pallas_interpret" if interpret else "pallas")
+    v, tok = jnp.take_along_axis(v, pos, axis=-1), jnp.take_along_axis(tok, pos, axis=-1)
+    order = _invert(_rank(order_key(v), pos), k)
+    v, tok = jnp.take_along_axis(v, order, axis=-1), jnp.take_along_axis(tok, order, axis=-1)
+    return v.reshape(*lead, k), tok.reshape(*lead, k)
 
 
 def _lex_rank(keys: Array) -> Array:
@@ -379,7 +456,7 @@ def _beams_xla(vals: Array, toks: Array, w: int, k: int, plan: list) -> tuple[li
             score, chosen, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
             score, chosen = _materialized(score, chosen)
         else:
-            sel = select_best(cand, key, n_sel)
+            sel = select_ranked(cand, key, n_sel)
             score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
             parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
         lex = _lex_rank(chosen)
@@ -439,7 +516,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
 
     n = min(n, all_scores.shape[1])
     all_scores, all_keys = _materialized(all_scores, all_keys)
-    sel = select_best(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
+    sel = select_ranked(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
     gparent = jnp.take_along_axis(parent_of, sel, axis=-1)
