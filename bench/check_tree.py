@@ -15,6 +15,7 @@ with distinct values, many ties, and signed zeros. Exits non-zero on any differe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from unittest import mock
 
@@ -76,10 +77,13 @@ def main(argv=None) -> int:
                         mock.patch.dict(ddtree.SELECT_TOP_FROM, top_from), \
                         mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}):
                     got = jax.jit(lambda x: policy.build(x, b))(logp)
-                same = all(np.array_equal(np.asarray(x), np.asarray(y))
-                           for x, y in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
-                bad += not same
-                print(f"[check_tree] B={b} {kind:6s} {name}: {'equal' if same else 'DIFFERENT'}", flush=True)
+                fields = [(f.name, getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(got)]
+                diffs = {field: int(np.sum(np.asarray(x) != np.asarray(y)))
+                         for field, x, y in fields if not np.array_equal(np.asarray(x), np.asarray(y))}
+                bad += bool(diffs)
+                detail = ", ".join(f"{f} differs at {n}" for f, n in diffs.items())
+                print(f"[check_tree] B={b} {kind:6s} {name}: {'DIFFERENT (' + detail + ')' if diffs else 'equal'}",
+                      flush=True)
     print(f"[check_tree] {'all equal' if not bad else f'{bad} differ'} on {jax.devices()[0].device_kind}")
     return 1 if bad else 0
 

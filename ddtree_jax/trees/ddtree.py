@@ -149,9 +149,14 @@ def _rank(scores: Array, keys: Array) -> Array:
 # first keeps the n best by `pallas_kernels.select_top` (one program a row: a radix select of
 # the n-th best score, O(P) work, the kept positions in position order) and then ranks only those
 # n (`select_ranked`): O(n^2) comparisons instead of O(P^2). The same positions either way
-# (tests). Off (absent, 0) off the GPU; DDTREE_SELECT_TOP_FROM=N in the environment sets every
-# backend (off the GPU the kernel runs in interpret mode: tests only).
-SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_number, {"gpu": 2048})
+# (tests). Off everywhere (absent, 0): on the H200 (session 15, bench_tree --trace) one
+# select_top program is latency-bound, ~0.6 us a radix round: 11 us at P = 1210 (B = 256), 28 us
+# at P = 6238 (B = 1024; its two radix selects, score then tie key), against XLA's pairwise rank
+# at 7 / 14-23 us, and 289 us over the 16384 lanes of the final selection at B = 1024 (against a
+# 52 us sort), where its [width, 4] counts spill: whole build 0.315 -> 0.494 ms at B = 256 and
+# 0.545 -> 1.004 at B = 1024. DDTREE_SELECT_TOP_FROM=N in the environment sets every backend
+# (off the GPU the kernel runs in interpret mode: tests only).
+SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_number, {})
 
 
 def _select_top_impl(p: int, n: int) -> str | None:
