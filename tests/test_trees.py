@@ -704,8 +704,8 @@ def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):
 
     def poisoned(x, k):
         vals, idx = real_top_k(x, k)
-        if x.shape[-1] == 4096:  # the full-vocabulary fallback
-            return vals * jnp.nan, idx
+        if x.shape[-1] == 4096:  # the full-vocabulary fallback (on total-order int keys)
+            return jnp.full_like(vals, 12345), idx
         return vals, idx
 
     monkeypatch.setattr(ddtree.jax.lax, "top_k", poisoned)
@@ -750,6 +750,20 @@ def test_second_stage_by_threshold_is_lax_top_k(stage1, kind, shape, k, chunks):
     got = ddtree.vocab_top_k(x, k, chunks=chunks, stage1=stage1, stage2="threshold_interpret")
     np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_top_k_total_order_ranks_signed_zeros():
+    """top_k_total_order (the second stage's lax.top_k and its fallback): -0.0 below +0.0, equal
+    values by lower index, values bit for bit, float32 and bf16."""
+    from ddtree_jax.trees.ddtree import top_k_total_order
+
+    for dtype in (jnp.float32, jnp.bfloat16):
+        x = jnp.asarray([[-0.0, 0.0, -1.0, -0.0, 0.0, -jnp.inf]], dtype)
+        vals, pos = top_k_total_order(x, 5)
+        assert vals.dtype == dtype
+        assert pos.tolist() == [[1, 4, 0, 3, 2]]
+        bits = np.asarray(vals.astype(jnp.float32)).view(np.uint32)[0]
+        assert bits.tolist() == [0, 0, 0x80000000, 0x80000000, np.float32(-1.0).view(np.uint32)]
 
 
 def test_stage2_setting(monkeypatch):

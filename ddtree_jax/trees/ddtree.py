@@ -331,13 +331,23 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     if stage2.startswith("select"):
         out = _second_stage_by_select(vals, idx, k, stage2.endswith("_interpret"), **stage1_options)
     else:
-        top, pos = jax.lax.top_k(vals, k)
+        top, pos = top_k_total_order(vals, k)
         out = top, jnp.take_along_axis(idx, pos, axis=-1)
     if keep == k:
         return out
     top = out[0]
     exact = jnp.all(last < top[..., -1:])
-    return jax.lax.cond(exact, lambda: out, lambda: tuple(jax.lax.top_k(logp, k)))
+    return jax.lax.cond(exact, lambda: out, lambda: top_k_total_order(logp, k))
+
+
+def top_k_total_order(x: Array, k: int) -> tuple[Array, Array]:
+    """`lax.top_k(x, k)` in the float total order (-0.0 below +0.0; equal values by lower
+    index) on every backend: lax.top_k of the int32 `order_key`s. On the CPU lax.top_k of floats
+    orders so already; on the H200 (session 15, bench.check_tree at B = 1024 on signed zeros)
+    XLA's GPU top_k ranked -0.0 and +0.0 as equal, so the second stage's fallback picked other
+    tokens than the CPU."""
+    key, pos = jax.lax.top_k(order_key(x), k)
+    return from_order_key(key).astype(x.dtype), pos
 
 
 # Candidates a program of the threshold second stage holds (`_second_stage_by_threshold`).
