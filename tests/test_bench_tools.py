@@ -71,6 +71,13 @@ def test_bench_tree_and_probe_smoke(tmp_path):
                and r["topk_8x0t_ms"] > 0 and r["topk_8x0tr4w2_ms"] > 0 for r in rows)
     with pytest.raises(SystemExit):
         bench_tree.main(["--variants", "8x0q"])
+    import jax
+
+    from ddtree_jax.trees import ddtree
+    if not ddtree.VOCAB_TOPK.get(jax.default_backend()):   # one-stage top-k here: usage errors
+        for flag in ("--stage2-max-k", "--stage2-select"):
+            with pytest.raises(SystemExit):
+                bench_tree.main([flag, "0,1"])
     assert probe_decode.main(["--small", "--out", str(tmp_path)]) == 0
     probe = json.loads((tmp_path / "probe_decode.json").read_text())
     assert probe["copy_TBps"] > 0 and len(probe["gemv"]) == 2
@@ -83,6 +90,7 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     ("--global-prune", "0,1", "GLOBAL_PRUNE", ["prune0", "prune1"]),
     ("--select-barrier", "0,1", "SELECT_BARRIER", ["barrier0", "barrier1"]),
     ("--beam-kernel-max", "0,1000", "BEAM_KERNEL_MAX", ["beam0", "beam1000"]),
+    ("--select-top-from", "0,4", "SELECT_TOP_FROM", ["top0", "top4"]),
 ])
 def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
     """--ancestor-impl / --onehot-max / --global-prune / --select-barrier time the whole build
@@ -114,11 +122,11 @@ def test_check_tree_smoke(capsys):
     from bench import check_tree
     from ddtree_jax.trees import ddtree
 
-    before = (dict(ddtree.VOCAB_TOPK), dict(ddtree.BEAM_KERNEL_MAX))
+    before = (dict(ddtree.VOCAB_TOPK), dict(ddtree.BEAM_KERNEL_MAX), dict(ddtree.SELECT_TOP_FROM))
     assert check_tree.main(["--interpret", "--vocab", "2000", "--depth", "4", "--budgets", "8"]) == 0
     out = capsys.readouterr().out
     assert out.count("equal") >= 6 and "DIFFERENT" not in out and "all equal" in out
-    assert (dict(ddtree.VOCAB_TOPK), dict(ddtree.BEAM_KERNEL_MAX)) == before
+    assert (dict(ddtree.VOCAB_TOPK), dict(ddtree.BEAM_KERNEL_MAX), dict(ddtree.SELECT_TOP_FROM)) == before
 
 
 def test_building_the_bench_model_leaves_the_prng_default_alone():

@@ -159,7 +159,13 @@ def env_setting(name: str, parse: Callable[[str], Any], default: dict[str, Any])
 #   4 x 48 us a round at S = 1025 (the DDTree-1024 profile). The whole build alone (bench_tree)
 #   with square / chain: 0.290 / 0.287, 0.445 / 0.423, 0.805 / 0.631 ms at B = 64 / 256 / 1024;
 #   the round, steady: 6.229 / 6.320 ms at B = 64, 10.023 / 9.933 at B = 256. So "chain" from
-#   257 slots; 129 (B = 128) was not measured and keeps "square".
+#   257 slots then (session 10's swapped-order A/B kept it: square 0.03-0.06 ahead at 64).
+# - H200 (session 15, with the threshold vocabulary stages since): the build alone at B = 64,
+#   square / chain, 0.167 / 0.157 ms (device span 277 / 180 us; square's GEMM 13.7 us); DDTree-64
+#   rounds interleaved square, chain, square, chain: 6.314 / 6.180, 6.264 / 6.143, 6.279 / 6.148,
+#   6.265 / 6.112 ms per call / steady: chain ahead by 0.01-0.05 in both pairs. So "chain" from 65
+#   slots (B = 128's 129 too: session 10 had chain 0.01-0.03 ahead there). At B = 16 the build
+#   alone was mixed (0.129 / 0.133 ms, span 149 / 143 us) and keeps "square".
 # DDTREE_ANCESTOR_IMPL=square|chain in the environment sets every backend and size.
 ANCESTOR_IMPLS = ("square", "chain")
 _NEVER = 2**31
@@ -172,7 +178,7 @@ def chain_from_every_size(impl: str) -> int:
 
 ANCESTOR_CHAIN_FROM: dict[str, int] = env_setting(
     "DDTREE_ANCESTOR_IMPL", lambda text: chain_from_every_size(one_of(*ANCESTOR_IMPLS)(text)),
-    {"gpu": 257})
+    {"gpu": 65})
 
 
 def ancestor_impl(slots: int) -> str:
