@@ -130,6 +130,9 @@ def main(argv=None) -> int:
                     help="ddtree.VOCAB_TOPK stage2_select values to compare, e.g. 0,1 (the second stage by "
                          "select_top where stage2_max_k does not cover K); only where the backend has a "
                          "two-stage top-k")
+    ap.add_argument("--select-radix", default="",
+                    help="radix bits a round of the select second stage's select_top to compare, e.g. 2,4 "
+                         "(ddtree.VOCAB_TOPK select_radix_bits); only where the backend has a two-stage top-k")
     ap.add_argument("--select-top-from", default="",
                     help="ddtree.SELECT_TOP_FROM values to compare, e.g. 0,2048 (a selection of n < P from P "
                          "candidates keeps its n best by select_top first from this P; 0: never)")
@@ -147,7 +150,8 @@ def main(argv=None) -> int:
         stage1 = ddtree.stage1_setting(args.stage1) if args.stage1 else None
     except ValueError as e:
         ap.error(f"--stage1 {args.stage1}: {e}")
-    for flag, given in (("--stage2-max-k", args.stage2_max_k), ("--stage2-select", args.stage2_select)):
+    for flag, given in (("--stage2-max-k", args.stage2_max_k), ("--stage2-select", args.stage2_select),
+                        ("--select-radix", args.select_radix)):
         if given and not ddtree.VOCAB_TOPK.get(jax.default_backend()):
             ap.error(f"{flag}: the {jax.default_backend()} backend's vocabulary top-k has one stage "
                      "(ddtree.VOCAB_TOPK); leave it out here")
@@ -204,15 +208,18 @@ def main(argv=None) -> int:
             stage2s = [int(x) for x in args.stage2_max_k.split(",") if x] or [None]
             selects = [bool(int(x)) for x in args.stage2_select.split(",") if x] or [None]
             tops = [int(x) for x in args.select_top_from.split(",") if x] or [None]
+            radixes = [int(x) for x in args.select_radix.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, anc, oh, gp, bk, s2, sel, top in itertools.product(
-                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, tops):
+            for c, bar, anc, oh, gp, bk, s2, sel, top, rad in itertools.product(
+                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, tops, radixes):
                 name = "build_ms"
                 if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
                     ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_max_k=s2)
                 if sel is not None and ddtree.VOCAB_TOPK.get(backend):
                     ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_select=sel)
+                if rad is not None and ddtree.VOCAB_TOPK.get(backend):
+                    ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], select_radix_bits=rad)
                 for part, table, value in (
                         (f"count{c}", ddtree.RANK_BY_COUNT_MAX, c),
                         (f"barrier{int(bool(bar))}", ddtree.SELECT_BARRIER, bar),
@@ -229,6 +236,8 @@ def main(argv=None) -> int:
                     name += f"_s2max{s2}"
                 if sel is not None:
                     name += f"_s2sel{int(sel)}"
+                if rad is not None:
+                    name += f"_selr{rad}"
                 r[name] = timed(lambda x: policy.build(x, b), logp, args.inner, args.repeats)
                 if args.trace:
                     t = r[name.replace("build_ms", "build_trace")] = traced(

@@ -75,7 +75,7 @@ def test_bench_tree_and_probe_smoke(tmp_path):
 
     from ddtree_jax.trees import ddtree
     if not ddtree.VOCAB_TOPK.get(jax.default_backend()):   # one-stage top-k here: usage errors
-        for flag in ("--stage2-max-k", "--stage2-select"):
+        for flag in ("--stage2-max-k", "--stage2-select", "--select-radix"):
             with pytest.raises(SystemExit):
                 bench_tree.main([flag, "0,1"])
     assert probe_decode.main(["--small", "--out", str(tmp_path)]) == 0

@@ -693,6 +693,32 @@ def test_vocab_top_k_passes_the_first_stage_options(monkeypatch):
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
 
 
+def test_select_second_stage_passes_its_options(monkeypatch):
+    """VOCAB_TOPK's select_radix_bits / select_num_warps reach select_top (the select second
+    stage), and the top-k is lax.top_k's with them."""
+    from ddtree_jax.trees import ddtree
+
+    seen = []
+    real = ddtree.select_top
+
+    def spy(*a, **k):
+        seen.append({n: k[n] for n in ("impl", "num_warps", "radix_bits") if n in k})
+        return real(*a, **k)
+
+    monkeypatch.setattr(ddtree, "select_top", spy)
+    backend = jax.default_backend()
+    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=8, keep=100, keep_from_k=100, stage1="xla",
+                                                         stage2_select=True, select_radix_bits=4,
+                                                         select_num_warps=2))
+    logp = jnp.asarray(make_logp("ties", (1, 3, 1000), seed=4))
+    got = ddtree.vocab_top_k(logp, 100, *ddtree._vocab_top_k_settings(100), stage2=ddtree._stage2(100),
+                             select_options=ddtree._select_options())
+    want = jax.lax.top_k(logp, 100)
+    assert seen == [dict(impl="pallas" if backend == "gpu" else "pallas_interpret", num_warps=2, radix_bits=4)]
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+
+
 def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):
     """On a vocabulary whose best tokens are spread over the chunks the kept candidates suffice:
     the fallback top_k must not run (checked by poisoning it)."""

@@ -219,6 +219,12 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # build (bench_tree --trace, one call): 0.172 -> 0.132 ms at B = 16, 0.204 -> 0.165 at B = 64.
 VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64,
                           stage2_max_k=64, stage2_select=True)}
+# stage2_select (session 15): past stage2_max_k the second stage is `_second_stage_by_select`
+# (select_top: a radix select of the K-th best, one program a row, then a pairwise order of the
+# K kept) instead of lax.top_k's sort. H200 (s15c, bench_tree --stage2-select 0,1 --trace): the
+# whole build 0.276 -> 0.274 / 0.315 -> 0.288 / 0.545 -> 0.537 ms at B = 128 / 256 / 1024 (its
+# 32.3 us sort -> 8.9-21.2 us of select_top); DDTree-256 rounds unchanged within noise. An entry
+# may set `select_radix_bits` / `select_num_warps` for its select_top (untimed; 2 bits a round).
 # An entry may also hold the kernel's `num_warps` and `radix_bits` (chunk_top_k's defaults
 # otherwise: 4 warps, 2 bits a round; session 11's sweep at 128 chunks keeping 64: radix 1 / 2 /
 # 4 bits 0.104 / 0.096 / 0.134 ms, 1 / 2 / 4 / 8 warps 0.117 / 0.105 / 0.096 / 0.106 at B = 64).
@@ -292,9 +298,16 @@ def _stage1_options() -> dict:
     return {name: cfg[name] for name in ("num_warps", "radix_bits") if name in cfg}
 
 
+def _select_options() -> dict:
+    """select_top's launch options in VOCAB_TOPK (`select_radix_bits`, `select_num_warps`) for
+    the select second stage (select_top's defaults otherwise: 2 bits a round, warps by width)."""
+    cfg = VOCAB_TOPK.get(jax.default_backend()) or {}
+    return {name[7:]: cfg[name] for name in ("select_radix_bits", "select_num_warps") if name in cfg}
+
+
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
                 keep: int | None = None, stage1: str = "xla", stage2: str = "xla",
-                **stage1_options) -> tuple[Array, Array]:
+                select_options: dict | None = None, **stage1_options) -> tuple[Array, Array]:
     """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top `keep` (default
     k) of each of `chunks` contiguous slices, then the top k of those candidates. Same values,
     indices and tie rule (lower index first): candidates stay in index order by chunk, and each
@@ -312,9 +325,11 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     its lower-position-first tie rule still picks the lower token). stage1_options go to
     chunk_top_k (num_warps, radix_bits; the XLA stage ignores them).
 
-    stage2: "xla" (one `lax.top_k` over the candidates, a sort on GPUs) or a threshold impl
-    ("threshold" / "threshold_interpret": `_second_stage_by_threshold`), the latter only where
-    every chunk keeps all k (no exactness check needed).
+    stage2: "xla" (one `lax.top_k` over the candidates, a sort on GPUs), a threshold impl
+    ("threshold" / "threshold_interpret": `_second_stage_by_threshold`), only where every chunk
+    keeps all k (no exactness check needed), or a select impl ("select" / "select_interpret":
+    `_second_stage_by_select`, any k; select_options go to its select_top: radix_bits,
+    num_warps).
     """
     v = logp.shape[-1]
     length = -(-v // chunks) if chunks else v
@@ -329,7 +344,8 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     if keep == k and stage2.startswith("threshold"):
         return _second_stage_by_threshold(vals, idx, k, stage2, **stage1_options)
     if stage2.startswith("select"):
-        out = _second_stage_by_select(vals, idx, k, stage2.endswith("_interpret"), **stage1_options)
+        out = _second_stage_by_select(vals, idx, k, stage2.endswith("_interpret"), select_options or {},
+                                      **stage1_options)
     else:
         top, pos = top_k_total_order(vals, k)
         out = top, jnp.take_along_axis(idx, pos, axis=-1)
@@ -378,20 +394,22 @@ def _select_chunking(n: int, k: int) -> int:
     return n // STAGE2_CHUNK if n > SELECT_TOP_MAX_WIDTH or (n >= 2 * STAGE2_CHUNK and 2 * k <= STAGE2_CHUNK) else 1
 
 
-def _second_stage_by_select(vals: Array, idx: Array, k: int, interpret: bool, **options) -> tuple[Array, Array]:
+def _second_stage_by_select(vals: Array, idx: Array, k: int, interpret: bool, select_options: dict,
+                            **options) -> tuple[Array, Array]:
     """The top k of the first stage's candidates (vals [..., n] with token indices idx) in
     `lax.top_k`'s order, as `_second_stage_by_threshold` but for any k: the threshold kernel
     first keeps the k best of every STAGE2_CHUNK candidates where that halves them at least
     (`_select_chunking`), then `select_top` keeps the k best of the rest (ties by lower position:
     token order among equal values, see `_second_stage_by_threshold`), and a pairwise rank of
-    those k (total-order key desc, position asc) orders them: O(k^2) a row instead of a sort."""
+    those k (total-order key desc, position asc) orders them: O(k^2) a row instead of a sort.
+    options go to the threshold kernel, select_options to select_top."""
     lead, n = vals.shape[:-1], vals.shape[-1]
     c = _select_chunking(n, k)
     v, tok = vals.reshape(-1, n), idx.reshape(-1, n)
     if c > 1:
         v, pos = chunk_top_k(v, c, k, impl="threshold_interpret" if interpret else "threshold", **options)
         v, tok = v.reshape(-1, c * k), jnp.take_along_axis(tok, pos.reshape(-1, c * k), axis=-1)
-    pos = select_top(v, k, impl="pallas_interpret" if interpret else "pallas")
+    pos = select_top(v, k, impl="pallas_interpret" if interpret else "pallas", **select_options)
     v, tok = jnp.take_along_axis(v, pos, axis=-1), jnp.take_along_axis(tok, pos, axis=-1)
     order = _invert(_rank(order_key(v), pos), k)
     v, tok = jnp.take_along_axis(v, order, axis=-1), jnp.take_along_axis(tok, order, axis=-1)
@@ -500,7 +518,8 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         return tree_from_nodes(empty, empty, empty, num_slots, depth)
     k = min(width, vocab)
     # [Bt, D, K]: rank r -> (log-prob, token)
-    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k), stage2=_stage2(k), **_stage1_options())
+    vals, toks = vocab_top_k(logp, k, *_vocab_top_k_settings(k), stage2=_stage2(k), select_options=_select_options(),
+                             **_stage1_options())
     # Without the barrier XLA:CPU fuses the vocabulary-wide top-k into each consumer and runs it
     # again per depth: 30 ms instead of 0.5 ms for B=16, D=15, V=8192 (measured here).
     vals, toks = jax.lax.optimization_barrier((vals, toks))
