@@ -28,8 +28,7 @@ def make(kind, shape, seed):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shape,m", [((3, 100), 7), ((2, 1000), 1000), ((1, 6238), 1023), ((2, 37), 1),
-                                     ((2, 2, 300), 64)])
+@pytest.mark.parametrize("shape,m", [((3, 100), 7), ((2, 1000), 1000), ((1, 6238), 1023), ((2, 2, 37), 1)])
 @pytest.mark.parametrize("with_tie", [False, True])
 @pytest.mark.parametrize("zeros_equal", [False, True])
 def test_select_top_equals_the_sort(kind, shape, m, with_tie, zeros_equal):
