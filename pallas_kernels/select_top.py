@@ -14,6 +14,12 @@ among the entries equal to it, the `need` with the smallest tie keys, found the 
 bit-inverted tie keys (their need-th largest). A prefix count then places the kept positions in
 slots 0..m-1 by position. Exact for any input: ties of score, signed zeros, -inf; tie keys must
 be distinct within a row (positions, when none are given, are).
+
+Status (H200, session 15, bench/RESULTS.md): the GPU default for the vocabulary second stage past
+K = 64 (`ddtree.VOCAB_TOPK`'s stage2_select: 8.9-21.2 us in place of a 32 us sort). As a
+prefilter of the depths' selections it is off (`ddtree.SELECT_TOP_FROM`): one program's 16
+radix rounds are latency-bound (~0.6 us a round; 28 us at 6238 candidates against XLA's 14-23 us
+pairwise rank), and at 16384 lanes its [width, 4] counts spill (289 us).
 """
 
 from __future__ import annotations
