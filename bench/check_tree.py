@@ -8,7 +8,8 @@ device with the backend's settings (ddtree.VOCAB_TOPK: the chunked first stage a
 `stage2_max_k` covers K, the threshold second stage, else with `stage2_select` the select_top
 one; ddtree.SELECT_TOP_FROM's prefilter) and with the one-kernel depth loop forced on
 (ddtree.BEAM_KERNEL_MAX; --no-beam-kernel leaves it out), and compares every array with a build
-that uses XLA's depth loop without the prefilter and a vocabulary top-k by one total-order sort
+that uses XLA's depth loop without the prefilter, the final selection without the merge
+(ddtree.FINAL_MERGE_FROM) and a vocabulary top-k by one total-order sort
 (`top_k_by_sort`), on log-probs
 with distinct values, many ties, and signed zeros. Exits non-zero on any difference.
 """
@@ -69,7 +70,8 @@ def main(argv=None) -> int:
             logp = logp_of(kind, (2, args.depth, args.vocab), seed=b)
             with mock.patch.object(ddtree, "vocab_top_k", top_k_by_sort), \
                     mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}), \
-                    mock.patch.dict(ddtree.SELECT_TOP_FROM, {backend: 0}):
+                    mock.patch.dict(ddtree.SELECT_TOP_FROM, {backend: 0}), \
+                    mock.patch.dict(ddtree.FINAL_MERGE_FROM, {backend: 0}):
                 want = jax.jit(lambda x: policy.build(x, b))(logp)
             variants = [("settings", None)] + [("settings + beam kernel", 1 << 20)] * args.beam_kernel
             for name, beam in variants:

@@ -91,6 +91,7 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     ("--select-barrier", "0,1", "SELECT_BARRIER", ["barrier0", "barrier1"]),
     ("--beam-kernel-max", "0,1000", "BEAM_KERNEL_MAX", ["beam0", "beam1000"]),
     ("--select-top-from", "0,4", "SELECT_TOP_FROM", ["top0", "top4"]),
+    ("--final-merge-from", "0,1", "FINAL_MERGE_FROM", ["merge0", "merge1"]),
 ])
 def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
     """--ancestor-impl / --onehot-max / --global-prune / --select-barrier time the whole build

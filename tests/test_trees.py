@@ -270,6 +270,40 @@ def test_ddtree_select_top_prefilter_keeps_the_tree(case, kind, monkeypatch):
     check_ddtree_against_heap(case, kind, seed=sum(case) + 2 * len(kind), fresh_trace=True)
 
 
+@pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
+                                       ((1, 15, 400, 300), "float"), ((4, 15, 4, 6), "dyadic")])
+def test_ddtree_final_merge_keeps_the_tree(case, kind, monkeypatch):
+    """ddtree.FINAL_MERGE_FROM (the final selection ranks the entries by merging the depths'
+    best-first beams: binary searches instead of a pairwise count or sort) builds the heap's tree;
+    'dyadic' ties scores across depths and has zero log-probs."""
+    from ddtree_jax.trees import ddtree
+
+    monkeypatch.setitem(ddtree.FINAL_MERGE_FROM, jax.default_backend(), 1)
+    check_ddtree_against_heap(case, kind, seed=sum(case) + 3 * len(kind), fresh_trace=True)
+
+
+def test_merged_ranks_equal_the_pairwise_rank():
+    """_merged_ranks of best-first beams is the pairwise rank of their concatenation under
+    (score desc, depth asc, position asc): ties within and across beams, -0.0 and +0.0 (equal),
+    -inf, beams of one entry."""
+    from ddtree_jax.trees import ddtree
+
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        widths = [int(w) for w in rng.integers(1, 30, size=int(rng.integers(1, 6)))]
+        beams, keys = [], []
+        for d, w in enumerate(widths):
+            x = np.round(rng.normal(size=(2, w)) * 2) / 2
+            if trial % 3 == 0:
+                x[:, ::2], x[:, 1::2] = 0.0, -0.0
+            if trial % 4 == 0:
+                x[:, -2:] = -np.inf
+            beams.append(jnp.asarray(-np.sort(-x, axis=1), jnp.float32))
+            keys.append(np.broadcast_to(np.arange(w) + d * 100, (2, w)))
+        want = ddtree._rank(jnp.concatenate(beams, axis=1), jnp.asarray(np.concatenate(keys, axis=1), jnp.int32))
+        np.testing.assert_array_equal(np.asarray(ddtree._merged_ranks(beams)), np.asarray(want))
+
+
 def test_select_ranked_equals_select_best_with_signed_zeros(monkeypatch):
     """select_ranked through the prefilter gives select_best's positions where scores tie, hold
     -0.0 and +0.0 (equal to `>`, then ordered by key) and -inf."""

@@ -181,6 +181,52 @@ def select_ranked(scores: Array, keys: Array, n: int) -> Array:
     return jnp.take_along_axis(pos, select_best(*kept, n), axis=-1)
 
 
+# Per backend: the entry count over all depths (T, ~14.3k at B = 1024) from which the final
+# selection ranks the entries by merging the depths' beams (`_merged_ranks`: each beam is already
+# best-first, so an entry's global rank is its position in its beam plus, for every other beam,
+# how many of its entries beat it, found by a binary search: O(T D log W) work in a few fusions)
+# instead of select_best's pairwise count or sort (XLA's sort over T was 52 us of the 0.54 ms
+# build at B = 1024 on the H200, session 15). The same tree (tests). Off everywhere (absent, 0)
+# until timed on a GPU (bench/gpu_next_s16a.sh); DDTREE_FINAL_MERGE_FROM=N in the environment
+# sets every backend.
+FINAL_MERGE_FROM: dict[str, int] = env_setting("DDTREE_FINAL_MERGE_FROM", whole_number, {})
+
+
+def _merged_ranks(scores: list[Array]) -> Array:
+    """Global rank of every entry of the depths' beams under (score desc, depth asc, key asc),
+    concatenated by depth: int32[Bt, T]. scores[d]: float32[Bt, w_d], best first (score desc,
+    then key asc), as the depth loop keeps them. An entry at position p of beam d is beaten by the
+    p before it there, by the entries of a shallower beam scoring >= it and by those of a deeper
+    beam scoring > it (`>` as select_best compares: -0.0 == +0.0); each count is a binary search
+    of the sorted beam, unrolled, so the whole rank is a few gather fusions."""
+    batch = scores[0].shape[0]
+    widths = [x.shape[1] for x in scores]
+    depths, stride = len(scores), max(widths)
+    beams = jnp.stack([jnp.pad(x, ((0, 0), (0, stride - x.shape[1]))) for x in scores], axis=1)  # [Bt, D, W]
+    query = jnp.concatenate(scores, axis=1)                                                     # [Bt, T]
+    depth_of = np.repeat(np.arange(depths), widths)                                             # [T]
+    own = np.concatenate([np.arange(w) for w in widths])
+    q = jnp.broadcast_to(query[:, None, :], (batch, depths, query.shape[1]))
+    steps = max(1, int(np.ceil(np.log2(stride + 1))))
+
+    def count(strict: bool) -> Array:
+        # per (beam d2, entry): #{x in beam d2: x > q} (strict) or #{x >= q}; beams descending
+        lo = jnp.zeros(q.shape, jnp.int32)
+        hi = jnp.broadcast_to(jnp.asarray(widths, jnp.int32)[None, :, None], q.shape)
+        for _ in range(steps):
+            mid = (lo + hi) // 2
+            x = jnp.take_along_axis(beams, jnp.minimum(mid, stride - 1), axis=2)
+            beats = (x > q) if strict else (x >= q)
+            go_right = (lo < hi) & beats
+            lo, hi = jnp.where(go_right, mid + 1, lo), jnp.where((lo < hi) & ~beats, mid, hi)
+        return lo
+
+    shallower = jnp.asarray(np.arange(depths)[:, None] < depth_of[None, :])   # [D, T]: beam d2 above the entry
+    deeper = jnp.asarray(np.arange(depths)[:, None] > depth_of[None, :])
+    beaten = jnp.where(shallower, count(False), 0) + jnp.where(deeper, count(True), 0)
+    return (jnp.asarray(own, jnp.int32) + beaten.sum(axis=1)).astype(jnp.int32)
+
+
 def select_best(scores: Array, keys: Array, n: int) -> Array:
     """Positions of the n best entries, best first, under (score desc, key asc); keys distinct.
 
@@ -549,8 +595,12 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     token_of = jnp.concatenate(tokens, axis=1)
 
     n = min(n, all_scores.shape[1])
-    all_scores, all_keys = _materialized(all_scores, all_keys)
-    sel = select_ranked(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
+    merge_from = FINAL_MERGE_FROM.get(jax.default_backend(), 0)
+    if merge_from and all_scores.shape[1] >= merge_from:
+        sel = _invert(_merged_ranks(scores), n)   # [Bt, n], best first: a topological order
+    else:
+        all_scores, all_keys = _materialized(all_scores, all_keys)
+        sel = select_ranked(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
     gparent = jnp.take_along_axis(parent_of, sel, axis=-1)
