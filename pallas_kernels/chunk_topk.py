@@ -46,7 +46,8 @@ from jax.experimental import pallas as pl
 
 from .norms import _pow2_at_least, pltriton
 
-__all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "order_key", "from_order_key", "IMPLS"]
+__all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "order_key", "from_order_key", "top_k_total_order",
+           "IMPLS"]
 
 # Widest chunk one program holds (values in registers: 32 a thread on 4 warps).
 _MAX_CHUNK = 4096
@@ -67,6 +68,54 @@ def from_order_key(key: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(jnp.where(key < 0, key ^ 0x7FFFFFFF, key), jnp.float32)
 
 
+def top_k_total_order(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """`lax.top_k(x, k)` in the float total order (-0.0 below +0.0; equal values by lower
+    index) on every backend: lax.top_k of the int32 `order_key`s. On the CPU lax.top_k of floats
+    orders so already; on the H200 XLA's GPU top_k ranks -0.0 and +0.0 as equal (session 15:
+    the tree build's vocabulary top-k picked other tokens than the CPU on signed zeros)."""
+    key, pos = lax.top_k(order_key(x), k)
+    return from_order_key(key).astype(x.dtype), pos
+
+
+def kth_largest(key: jax.Array, valid: jax.Array, count, radix_bits: int) -> jax.Array:
+    """Inside a kernel: the count-th largest of the int32 keys where `valid` (1 <= count <=
+    #valid), i.e. the largest t with at least `count` valid keys >= t, built radix_bits bits a
+    round from the top (32 / radix_bits rounds of 2**radix_bits counts, the counts one reduction)."""
+    top = jnp.int32(-(2**31))   # the sign bit: an unsigned pattern u is the signed key u ^ top
+    digit = jnp.arange(1 << radix_bits, dtype=jnp.int32)
+
+    def radix_round(r, t):
+        # t: the largest unsigned pattern so far with >= count keys at or above it (its low bits
+        # zero). Try every digit d of the next radix_bits bits: cand_d = t | d << shift, whose
+        # counts fall as d grows, and keep the largest d whose count is still >= count (d = 0 is
+        # t itself, always; its column just keeps the shapes powers of two).
+        shift = 32 - radix_bits * (r + 1)
+        cand = t | lax.shift_left(digit, jnp.full(digit.shape, shift, jnp.int32))
+        at_least = valid[:, None] & (key[:, None] >= (cand ^ top)[None, :])
+        counts = jnp.sum(jnp.where(at_least, 1, 0), axis=0)                    # [2**radix_bits]
+        best = jnp.sum(jnp.where(counts >= count, 1, 0)) - 1
+        return t | lax.shift_left(best, shift)
+
+    return lax.fori_loop(0, 32 // radix_bits, radix_round, jnp.int32(0)) ^ top
+
+
+def take_by_position(key: jax.Array, valid: jax.Array, count, kth: jax.Array) -> jax.Array:
+    """Inside a kernel: which of the valid keys are the `count` largest, given the count-th
+    largest `kth`: all above it and the lowest-position ones equal to it (a prefix count)."""
+    above = valid & (key > kth)
+    tied = valid & (key == kth)
+    need = count - jnp.sum(jnp.where(above, 1, 0))                 # >= 1 of the tied, lowest first
+    return above | (tied & (jnp.cumsum(jnp.where(tied, 1, 0)) <= need))
+
+
+def kept_slots(take: jax.Array, count: int, pad: int) -> jax.Array:
+    """Inside a kernel: the output slot of every taken lane, in lane order (a prefix count). The
+    lanes not taken point at a spare slot (min(count, pad - 1)): masked off, they store nothing
+    on a GPU, but interpret mode writes their old values back, which must not land on a kept slot
+    (so in interpret mode pad must exceed count)."""
+    return jnp.where(take, jnp.cumsum(jnp.where(take, 1, 0)) - 1, min(count, pad - 1))
+
+
 def index_ordered(impl: str) -> bool:
     """Whether `impl` returns each chunk's kept entries by token index (else by rank)."""
     return impl.startswith("threshold")
@@ -74,14 +123,15 @@ def index_ordered(impl: str) -> bool:
 
 def chunk_top_k_reference(x: jax.Array, chunks: int, keep: int,
                           index_order: bool = False) -> tuple[jax.Array, jax.Array]:
-    """XLA path: ``lax.top_k`` of each of `chunks` contiguous slices of the last axis (padded
+    """XLA path: ``lax.top_k`` (in the float total order: `top_k_total_order`) of each of
+    `chunks` contiguous slices of the last axis (padded
     with -inf). Returns (values, indices within the row) ``[..., chunks, keep]``, by rank, or
     by index with `index_order` (the threshold kernel's order)."""
     v = x.shape[-1]
     length = -(-v // chunks)
     pad = chunks * length - v
     xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)], constant_values=-jnp.inf) if pad else x
-    vals, idx = lax.top_k(xp.reshape(*x.shape[:-1], chunks, length), keep)
+    vals, idx = top_k_total_order(xp.reshape(*x.shape[:-1], chunks, length), keep)
     idx = idx + (jnp.arange(chunks, dtype=jnp.int32) * length)[:, None]
     if index_order:
         order = jnp.argsort(idx, axis=-1)
@@ -126,7 +176,7 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
     """One (row, chunk), as _kernel, but the kept entries in index order (see the module doc).
 
     keep_pad is the outputs' width: keep rounded up to a power of two, one more in interpret
-    mode when that is keep itself (see `spare` below). radix_bits: key bits settled a round
+    mode when that is keep itself (see `kept_slots`). radix_bits: key bits settled a round
     (32 / radix_bits rounds of 2**radix_bits - 1 counts each, the counts one reduction).
     """
     c = pl.program_id(1)
@@ -137,31 +187,8 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
     x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)],
                       mask=inchunk & (pos < x_ref.shape[0]), other=-jnp.inf).astype(jnp.float32)
     key = order_key(x)                                       # signed total order, as _kernel
-    top = jnp.int32(-(2**31))   # the sign bit: an unsigned pattern u is the signed key u ^ top
-
-    digit = jnp.arange(1 << radix_bits, dtype=jnp.int32)
-
-    def radix_round(r, t):
-        # t: the largest unsigned pattern so far with >= keep keys at or above it (its low bits
-        # zero). Try every digit d of the next radix_bits bits: cand_d = t | d << shift, whose
-        # counts fall as d grows, and keep the largest d whose count is still >= keep (d = 0 is
-        # t itself, always; its column just keeps the shapes powers of two).
-        shift = 32 - radix_bits * (r + 1)
-        cand = t | lax.shift_left(digit, jnp.full(digit.shape, shift, jnp.int32))
-        at_least = inchunk[:, None] & (key[:, None] >= (cand ^ top)[None, :])
-        counts = jnp.sum(jnp.where(at_least, 1, 0), axis=0)                    # [2**radix_bits]
-        best = jnp.sum(jnp.where(counts >= keep, 1, 0)) - 1
-        return t | lax.shift_left(best, shift)
-
-    kth = lax.fori_loop(0, 32 // radix_bits, radix_round, jnp.int32(0)) ^ top  # keep-th largest
-    above = inchunk & (key > kth)
-    tied = inchunk & (key == kth)
-    need = keep - jnp.sum(jnp.where(above, 1, 0))                  # >= 1 of the tied, lowest first
-    take = above | (tied & (jnp.cumsum(jnp.where(tied, 1, 0)) <= need))
-    # The lanes not taken point at a spare slot: masked off, they store nothing on a GPU, but
-    # interpret mode writes their old values back, which must not land on a kept slot.
-    spare = min(keep, keep_pad - 1)
-    slot = jnp.where(take, jnp.cumsum(jnp.where(take, 1, 0)) - 1, spare)
+    take = take_by_position(key, inchunk, keep, kth_largest(key, inchunk, keep, radix_bits))
+    slot = kept_slots(take, keep, keep_pad)
     pltriton.store(vals_ref.at[slot], x.astype(vals_ref.dtype), mask=take)
     pltriton.store(idx_ref.at[slot], pos, mask=take)
 

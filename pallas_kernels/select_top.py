@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from .chunk_topk import RADIX_BITS, order_key
+from .chunk_topk import RADIX_BITS, kept_slots, kth_largest, order_key, take_by_position
 from .norms import _pow2_at_least, pltriton
 
 __all__ = ["select_top", "select_top_reference", "score_key", "IMPLS", "MAX_WIDTH"]
@@ -62,26 +62,6 @@ def select_top_reference(scores: jax.Array, m: int, tie: jax.Array | None = None
     return jnp.sort(first, axis=-1)
 
 
-def _kth_largest(key: jax.Array, valid: jax.Array, count, radix_bits: int) -> jax.Array:
-    """The count-th largest of the int32 keys where `valid` (1 <= count <= #valid): the largest
-    t with at least `count` valid keys >= t, built radix_bits bits a round from the top."""
-    top = jnp.int32(-(2**31))   # the sign bit: an unsigned pattern u is the signed key u ^ top
-    digit = jnp.arange(1 << radix_bits, dtype=jnp.int32)
-
-    def radix_round(r, t):
-        # t: the largest unsigned pattern so far with >= count keys at or above it (low bits
-        # zero). Try every digit d of the next bits, t | d << shift, and keep the largest whose
-        # count is still >= count (d = 0 is t itself, always true).
-        shift = 32 - radix_bits * (r + 1)
-        cand = t | lax.shift_left(digit, jnp.full(digit.shape, shift, jnp.int32))
-        at_least = valid[:, None] & (key[:, None] >= (cand ^ top)[None, :])
-        counts = jnp.sum(jnp.where(at_least, 1, 0), axis=0)
-        best = jnp.sum(jnp.where(counts >= count, 1, 0)) - 1
-        return t | lax.shift_left(best, shift)
-
-    return lax.fori_loop(0, 32 // radix_bits, radix_round, jnp.int32(0)) ^ top
-
-
 def _select_kernel(*refs, p: int, width: int, m: int, m_pad: int, radix_bits: int, has_tie: bool,
                    zeros_equal: bool):
     """One row: scores s_ref [P] (and tie keys t_ref [P]) -> pos_ref [m_pad], slots 0..m-1."""
@@ -94,22 +74,18 @@ def _select_kernel(*refs, p: int, width: int, m: int, m_pad: int, radix_bits: in
     at = jnp.minimum(lane, p - 1)
     x = pltriton.load(s_ref.at[at], mask=valid, other=-jnp.inf).astype(jnp.float32)
     key = score_key(x, zeros_equal)
-    kth = _kth_largest(key, valid, m, radix_bits)
-    above = valid & (key > kth)
-    tied = valid & (key == kth)
-    need = m - jnp.sum(jnp.where(above, 1, 0))                      # 1 <= need <= #tied
+    kth = kth_largest(key, valid, m, radix_bits)
     if has_tie:
+        above = valid & (key > kth)
+        tied = valid & (key == kth)
+        need = m - jnp.sum(jnp.where(above, 1, 0))                  # 1 <= need <= #tied
         tie = pltriton.load(t_ref.at[at], mask=valid, other=0)
         # the need smallest tie keys among the tied: the need-th largest of ~tie (order reversing)
         inv = ~tie
-        kth_inv = _kth_largest(inv, tied, need, radix_bits)
-        take = above | (tied & (inv >= kth_inv))
-    else:       # positions: the lowest tied positions first, by a prefix count
-        take = above | (tied & (jnp.cumsum(jnp.where(tied, 1, 0)) <= need))
-    # The lanes not taken point at a spare slot: masked off, they store nothing on a GPU, but
-    # interpret mode writes their old values back, which must not land on a kept slot.
-    spare = min(m, m_pad - 1)
-    slot = jnp.where(take, jnp.cumsum(jnp.where(take, 1, 0)) - 1, spare)
+        take = above | (tied & (inv >= kth_largest(inv, tied, need, radix_bits)))
+    else:       # positions: the lowest tied positions first
+        take = take_by_position(key, valid, m, kth)
+    slot = kept_slots(take, m, m_pad)
     pltriton.store(pos_ref.at[slot], lane, mask=take)
 
 

@@ -30,7 +30,8 @@ import numpy as np
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.beam_select import beam_select, make_plan
-from pallas_kernels.chunk_topk import RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key
+from pallas_kernels.chunk_topk import (RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key,
+                                      top_k_total_order)
 from pallas_kernels.select_top import MAX_WIDTH as SELECT_TOP_MAX_WIDTH
 from pallas_kernels.select_top import select_top
 
@@ -354,7 +355,8 @@ def _select_options() -> dict:
 def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
                 keep: int | None = None, stage1: str = "xla", stage2: str = "xla",
                 select_options: dict | None = None, **stage1_options) -> tuple[Array, Array]:
-    """`lax.top_k(logp, k)` over the last axis, optionally in two stages: the top `keep` (default
+    """`lax.top_k(logp, k)` over the last axis in the float total order (`top_k_total_order`:
+    -0.0 below +0.0 on every backend), optionally in two stages: the top `keep` (default
     k) of each of `chunks` contiguous slices, then the top k of those candidates. Same values,
     indices and tie rule (lower index first): candidates stay in index order by chunk, and each
     chunk's by rank.
@@ -381,7 +383,7 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     length = -(-v // chunks) if chunks else v
     keep = min(k if keep is None else max(1, keep), k, length)
     if not chunks or chunks < 2 or keep * chunks < k:
-        return jax.lax.top_k(logp, k)
+        return top_k_total_order(logp, k)
     vals, idx = chunk_top_k(logp, chunks, keep, impl=stage1, **stage1_options)  # [..., C, keep]
     # [..., C]: the smallest kept value of each chunk (the last, where they are by rank)
     last = vals.min(axis=-1) if index_ordered(stage1) else vals[..., -1]
@@ -400,16 +402,6 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     top = out[0]
     exact = jnp.all(last < top[..., -1:])
     return jax.lax.cond(exact, lambda: out, lambda: top_k_total_order(logp, k))
-
-
-def top_k_total_order(x: Array, k: int) -> tuple[Array, Array]:
-    """`lax.top_k(x, k)` in the float total order (-0.0 below +0.0; equal values by lower
-    index) on every backend: lax.top_k of the int32 `order_key`s. On the CPU lax.top_k of floats
-    orders so already; on the H200 (session 15, bench.check_tree at B = 1024 on signed zeros)
-    XLA's GPU top_k ranked -0.0 and +0.0 as equal, so the second stage's fallback picked other
-    tokens than the CPU."""
-    key, pos = jax.lax.top_k(order_key(x), k)
-    return from_order_key(key).astype(x.dtype), pos
 
 
 # Candidates a program of the threshold second stage holds (`_second_stage_by_threshold`).
