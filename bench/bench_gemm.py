@@ -20,7 +20,8 @@ achieved (from the device figure).
 Shapes: the projections of one layer (qkv, o, gate_up, down); down_swiglu (the down projection
 from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue);
 qkv_norm and gate_up_norm (the product of the RMSNorm of x: XLA's norm + dot against the
-kernel's norm prologue); the LM head (float32 logits); the drafter's k/v and fc; NAME_int8: the
+kernel's norm prologue); the LM head (float32 logits); the drafter's k/v (one layer's), ctx_kv (the 5
+layers' context k/v in one product, models.drafter.fuse_params) and fc; NAME_int8: the
 same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
 (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
 xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
@@ -57,7 +58,7 @@ HBM_BPS = 3.3e12
 SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
              "down_swiglu": (12288, 4096), "qkv_norm": (4096, 6144), "gate_up_norm": (4096, 24576),
              "lm_head": (4096, 151936), "drafter_kv": (4096, 2048),
-             "fc": (20480, 4096)}
+             "fc": (20480, 4096), "ctx_kv": (4096, 10240)}
 SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "qkv_norm": (128, 192),
          "o_int8": (128, 128)}
 

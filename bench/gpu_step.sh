@@ -38,3 +38,14 @@ record_commit() {
   if [ -f bench/.device_commit ]; then cp bench/.device_commit "$R/commit.txt"
   else git log -1 --format=%H > "$R/commit.txt" 2>/dev/null; fi
 }
+
+# base_rounds NAME METHODS BUDGETS [env NAME=VALUE...]: ddtree_rounds with the code of the base
+# tree in bench/.ab_base (ignored by git: `git archive BASE ddtree_jax pallas_kernels bench |
+# tar -x -C bench/.ab_base`, passed in the device tool's carry), so a change and its base run
+# on one machine start.
+base_rounds() {
+  local name=$1 methods=$2 budgets=$3; shift 3
+  step "$name" "${SECS:-110}" bash -c 'cd bench/.ab_base && exec env DDTREE_X=0 "$@"' _ "$@" python3 -m bench.bench_round \
+    --model qwen3-8b --prompt-len 512 --methods "$methods" --budgets "$budgets" --rounds "${ROUNDS:-32}" --repeats 3 \
+    --stage-repeats 0 --out "$R/$name"
+}

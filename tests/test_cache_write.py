@@ -17,13 +17,15 @@ def arrays(rng, n, bt, hkv, s, t, dh, cache_dtype, new_dtype):
     return caches, news
 
 
-@pytest.mark.parametrize("n,bt,hkv,s,t,p,dh,cache_dtype,new_dtype", [
-    (1, 1, 1, 16, 1, 1, 16, jnp.float32, jnp.float32),          # AR: one row
-    (4, 2, 2, 64, 17, 8, 32, jnp.bfloat16, jnp.bfloat16),       # a tree's path, ragged batch
-    (5, 3, 2, 40, 9, 9, 16, jnp.bfloat16, jnp.float32),         # cast into the cache dtype
-    (9, 1, 1, 128, 65, 17, 64, jnp.float32, jnp.float32),       # more arrays than groups
+@pytest.mark.parametrize("n,bt,hkv,s,t,p,dh,cache_dtype,new_dtype,groups", [
+    (1, 1, 1, 16, 1, 1, 16, jnp.float32, jnp.float32, 0),          # AR: one row
+    (4, 2, 2, 64, 17, 8, 32, jnp.bfloat16, jnp.bfloat16, 0),       # a tree's path, ragged batch
+    (5, 3, 2, 40, 9, 9, 16, jnp.bfloat16, jnp.float32, 0),         # cast into the cache dtype
+    (9, 1, 1, 128, 65, 17, 64, jnp.float32, jnp.float32, 0),       # a program per array
+    (9, 2, 1, 48, 9, 5, 16, jnp.float32, jnp.float32, 4),          # arrays 0, 4, 8 in one program
 ])
-def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype):
+def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype, groups, monkeypatch):
+    monkeypatch.setattr(cw, "GROUPS", groups)
     rng = np.random.default_rng(n * 100 + t)
     caches, news = arrays(rng, n, bt, hkv, s, t, dh, cache_dtype, new_dtype)
     start = jnp.asarray(rng.integers(0, s - p + 1, size=bt), jnp.int32)
@@ -39,6 +41,24 @@ def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype):
             lo = int(start[b])
             keep = np.r_[0:lo, lo + p:s]
             np.testing.assert_array_equal(np.asarray(g[b][:, keep], np.float32), np.asarray(c[b][:, keep], np.float32))
+
+
+@pytest.mark.parametrize("groups", [0, 2])
+def test_stacked_new_arrays(groups, monkeypatch):
+    """One stacked [Bt, T, n, Hkv, Dh] array (array j at [:, :, j]) writes what the list does."""
+    monkeypatch.setattr(cw, "GROUPS", groups)
+    rng = np.random.default_rng(5)
+    caches, news = arrays(rng, 6, 2, 2, 32, 7, 16, jnp.bfloat16, jnp.float32)
+    start = jnp.array([0, 25], jnp.int32)
+    rows = jnp.broadcast_to(jnp.arange(7, dtype=jnp.int32), (2, 7))
+    stacked = jnp.stack(news, axis=2)
+    want = cw.write_cache_rows_reference(caches, news, start, rows)
+    for impl in ("pallas_interpret", "xla"):
+        got = cw.write_cache_rows(caches, stacked, start, rows, impl=impl)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+    with pytest.raises(ValueError, match=r"stacked new arrays must be \[Bt, T, 6, Hkv, Dh\]"):
+        cw.write_cache_rows(caches, stacked[:, :, :5], start, rows)
 
 
 def test_falls_back_and_checks():

@@ -198,7 +198,7 @@ def test_triton_lowering_one_kernel_each():
 
 # ----------------------------------------------------------------------------- the models
 
-def tiny_models(qk_norm=True):
+def tiny_models(qk_norm=True, fused=True):
     # head_dim 16: the smallest the Pallas attention kernel takes, so the whole forward is Pallas.
     tc = TargetConfig(family="qwen3" if qk_norm else "llama", vocab_size=48, hidden_size=48,
                       intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
@@ -215,8 +215,8 @@ def tiny_models(qk_norm=True):
             for (p, a), k in zip(leaves, keys)])
 
     tp = tmodel.fuse_params(noisy_norms(init_target(tc, jax.random.PRNGKey(0)), jax.random.PRNGKey(1)))
-    dp = dmodel.fuse_params(noisy_norms(init_drafter(dc, jax.random.PRNGKey(2)), jax.random.PRNGKey(3)))
-    return tc, tp, dc, dp
+    dp = noisy_norms(init_drafter(dc, jax.random.PRNGKey(2)), jax.random.PRNGKey(3))
+    return tc, tp, dc, (dmodel.fuse_params(dp) if fused else dp)
 
 
 @pytest.mark.parametrize("qk_norm", [True, False], ids=["qwen3", "llama"])
@@ -268,6 +268,39 @@ def test_drafter_pallas_interpret_matches_xla():
     for a, b in zip(c.k + c.v, c_ref.k + c_ref.v):
         assert_close(a, b, jnp.float32, "drafter context k/v")
     assert_close(h, h_ref, jnp.float32, "drafter hidden")
+
+
+@pytest.mark.parametrize("cache_impl", ["xla", "pallas_interpret"])
+def test_drafter_fused_layout_matches_per_layer(cache_impl):
+    """fuse_params' layout (per layer one q/k/v product; every layer's context k/v in one product,
+    one norm fusion and one cache write) computes what the per-layer weights do, and the noise
+    block takes one qk_norm_rope kernel a layer (not one for q and one for k/v)."""
+    _, _, dc, raw = tiny_models(fused=False)
+    fused = dmodel.fuse_params(raw)
+    assert "ctx_kv" in fused and fused["ctx_kv"].shape == (dc.hidden_size, dc.num_layers * 2 * dc.num_kv_heads * dc.head_dim)
+    assert all("qkv" in p and not {"q", "k", "v"} & set(p) for p in fused["layers"])
+    rng = np.random.default_rng(3)
+    cache = KVCache([rand(rng, (2, dc.num_kv_heads, 20, dc.head_dim), jnp.float32) for _ in range(dc.num_layers)],
+                    [rand(rng, (2, dc.num_kv_heads, 20, dc.head_dim), jnp.float32) for _ in range(dc.num_layers)])
+    taps = rand(rng, (2, 5, 2 * dc.hidden_size), jnp.float32)
+    start = jnp.array([3, 9], jnp.int32)
+    ctx_pos = start[:, None] + jnp.arange(5, dtype=jnp.int32)
+    block = rand(rng, (2, dc.block_size, dc.hidden_size), jnp.float32)
+    blk_pos = start[:, None] + 5 + jnp.arange(dc.block_size, dtype=jnp.int32)
+
+    def run(dp, impl):
+        c = dmodel.extend_cache(dp, dc, cache, start, taps, ctx_pos, norm_impl=impl, cache_impl=cache_impl)
+        return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, start + 5, attn_impl="xla", norm_impl=impl)
+
+    (c, h), (c_ref, h_ref) = jax.jit(lambda: (run(fused, "xla"), run(raw, "xla")))()
+    for a, b in zip(c.k + c.v, c_ref.k + c_ref.v):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-4, atol=1e-4)
+    # the untouched cache rows stay as they were
+    np.testing.assert_array_equal(c.k[0][0, :, :3], cache.k[0][0, :, :3])
+    names = count_pallas_calls(lambda: run(fused, "pallas_interpret"))
+    assert names.count("ddtree_qk_norm_rope") == dc.num_layers
+    assert names.count("kv_cache_write") == (1 if cache_impl != "xla" else 0)
 
 
 def test_training_paths_stay_on_xla(monkeypatch):

@@ -3,7 +3,8 @@
 Param layout: {"fc": [nTaps*H, H], "hidden_norm": [H], "norm": [H],
                "layers": [{"attn_norm", "q", "k", "v", "o", "q_norm", "k_norm", "q_bias"?,
                            "k_bias"?, "v_bias"?, "mlp_norm", "gate", "up", "down"}, ...]}
-Embeddings and the LM head are the target's.
+Embeddings and the LM head are the target's. The inference layout (`fuse_params`) fuses q/k/v and
+gate/up per layer and stacks every layer's k/v for the context into one matrix.
 
 Each layer's keys/values come from [context features ; noise block]; queries from the block only,
 non-causal. The context part depends only on the context features (not on the layer's input), so
@@ -23,6 +24,7 @@ from ddtree_jax.models.config import DrafterConfig
 from ddtree_jax.models.layers import (
     KVCache,
     append,
+    append_stacked,
     apply_rope,
     fuse_layer_weights,
     linear,
@@ -47,14 +49,30 @@ def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm
 
 
 def fuse_params(dparams: dict) -> dict:
-    """The inference layout: k/v and gate/up fused per layer (k and v read both the context
-    features and the block; q reads the block only)."""
-    groups = {"kv": ("k", "v"), "gate_up": ("gate", "up")}
-    return {**dparams, "layers": [fuse_layer_weights(p, groups) for p in dparams["layers"]]}
+    """The inference layout: per layer q/k/v fused into "qkv" (the noise block's one product and
+    one q/k-norm + RoPE kernel) and gate/up into "gate_up"; at the top, "ctx_kv" [H, L * 2 * Hkv *
+    Dh], every layer's [k | v] side by side (its biases as "ctx_kv_bias"), and "ctx_k_norm"
+    [L, Dh]: the context features' K/V of all layers in one product and one norm fusion
+    (`extend_cache`). The k/v weights are stored twice (in "qkv" and "ctx_kv"): 2 x L x H x
+    2 x Hkv x Dh more bytes of weights (84 MB for the 8B-shaped drafter), none more read a round.
+
+    Why (H200 profiles of DDTree-64, sessions 10-12): with q and k/v apart, XLA merged the two
+    products and then cut the result into two copies for the two norm kernels (2 slices + 2
+    kernels a layer); the commit ran 5 k/v products (one per layer, 7-8 us for 16.8 MB each, or
+    30 us for four merged by XLA) and 5 slices + 5 norm kernels."""
+    layers = dparams["layers"]
+    stacked = {}
+    if layers and all(n in layers[0] for n in ("k", "v")):
+        stacked["ctx_kv"] = jnp.concatenate([jnp.concatenate([p["k"], p["v"]], axis=1) for p in layers], axis=1)
+        if all("k_bias" in p and "v_bias" in p for p in layers):
+            stacked["ctx_kv_bias"] = jnp.concatenate([jnp.concatenate([p["k_bias"], p["v_bias"]]) for p in layers])
+        stacked["ctx_k_norm"] = jnp.stack([p["k_norm"] for p in layers])
+    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+    return {**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]}
 
 
 # The weight matrices a quantized drafter stores as int8 (norm weights and biases stay).
-QUANT_MATRICES = ("q", "k", "v", "kv", "o", "gate", "up", "gate_up", "down")
+QUANT_MATRICES = ("q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down")
 
 
 def quantize_params(dparams: dict, lm_head: jax.Array) -> dict:
@@ -63,15 +81,11 @@ def quantize_params(dparams: dict, lm_head: jax.Array) -> dict:
     copy; the verify keeps the exact head). Proposals change a little, so acceptance may; the
     output never does (the target verifies every token). Half the bytes a draft pass reads."""
     layers = [{k: (quantize_int8(v) if k in QUANT_MATRICES else v) for k, v in p.items()} for p in dparams["layers"]]
-    return {**dparams, "layers": layers, "fc": quantize_int8(dparams["fc"]), "lm_head": quantize_int8(lm_head)}
+    top = {k: quantize_int8(dparams[k]) for k in ("fc", "ctx_kv") if k in dparams}
+    return {**dparams, **top, "layers": layers, "lm_head": quantize_int8(lm_head)}
 
 
-def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str, mm: str):
-    if "kv" in p:  # split into heads, k norm and RoPE: one kernel on the Pallas path
-        _, k, v = qk_norm_rope(linear(x, p["kv"], p.get("kv_bias"), impl=mm), None, p["k_norm"], cos, sin,
-                               num_heads=0, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                               eps=cfg.rms_eps, impl=norm_impl)
-        return k, v
+def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, mm: str):
     k, v = linear(x, p["k"], p.get("k_bias"), impl=mm), linear(x, p["v"], p.get("v_bias"), impl=mm)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
@@ -79,18 +93,38 @@ def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Arra
 
 
 def context_kv(p: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array, *,
-               norm_impl: str = "xla", matmul_impl: str = "xla"):
-    """One layer's K/V of the context features c [Bt, C, H] (no input layernorm on c)."""
-    return _kv(p, cfg, c, cos, sin, norm_impl, matmul_impl)
+               matmul_impl: str = "xla"):
+    """One layer's K/V of the context features c [Bt, C, H] (no input layernorm on c), from the
+    layer's own k/v weights (training; inference runs all layers at once: `context_kv_stacked`)."""
+    return _kv(p, cfg, c, cos, sin, matmul_impl)
+
+
+def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array, *,
+                       matmul_impl: str = "xla") -> jax.Array:
+    """Every layer's K/V of the context features c [Bt, C, H] from the fused layout's "ctx_kv":
+    [Bt, C, 2 L, Hkv, Dh], the L layers' K (k-normed per head with the layer's weight, roped) and
+    then their V. One product and one XLA fusion (the per-head norm in the activation dtype,
+    RoPE in float32: `context_kv`'s numerics)."""
+    bt, n = c.shape[:2]
+    layers, hkv, dh = len(dparams["layers"]), cfg.num_kv_heads, cfg.head_dim
+    kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), impl=matmul_impl)
+    kv = kv.reshape(bt, n, layers, 2, hkv, dh)
+    k = rms_norm(kv[:, :, :, 0], dparams["ctx_k_norm"][:, None, :], cfg.rms_eps)      # [Bt, C, L, Hkv, Dh]
+    k = apply_rope(k.reshape(bt, n, layers * hkv, dh), cos, sin).reshape(bt, n, layers, hkv, dh)
+    return jnp.concatenate([k, kv[:, :, :, 1]], axis=2)
 
 
 def block_qkv_normed(p: dict, cfg: DrafterConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, *,
                      norm_impl: str = "xla", matmul_impl: str = "xla"):
     """One layer's Q/K/V of the noise block from h = input_layernorm(x) [Bt, bs, H]."""
+    if "qkv" in p:  # the inference layout: one product, one q/k-norm + RoPE kernel on Pallas
+        return qk_norm_rope(linear(h, p["qkv"], p.get("qkv_bias"), impl=matmul_impl), p["q_norm"], p["k_norm"],
+                            cos, sin, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                            head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
     q, _, _ = qk_norm_rope(linear(h, p["q"], p.get("q_bias"), impl=matmul_impl), p["q_norm"], None, cos, sin,
                            num_heads=cfg.num_heads, num_kv_heads=0, head_dim=cfg.head_dim,
                            eps=cfg.rms_eps, impl=norm_impl)
-    k, v = _kv(p, cfg, h, cos, sin, norm_impl, matmul_impl)
+    k, v = _kv(p, cfg, h, cos, sin, matmul_impl)
     return q, k, v
 
 
@@ -135,10 +169,14 @@ def extend_cache(
     """
     c = context_features(dparams, cfg, taps, norm_impl=norm_impl, matmul_impl=matmul_impl)
     cos, sin = rope_tables(positions, cfg.rope, cfg.head_dim)
+    if "ctx_kv" in dparams:  # the inference layout: all layers in one product and one write
+        with jax.named_scope("draft_ctx"):
+            kv = context_kv_stacked(dparams, cfg, c, cos, sin, matmul_impl=matmul_impl)
+        return append_stacked(cache, kv, cache_len, impl=cache_impl)
     ks, vs = [], []
     for i, p in enumerate(dparams["layers"]):
         with jax.named_scope(f"draft_ctx{i}"):
-            k, v = context_kv(p, cfg, c, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
+            k, v = context_kv(p, cfg, c, cos, sin, matmul_impl=matmul_impl)
             ks.append(k)
             vs.append(v)
     if resolve_cache_impl(cache_impl) != "xla":
@@ -203,20 +241,17 @@ def _fused_layers(dparams: dict, cfg: DrafterConfig, x_shape, mm: str) -> bool:
     if mm == "xla" or not dparams["layers"]:
         return False
     p = dparams["layers"][0]
-    if "kv" not in p or "gate_up" not in p or any(b in p for b in ("q_bias", "kv_bias", "o_bias")):
+    if "qkv" not in p or "gate_up" not in p or any(b in p for b in ("qkv_bias", "o_bias")):
         return False
     lead = x_shape[:-1]
     h = cfg.hidden_size
-    calls = [((*lead, h), p["q"], "rmsnorm"), ((*lead, h), p["kv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
+    calls = [((*lead, h), p["qkv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
              ((*lead, h), p["gate_up"], "rmsnorm"), ((*lead, p["gate_up"].shape[1]), p["down"], "swiglu")]
     return all(kernel_path(shape, w, impl=mm, prologue=pro) != "xla" for shape, w, pro in calls)
 
 
 def _block_qkv_fused(p: dict, cfg: DrafterConfig, x, cos, sin, norm_impl: str, mm: str):
     """block_qkv with the input layernorm inside the q and k/v products."""
-    kw = dict(impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=cfg.rms_eps)
-    q, _, _ = qk_norm_rope(matmul(x, p["q"], **kw), p["q_norm"], None, cos, sin, num_heads=cfg.num_heads,
-                           num_kv_heads=0, head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
-    _, k, v = qk_norm_rope(matmul(x, p["kv"], **kw), None, p["k_norm"], cos, sin, num_heads=0,
-                           num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
-    return q, k, v
+    qkv = matmul(x, p["qkv"], impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=cfg.rms_eps)
+    return qk_norm_rope(qkv, p["q_norm"], p["k_norm"], cos, sin, num_heads=cfg.num_heads,
+                        num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)

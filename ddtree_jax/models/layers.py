@@ -150,3 +150,18 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
 
     return KVCache([write_rows(c, pick(k), start) for c, k in zip(cache.k, new_k)],
                    [write_rows(c, pick(v), start) for c, v in zip(cache.v, new_v)])
+
+
+def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str = "xla") -> KVCache:
+    """`append` of all rows of kv [Bt, T, 2 L, Hkv, Dh] (the L layers' K, then their V, as
+    models.drafter.context_kv_stacked makes them) at start[Bt]: one cache-write kernel reading
+    the stacked array where `impl` is the kernel's, else one XLA write per array."""
+    n = len(cache.k)
+    if kv.shape[2] != 2 * n:
+        raise ValueError(f"append_stacked: kv holds {kv.shape[2]} arrays for a cache of {n} layers (K and V: {2 * n})")
+    if resolve_cache_impl(impl) != "xla":
+        rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
+        out = write_cache_rows(cache.k + cache.v, kv, start, rows, impl=impl)
+        return KVCache(out[:n], out[n:])
+    return KVCache([write_rows(c, kv[:, :, j], start) for j, c in enumerate(cache.k)],
+                   [write_rows(c, kv[:, :, n + j], start) for j, c in enumerate(cache.v)])

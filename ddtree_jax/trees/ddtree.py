@@ -186,11 +186,13 @@ def select_ranked(scores: Array, keys: Array, n: int) -> Array:
 # selection ranks the entries by merging the depths' beams (`_merged_ranks`: each beam is already
 # best-first, so an entry's global rank is its position in its beam plus, for every other beam,
 # how many of its entries beat it, found by a binary search: O(T D log W) work in a few fusions)
-# instead of select_best's pairwise count or sort (XLA's sort over T was 52 us of the 0.54 ms
-# build at B = 1024 on the H200, session 15). The same tree (tests). Off everywhere (absent, 0)
-# until timed on a GPU (bench/gpu_next_s16a.sh); DDTREE_FINAL_MERGE_FROM=N in the environment
-# sets every backend.
-FINAL_MERGE_FROM: dict[str, int] = env_setting("DDTREE_FINAL_MERGE_FROM", whole_number, {})
+# instead of select_best's pairwise count or sort. The same tree (tests; on the H200 check_tree
+# at B = 256 / 1024 with it: all equal, session 16 s16a). H200, bench_tree --trace, one call: the
+# whole build at B = 1024 (T ~14.3k) 0.555 -> 0.500 ms, device span 568.6 -> 533.2 us (XLA's
+# 52 us sort gone); at B = 256 (T ~3.6k) 0.267 -> 0.275, span 272.6 -> 301.1 (the pairwise rank
+# there is cheaper). So on GPUs from 8192 entries (B = 512, T ~7.5k, is untimed and keeps the
+# rank). DDTREE_FINAL_MERGE_FROM=N in the environment sets every backend (0: never).
+FINAL_MERGE_FROM: dict[str, int] = env_setting("DDTREE_FINAL_MERGE_FROM", whole_number, {"gpu": 8192})
 
 
 def _merged_ranks(scores: list[Array]) -> Array:
