@@ -29,7 +29,7 @@ from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
 from pallas_kernels import norm_impl_for
-from pallas_kernels.matmul import matmul
+from pallas_kernels.matmul import compiled_with, matmul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,10 +137,23 @@ def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Kno
 # ----------------------------------------------------------------------------- stages
 
 
+def _products(spec: DecodeSpec, dcfg: DrafterConfig | None):
+    """The context a round's stages trace their products in: the XLA options its executable is
+    compiled with (`round_xla_options`, a function of the static spec), so that the skinny-matmul
+    table's entries for those executables apply (pallas_kernels.matmul.compiled_with). Options
+    given to a Generator's constructor on top are not seen here."""
+    return compiled_with(round_xla_options(spec, dcfg))
+
+
 def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
     """Drafter pass over [root, MASK x D]: log-probs [Bt, D, V] for the D future positions."""
     if spec.drafter == "oracle":
         return oracle_logp(dparams, state.length, dcfg.depth, tcfg.vocab_size)
+    with _products(spec, dcfg):
+        return _draft(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
+
+
+def _draft(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
     bt = state.root.shape[0]
     bs = dcfg.block_size
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
@@ -168,10 +181,11 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
     """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the new K/V."""
     pos = state.length[:, None] + tree.depths
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    h, tapped, new_kv = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
-                                       tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl,
-                                       matmul_impl=spec.matmul_impl)
-    return tmodel.lm_head(tparams, tcfg, h, impl=spec.matmul_impl), tapped, new_kv
+    with _products(spec, dcfg):
+        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
+                                           tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl,
+                                           matmul_impl=spec.matmul_impl)
+        return tmodel.lm_head(tparams, tcfg, h, impl=spec.matmul_impl), tapped, new_kv
 
 
 def commit_stage(
@@ -194,9 +208,10 @@ def commit_stage(
         if spec.drafter == "dflash":
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
-            dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
-                                         norm_impl=spec.norm_impl, matmul_impl=spec.matmul_impl,
-                                         cache_impl=spec.cache_impl)
+            with _products(spec, dcfg):
+                dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
+                                             norm_impl=spec.norm_impl, matmul_impl=spec.matmul_impl,
+                                             cache_impl=spec.cache_impl)
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -408,7 +423,13 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = ()):
-    jit = functools.partial(jax.jit, compiler_options=dict(options) or None)
+    def jit(fn, **kw):
+        # the products are traced as parts of an executable with these options (`_products`)
+        def traced(*args, **kwargs):
+            with compiled_with(dict(options)):
+                return fn(*args, **kwargs)
+
+        return jax.jit(traced, compiler_options=dict(options) or None, **kw)
     if name == "draft":
         return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "tree":

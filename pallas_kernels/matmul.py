@@ -29,11 +29,16 @@ this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per 
 entries ``{k, n, prologue ("swiglu", "rmsnorm") and weight ("int8"), both absent for none,
 rows: [lo, hi], config: [MatmulConfig's fields in order], us, xla_us}``, written by
 ``python -m bench.bench_gemm --write-table``), or the file named by ``$DDTREE_MATMUL_TABLE``.
-Everything else is the XLA dot.
+An entry may also name ``xla_options`` ({option: value}): it then applies only inside
+``compiled_with`` those options (an executable compiled with them, whose XLA dots they slow down:
+the split-K-1 round executables of ``ddtree_jax.engine.ROUND_XLA_OPTIONS``). Everything else is
+the XLA dot.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 from pathlib import Path
@@ -53,7 +58,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
-           "default_matmul_config", "matmul_plan", "tuned_config"]
+           "default_matmul_config", "matmul_plan", "tuned_config", "compiled_with"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
@@ -114,14 +119,33 @@ def quantize_int8(w: jax.Array) -> Int8Weight:
     return Int8Weight(q, scale)
 
 
+# The XLA options of the executable being traced (see `compiled_with`), as sorted (name, value) pairs.
+_COMPILED_WITH: contextvars.ContextVar[tuple] = contextvars.ContextVar("ddtree_matmul_compiled_with", default=())
+
+
+@contextlib.contextmanager
+def compiled_with(options: dict | None):
+    """Trace the products inside as parts of an executable compiled with these XLA options (on top
+    of those of an enclosing `compiled_with`): table entries that name `xla_options` apply only
+    where all of them are in effect. The options must be a function of what the caller's jit
+    cache is keyed on (the engine derives them from its static DecodeSpec and stage options), so
+    a cached trace never carries another executable's choice."""
+    token = _COMPILED_WITH.set(tuple(sorted({**dict(_COMPILED_WITH.get()), **(options or {})}.items())))
+    try:
+        yield
+    finally:
+        _COMPILED_WITH.reset(token)
+
+
 def _check_matmul_entry(path: str, kind: str, e) -> None:
     nfields = len(dataclasses.fields(MatmulConfig))
     ok = isinstance(e, dict) and {"k", "n", "rows", "config"} <= set(e) and len(e["rows"]) == 2 \
-        and 1 <= len(e["config"]) <= nfields and e.get("prologue") in PROLOGUES and e.get("weight") in (None, "int8")
+        and 1 <= len(e["config"]) <= nfields and e.get("prologue") in PROLOGUES and e.get("weight") in (None, "int8") \
+        and isinstance(e.get("xla_options", {}), dict)
     if not ok:
         raise ValueError(f"matmul table {path}, {kind}: entry {e} needs k, n, rows [lo, hi] and a config "
-                         f"of at most {nfields} MatmulConfig fields in order (prologue {PROLOGUES[1:]} and "
-                         "weight 'int8' optional); fix the entry")
+                         f"of at most {nfields} MatmulConfig fields in order (prologue {PROLOGUES[1:]}, "
+                         "weight 'int8' and xla_options {option: value} optional); fix the entry")
 
 
 def matmul_table() -> dict:
@@ -135,11 +159,16 @@ def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
                  prologue: str | None = None, weight: str | None = None) -> MatmulConfig | None:
     """The measured-faster config for x [m, k] @ w [k, n] (with that prologue; weight "int8"
     for an Int8Weight) on this device kind, or None (XLA was as fast, or the shape was never
-    timed). Device kind: jax.devices()[0]'s by default."""
+    timed). Device kind: jax.devices()[0]'s by default. An entry with `xla_options` counts only
+    inside `compiled_with` options that include them all."""
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
+    in_effect = dict(_COMPILED_WITH.get())
     for e in matmul_table().get(device_kind, ()):
         lo, hi = e["rows"]
+        needs = e.get("xla_options", {})
+        if any(in_effect.get(name, object()) != value for name, value in needs.items()):
+            continue
         if (e["k"], e["n"], e.get("prologue"), e.get("weight")) == (k, n, prologue, weight) and lo <= m <= hi:
             return MatmulConfig(*e["config"])
     return None

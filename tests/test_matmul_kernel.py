@@ -4,6 +4,7 @@ CUDA lowering, and the models' wiring (matmul_impl)."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import jax
 import jax.numpy as jnp
@@ -298,6 +299,41 @@ def test_tuned_table(tmp_path, monkeypatch):
     mm.read_device_table.cache_clear()
 
 
+def test_table_entries_for_compile_options(tmp_path, monkeypatch):
+    """An entry naming xla_options applies only inside compiled_with those options (nested
+    contexts add up); the engine traces a round's stages in its executable's options."""
+    split1 = {"xla_gpu_experimental_force_split_k": 1}
+    table = {"NVIDIA H200": [
+        {"k": 4096, "n": 6144, "rows": [16, 16], "config": [64, 128, 4, 4, 2], "us": 16.0, "xla_us": 21.0,
+         "xla_options": split1}]}
+    path = tmp_path / "t.json"
+    path.write_text(__import__("json").dumps(table))
+    monkeypatch.setenv(mm.TABLE_ENV, str(path))
+    want = mm.MatmulConfig(64, 128, 4, 4, 2)
+    assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None
+    with mm.compiled_with({"xla_gpu_experimental_force_split_k": 2}):
+        assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None       # another value
+    with mm.compiled_with(split1):
+        assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") == want
+        with mm.compiled_with({"xla_gpu_enable_pdl": True}):                 # adds to the outer one
+            assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") == want
+        assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200") is None       # rows
+    assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None           # context closed
+
+    # what the engine's stages see: the options of their executable
+    from ddtree_jax import engine
+    seen = []
+    monkeypatch.setattr(engine, "round_xla_options", lambda spec, dcfg, device=None: split1 if spec.budget >= 32 else {})
+    monkeypatch.setattr(engine.tmodel, "forward", lambda *a, **k: seen.append(dict(mm._COMPILED_WITH.get())) or (0, 0, 0))
+    monkeypatch.setattr(engine.tmodel, "lm_head", lambda *a, **k: 0)
+    tree = types.SimpleNamespace(depths=jnp.zeros((1, 1), jnp.int32), tokens=None, ancestor_mask=None)
+    state = types.SimpleNamespace(length=jnp.zeros(1, jnp.int32), cache=None)
+    for budget in (64, 16):
+        engine.verify_stage(None, state, tree, tcfg=None, dcfg=None, spec=engine.DecodeSpec(budget=budget, drafter="oracle"))
+    assert seen == [split1, {}]
+    mm.read_device_table.cache_clear()
+
+
 def test_shipped_table_is_valid():
     """Every entry of the shipped table is a config the kernel takes for its shape and rows."""
     import json
@@ -308,6 +344,7 @@ def test_shipped_table_is_valid():
             cfg = mm.MatmulConfig(*e["config"])
             assert 1 <= lo <= hi <= mm.MAX_ROWS, (kind, e)
             assert e.get("prologue") in (None, "swiglu", "rmsnorm") and e.get("weight") in (None, "int8"), (kind, e)
+            assert isinstance(e.get("xla_options", {}), dict), (kind, e)
             for m in (lo, hi):
                 mm.matmul_plan(m, e["k"], e["n"], cfg)
             assert e["us"] < e["xla_us"], (kind, e)   # only measured wins are in the table
