@@ -5,16 +5,16 @@ layer's cache: 72 arrays for the Qwen3-8B target. XLA makes one small in-place k
 (a gather of the path rows fused into a dynamic-update-slice, ~1.5 us apiece on an H200, 74-84
 cache-write kernels a round in session 2's profile). Here one ``pallas_call`` takes all arrays,
 aliases every cache to its output (nothing is copied: only the new rows are stored) and moves
-the rows of all of them: a program per (batch row, kv head, group of arrays).
+the rows of all of them: a program per (batch row, kv head, array), or per group of arrays.
 
 Contract (as ``ddtree_jax.models.layers.append`` with ``rows``): caches ``[Bt, Hkv, S, Dh]``,
 new ``[Bt, T, Hkv, Dh]`` (a list, one per cache) or all of them stacked ``[Bt, T, n, Hkv, Dh]``
 (array j at ``[:, :, j]``: the drafter's context K/V of every layer from one product); cache row
-``start[b] + p`` of batch row b gets new entry ``rows[b, p]`` (p < P), cast to the cache dtype. Writes reaching past S are outside the contract
-(the engine sizes its caches so that it never makes them; XLA's path would move them back to
-fit, the kernel drops them). ``impl="auto"`` is the kernel on NVIDIA GPUs with a Triton lowering
-(measured on the H200, session 6: DDTree-64's 8B round 7.90 -> 7.25 ms, XLA's dots; bench/RESULTS.md)
-and XLA's path elsewhere.
+``start[b] + p`` of batch row b gets new entry ``rows[b, p]`` (p < P), cast to the cache dtype.
+Writes reaching past S are outside the contract (the engine sizes its caches so that it never
+makes them; XLA's path would move them back to fit, the kernel drops them). ``impl="auto"`` is the
+kernel on NVIDIA GPUs with a Triton lowering (measured on the H200, session 6: DDTree-64's 8B round
+7.90 -> 7.25 ms, XLA's dots; bench/RESULTS.md) and XLA's path elsewhere.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def _groups_setting() -> int:
 # A program's arrays go one after the other (a gather, then a store: latency-bound), so fewer
 # arrays a program means more copies in flight. Session 6 shipped 8 (untimed); the H200 profiles
 # since (sessions 10-12, DDTree-64) show the target's write at 11.4-11.7 us a round for 72 arrays
-# of 16 rows (2.4 MB), 9 arrays a program. One array a program: see bench/RESULTS.md, session 16.
+# of 16 rows (2.4 MB), 9 arrays a program; with one array a program 2.8 us (session 16's profile,
+# 576 programs of one warp; bench/RESULTS.md).
 # DDTREE_CACHE_WRITE_GROUPS=N in the environment sets it (for A/B timings).
 GROUPS = _groups_setting()
 
