@@ -33,7 +33,10 @@ the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
 best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
-the device figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges. A
+the device figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges.
+``--against xla:OPTION=VALUE`` ranks against XLA's dot compiled with that option instead, and the
+entries then carry it (``xla_options``: they apply only in executables with it, such as the
+split-K-1 round executables). A
 table entry is a candidate, not a verdict: check it end to end (bench_round --matmul-impl
 auto,xla) before committing it; session 6's isolated wins made the 8B round slower.
 """
@@ -99,17 +102,22 @@ def time_us(r: dict) -> float:
     return d if d is not None and np.isfinite(d) else r["wall_us"]
 
 
-def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
+def table_entries(rows: list[dict], min_gain: float, against: str = "xla") -> list[dict]:
     """Table entries from measured rows: per shape and measured M, the fastest kernel config if it
-    beat "xla" by more than min_gain (a fraction). An entry covers the rows of M's row tile from
-    the next smaller measured M in that tile (exclusive) up to the tile's end if M is the largest
-    measured there, else up to M: measured M = 1, 16, 65 give [1, 1], [2, 16], [65, 128]."""
+    beat the `against` variant ("xla", or "xla:OPTION=VALUE": XLA's dot in an executable with that
+    option, whose entries then carry it as `xla_options` and apply only there) by more than
+    min_gain (a fraction). An entry covers the rows of M's row tile from the next smaller measured
+    M in that tile (exclusive) up to the tile's end if M is the largest measured there, else up to
+    M: measured M = 1, 16, 65 give [1, 1], [2, 16], [65, 128]."""
+    kind, options = parse_variant(against)
+    if kind != "xla":
+        raise SystemExit(f"--against {against!r}: an xla or xla:OPTION=VALUE variant")
     out = []
     for (shape, k, n) in sorted({(r["shape"], r["k"], r["n"]) for r in rows}):
         mine = [r for r in rows if r["shape"] == shape]
         ms = sorted({r["m"] for r in mine})
         for m in ms:
-            xla = [time_us(r) for r in mine if r["m"] == m and r["variant"] == "xla"]
+            xla = [time_us(r) for r in mine if r["m"] == m and r["variant"] == against]
             ker = [r for r in mine if r["m"] == m and r.get("config")]
             if not xla or not ker:
                 continue
@@ -126,6 +134,8 @@ def table_entries(rows: list[dict], min_gain: float) -> list[dict]:
                 entry["prologue"] = prologue_of(shape)
             if shape.endswith("_int8"):
                 entry["weight"] = "int8"
+            if options:
+                entry["xla_options"] = options
             out.append(entry)
     return out
 
@@ -151,8 +161,12 @@ def summary_table(rows: list[dict]) -> str:
 def write_table(path: Path, device: str, entries: list[dict]) -> None:
     """Merge entries into the table at path: this device's entries for the same shapes are replaced."""
     table = json.loads(path.read_text()) if path.exists() else {}
-    shapes = {(e["k"], e["n"], e.get("prologue"), e.get("weight")) for e in entries}
-    kept = [e for e in table.get(device, []) if (e["k"], e["n"], e.get("prologue"), e.get("weight")) not in shapes]
+
+    def key(e):
+        return e["k"], e["n"], e.get("prologue"), e.get("weight"), tuple(sorted(e.get("xla_options", {}).items()))
+
+    shapes = {key(e) for e in entries}
+    kept = [e for e in table.get(device, []) if key(e) not in shapes]
     table[device] = sorted(kept + entries, key=lambda e: (e["k"], e["n"], e["rows"][0]))
     path.write_text(json.dumps(table, indent=1) + "\n")
 
@@ -229,6 +243,9 @@ def main(argv=None) -> int:
     ap.add_argument("--write-table", default=None, metavar="FILE",
                     help="merge the winners into this tuned table (e.g. pallas_kernels/matmul_configs.json)")
     ap.add_argument("--min-gain", type=float, default=0.03, help="a kernel enters the table if this much faster")
+    ap.add_argument("--against", default="xla", metavar="VARIANT",
+                    help="the XLA variant a kernel must beat for --write-table: xla, or xla:OPTION=VALUE (the "
+                         "entries then apply only in executables with that option, e.g. the split-K-1 rounds)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     dtype = jnp.dtype(args.dtype)
@@ -325,7 +342,7 @@ def main(argv=None) -> int:
     for e in result["errors"]:
         print("  ", e)
     if args.write_table:
-        entries = table_entries(result["rows"], args.min_gain)
+        entries = table_entries(result["rows"], args.min_gain, args.against)
         write_table(Path(args.write_table), result["device"], entries)
         print(f"[bench_gemm] {len(entries)} table entries for {result['device']} -> {args.write_table}")
         for e in entries:

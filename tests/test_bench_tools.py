@@ -321,7 +321,7 @@ def test_bench_gemm_split_partials_variant(tmp_path):
     assert all("split:PARTS takes plain bf16 products only" in e for e in res["errors"])
 
 
-def test_bench_gemm_table_rows():
+def test_bench_gemm_table_rows(tmp_path):
     from bench import bench_gemm as bg
 
     def rows(shape, m, xla, ker):
@@ -333,6 +333,22 @@ def test_bench_gemm_table_rows():
     # 32 gains 1 % only: no entry; 1 and 16 share the 16-row tile; 65 covers its tile's rows
     assert got == {1: [1, 1], 16: [2, 16], 65: [65, 128]}
     assert bg.bucket(17) == (17, 32) and bg.bucket(128) == (65, 128)
+
+    # against XLA in an executable with an option: the entry carries it, and a table keeps the
+    # plain entry of the same shape beside it
+    f = "xla:xla_gpu_experimental_force_split_k=1"
+    flagged = rows("a", 16, 10.0, 9.9) + [dict(shape="a", k=64, n=32, m=16, variant=f, wall_us=12.0, config=None)]
+    assert bg.table_entries(flagged, 0.03) == []                  # 1 % against plain XLA
+    (entry,) = bg.table_entries(flagged, 0.03, against=f)
+    assert entry["xla_options"] == {"xla_gpu_experimental_force_split_k": 1} and entry["xla_us"] == 12.0
+    with pytest.raises(SystemExit, match="--against"):
+        bg.table_entries(flagged, 0.03, against="pallas")
+    path = tmp_path / "t.json"
+    plain = dict(entry, xla_options=None)
+    del plain["xla_options"]
+    bg.write_table(path, "GPU", [plain])
+    bg.write_table(path, "GPU", [entry])
+    assert len(json.loads(path.read_text())["GPU"]) == 2
 
 
 def test_bench_round_a_failing_row_does_not_stop_the_others(tmp_path, monkeypatch):
