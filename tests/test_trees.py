@@ -703,19 +703,25 @@ def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind, stage1):
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
 
-def test_vocab_top_k_passes_the_first_stage_options(monkeypatch):
-    """VOCAB_TOPK's num_warps / radix_bits reach chunk_top_k (the build's first stage), and the
-    top-k is lax.top_k's with them."""
-    from ddtree_jax.trees import ddtree
-
-    seen = []
-    real = ddtree.chunk_top_k
+def _spy_launch_options(monkeypatch, module, name: str) -> list[dict]:
+    """Wrap module.name (a kernel entry point) to record the impl / num_warps / radix_bits of each
+    call; returns the list the calls are recorded in."""
+    seen, real = [], getattr(module, name)
 
     def spy(*a, **k):
         seen.append({n: k[n] for n in ("impl", "num_warps", "radix_bits") if n in k})
         return real(*a, **k)
 
-    monkeypatch.setattr(ddtree, "chunk_top_k", spy)
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
+def test_vocab_top_k_passes_the_first_stage_options(monkeypatch):
+    """VOCAB_TOPK's num_warps / radix_bits reach chunk_top_k (the build's first stage), and the
+    top-k is lax.top_k's with them."""
+    from ddtree_jax.trees import ddtree
+
+    seen = _spy_launch_options(monkeypatch, ddtree, "chunk_top_k")
     monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
                         dict(chunks=8, keep=24, keep_from_k=100, stage1="threshold_interpret",
                              radix_bits=4, num_warps=2))
@@ -732,14 +738,7 @@ def test_select_second_stage_passes_its_options(monkeypatch):
     stage), and the top-k is lax.top_k's with them."""
     from ddtree_jax.trees import ddtree
 
-    seen = []
-    real = ddtree.select_top
-
-    def spy(*a, **k):
-        seen.append({n: k[n] for n in ("impl", "num_warps", "radix_bits") if n in k})
-        return real(*a, **k)
-
-    monkeypatch.setattr(ddtree, "select_top", spy)
+    seen = _spy_launch_options(monkeypatch, ddtree, "select_top")
     backend = jax.default_backend()
     monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=8, keep=100, keep_from_k=100, stage1="xla",
                                                          stage2_select=True, select_radix_bits=4,

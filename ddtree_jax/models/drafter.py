@@ -51,9 +51,8 @@ def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm
 def fuse_params(dparams: dict) -> dict:
     """The inference layout: per layer q/k/v fused into "qkv" (the noise block's one product and
     one q/k-norm + RoPE kernel) and gate/up into "gate_up"; at the top, "ctx_kv" [H, L * 2 * Hkv *
-    Dh], every layer's [k | v] side by side (its biases as "ctx_kv_bias"), and "ctx_k_norm"
-    [L, Dh]: the context features' K/V of all layers in one product and one norm fusion
-    (`extend_cache`). The k/v weights are stored twice (in "qkv" and "ctx_kv"): 2 x L x H x
+    Dh], every layer's [k | v] side by side (its biases as "ctx_kv_bias"): the context features'
+    K/V of all layers in one product and one norm fusion (`extend_cache`). The k/v weights are stored twice (in "qkv" and "ctx_kv"): 2 x L x H x
     2 x Hkv x Dh more bytes of weights (84 MB for the 8B-shaped drafter), none more read a round.
 
     Why (H200 profiles of DDTree-64, sessions 10-12): with q and k/v apart, XLA merged the two
@@ -62,11 +61,10 @@ def fuse_params(dparams: dict) -> dict:
     30 us for four merged by XLA) and 5 slices + 5 norm kernels."""
     layers = dparams["layers"]
     stacked = {}
-    if layers and all(n in layers[0] for n in ("k", "v")):
+    if layers:
         stacked["ctx_kv"] = jnp.concatenate([jnp.concatenate([p["k"], p["v"]], axis=1) for p in layers], axis=1)
         if all("k_bias" in p and "v_bias" in p for p in layers):
             stacked["ctx_kv_bias"] = jnp.concatenate([jnp.concatenate([p["k_bias"], p["v_bias"]]) for p in layers])
-        stacked["ctx_k_norm"] = jnp.stack([p["k_norm"] for p in layers])
     groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
     return {**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]}
 
@@ -109,7 +107,8 @@ def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax
     layers, hkv, dh = len(dparams["layers"]), cfg.num_kv_heads, cfg.head_dim
     kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), impl=matmul_impl)
     kv = kv.reshape(bt, n, layers, 2, hkv, dh)
-    k = rms_norm(kv[:, :, :, 0], dparams["ctx_k_norm"][:, None, :], cfg.rms_eps)      # [Bt, C, L, Hkv, Dh]
+    k_norm = jnp.stack([p["k_norm"] for p in dparams["layers"]])[:, None, :]           # [L, 1, Dh]
+    k = rms_norm(kv[:, :, :, 0], k_norm, cfg.rms_eps)                                   # [Bt, C, L, Hkv, Dh]
     k = apply_rope(k.reshape(bt, n, layers * hkv, dh), cos, sin).reshape(bt, n, layers, hkv, dh)
     return jnp.concatenate([k, kv[:, :, :, 1]], axis=2)
 
