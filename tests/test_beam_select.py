@@ -68,8 +68,8 @@ def test_beam_kernel_gate():
 def test_beam_kernel_triton_lowering_verifies(monkeypatch):
     """B = 64's plan (216 candidates at depth 2, 14 depths) lowers for CUDA, on a CPU machine."""
     modules = _verified_triton_modules(monkeypatch)
-    plan = make_plan(64, ddtree._depth_plan(64, 64, 64, 64, 15), ddtree.BEAM_TILE)
-    fn = lambda v, t: beam_select(v, t, plan, 64)
+    plan = make_plan(64, ddtree._depth_plan(64, 64, 64, 64, 15))
+    fn = lambda v, t: beam_select(v, t, plan)
     try:
         jax.jit(fn).trace(jax.ShapeDtypeStruct((1, 15, 64), jnp.float32),
                           jax.ShapeDtypeStruct((1, 15, 64), jnp.int32)).lower(lowering_platforms=("cuda",))

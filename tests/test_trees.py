@@ -97,38 +97,41 @@ def ranked(logp_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def heap_best_first(logp_row: np.ndarray, budget: int) -> list[tuple[tuple[int, ...], np.float32]]:
     """Classic best-first search: pop the best path, push its next sibling and its first child.
-    Order: higher score, then lower depth, then the lexicographically smaller rank path.
-    Scores are float32 sums from depth 1 down, like the implementation's."""
+    Order: higher score, then lower depth, then the node whose parent was popped first, then the
+    lower last rank (the heap key (-score, depth, parent's pop index, rank)). Scores are float32
+    sums from depth 1 down, like the implementation's."""
     depth, vocab = logp_row.shape
     _, vals = ranked(logp_row)
     zero = np.float32(0)
-    heap = [(-float(vals[0, 0]), 1, (0,), zero, vals[0, 0])]
+    heap = [(-float(vals[0, 0]), 1, -1, 0, (0,), zero, vals[0, 0])]
     out = []
     while heap and len(out) < budget:
-        _, d, path, parent_score, score = heapq.heappop(heap)
+        _, d, parent, r, path, parent_score, score = heapq.heappop(heap)
+        me = len(out)
         out.append((path, score))
-        r = path[-1]
         if r + 1 < vocab:
             s = np.float32(parent_score + vals[d - 1, r + 1])
-            heapq.heappush(heap, (-float(s), d, path[:-1] + (r + 1,), parent_score, s))
+            heapq.heappush(heap, (-float(s), d, parent, r + 1, path[:-1] + (r + 1,), parent_score, s))
         if d < depth:
             s = np.float32(score + vals[d, 0])
-            heapq.heappush(heap, (-float(s), d + 1, path + (0,), score, s))
+            heapq.heappush(heap, (-float(s), d + 1, me, 0, path + (0,), score, s))
     return out
 
 
 def plain_beam(logp_row: np.ndarray, width: int, budget: int) -> list[tuple[int, ...]]:
-    """Beam search of `width` per depth, union of beams, best `budget` under DDTree's order."""
+    """Beam search of `width` per depth, union of beams, best `budget` under DDTree's order: each
+    depth's candidates listed by (beam position, rank) and sorted stably by score, the union
+    sorted stably by (score, depth)."""
     depth, vocab = logp_row.shape
     _, vals = ranked(logp_row)
     beam = [((), np.float32(0))]
     nodes = []
     for d in range(depth):
         cand = [(p + (r,), np.float32(s + vals[d, r])) for p, s in beam for r in range(vocab)]
-        cand.sort(key=lambda c: (-float(c[1]), c[0]))
+        cand.sort(key=lambda c: -float(c[1]))
         beam = cand[:width]
         nodes += beam
-    nodes.sort(key=lambda c: (-float(c[1]), len(c[0]), c[0]))
+    nodes.sort(key=lambda c: (-float(c[1]), len(c[0])))
     return [p for p, _ in nodes[:budget]]
 
 
@@ -343,8 +346,7 @@ def test_select_onehot_equals_gathering_at_select_best():
 
 def test_pairwise_rank_equals_the_sort_with_ties(monkeypatch):
     """The counting branch (XLA's pairwise compare-and-sum) orders by (score desc, key asc) like
-    the sort branch: -0.0 ties +0.0 and -inf ties -inf, both broken by the key; the same holds
-    for _lex_rank."""
+    the sort branch: -0.0 ties +0.0 and -inf ties -inf, both broken by the key."""
     from ddtree_jax.trees import ddtree
 
     s = jnp.asarray([[0.0, -np.inf, -0.0, 1.0, -np.inf, -0.0]], jnp.float32)
@@ -358,9 +360,8 @@ def test_pairwise_rank_equals_the_sort_with_ties(monkeypatch):
     results = []
     for limit in (0, 4096):  # the sort branch, then the counting branch (eager: no cached trace)
         monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, limit)
-        results.append((np.asarray(ddtree.select_best(scores, keys, 40)), np.asarray(ddtree._lex_rank(keys))))
-    for want, got in zip(*results):
-        np.testing.assert_array_equal(got, want)
+        results.append(np.asarray(ddtree.select_best(scores, keys, 40)))
+    np.testing.assert_array_equal(results[1], results[0])
 
 
 def test_tree_settings_from_the_environment():
@@ -488,15 +489,16 @@ def test_ddtree_matches_heap_on_handmade_ties():
     assert tree["depths"][0, 1:].tolist() == [1, 1, 2, 2, 3]
 
 
-def test_ddtree_tie_between_paths_ranked_differently_by_score_and_by_rank():
-    # The 9th node is a three-way tie at -1: (0,1) wins by depth, then (0,1,0) beats (1,0,1)
-    # lexicographically although its parent (0,1) scores below (1,0). A beam kept in score
-    # order (not rank-path order) would pick (1,0,1).
+def test_ddtree_tie_goes_to_the_child_of_the_better_parent():
+    # The 9th and 10th nodes tie at -1 with (0,1): (0,1) wins by depth, then (1,0,1) beats
+    # (0,1,0) because its parent (1,0) (score -0.5) comes before (0,1) (score -1), although
+    # (0,1,0) is the lexicographically smaller rank path (the tie rule before session 17).
     logp = np.array([[[-0.5, 0.0, -1.5], [0.0, -1.5, -1.0], [0.0, -0.5, -1.5]]], np.float32)
-    tree = build("ddtree", logp, 9)
-    want = [(0,), (0, 0), (0, 0, 0), (1,), (1, 0), (0, 0, 1), (1, 0, 0), (0, 1), (0, 1, 0)]
-    assert [p for p, _ in heap_best_first(logp[0], 9)] == want
+    tree = build("ddtree", logp, 10)
+    want = [(0,), (0, 0), (0, 0, 0), (1,), (1, 0), (0, 0, 1), (1, 0, 0), (0, 1), (1, 0, 1), (0, 1, 0)]
+    assert [p for p, _ in heap_best_first(logp[0], 10)] == want
     assert rank_paths(tree, 0, logp[0]) == want
+    assert rank_paths(build("ddtree", logp, 9), 0, logp[0]) == want[:9]
 
 
 def test_budget_beyond_distinct_paths_pads_invalid():

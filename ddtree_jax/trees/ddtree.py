@@ -4,17 +4,22 @@ A node is a path of ranks `(r1..rd)`; rank `r` at depth `d` is the r-th token of
 `top_k(logp[:, d-1])`. Its score is `logp[0, tok(r1)] + ... + logp[d-1, tok(rd)]`, summed in
 float32 from depth 1 down. The tree is the `budget` best nodes under the total order
 
-    higher score first; equal scores: lower depth first; then the lexicographically
-    smaller rank path first.
+    higher score first; equal scores: lower depth first; then the node whose parent comes
+    first in this order; then the lower last rank.
 
-Every parent and every lower-ranked sibling precedes a node in this order (log-probs are <= 0
-and float rounding is monotone), so the chosen set is prefix-closed, and it is exactly what the
-classic heap algorithm (pop the best path, push its next sibling and its first child) pops
-first. Without a heap: beam search of width `W = budget` keeps, per depth, the W best
+That is the order of DESIGN.md's "handful of top_k calls": each depth's beam is the top of its
+candidates listed by (parent's beam position, rank), ties going to the lower position, and the
+final top over all depths lists them by depth. Every parent and every lower-ranked sibling
+precedes a node in this order (log-probs are <= 0 and float rounding is monotone), so the chosen
+set is prefix-closed, and it is exactly what the classic heap algorithm (pop the best path, push
+its next sibling and its first child, the heap keyed by (-score, depth, the parent's pop index,
+rank)) pops first. Without a heap: beam search of width `W = budget` keeps, per depth, the W best
 extensions of the previous depth's beam (the best W of the W x K candidates, K = min(W, V),
 pruned to ~W ln W - W, and to W - d + 1 kept at depth d: `_beam_bounds`); a global
-best-`budget` over all beams picks the tree. Every selection
-orders by (score desc, key asc) with the key encoding (depth, lexicographic rank path).
+best-`budget` over all beams picks the tree. Every selection orders by (score desc, position
+asc), a candidate's position encoding (depth, parent's beam position, rank), so no key beyond
+the position is kept. (Until session 17 equal scores went to the lexicographically smaller rank
+path, which cost a rank count of every beam a depth.)
 
 Slots come out in that same best-first order (slot 1 = best path), which is topological.
 """
@@ -101,8 +106,8 @@ GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fr
 # was unchanged (steady 5.810 / 5.940 against 5.917, per call 6.019 / 6.032 against 6.029).
 # DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (e.g. 64 for B <= 16).
 BEAM_KERNEL_MAX: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_MAX", whole_number, {})
-# The kernel's [tile, tile] comparison blocks.
-BEAM_TILE = 64
+# Warps of the kernel's program (DDTREE_BEAM_KERNEL_WARPS=N in the environment; untimed: 8).
+BEAM_KERNEL_WARPS: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_WARPS", whole_number, {"gpu": 8})
 
 
 def _beam_impl(plan: list) -> str:
@@ -113,6 +118,11 @@ def _beam_impl(plan: list) -> str:
     if not plan or most > BEAM_KERNEL_MAX.get(backend, 0):
         return "xla"
     return "pallas" if backend == "gpu" else "pallas_interpret"
+
+
+def _beam_kernel_options() -> dict:
+    warps = BEAM_KERNEL_WARPS.get(jax.default_backend())
+    return {"num_warps": warps} if warps else {}
 
 
 def _materialized(*xs):
@@ -196,9 +206,9 @@ FINAL_MERGE_FROM: dict[str, int] = env_setting("DDTREE_FINAL_MERGE_FROM", whole_
 
 
 def _merged_ranks(scores: list[Array]) -> Array:
-    """Global rank of every entry of the depths' beams under (score desc, depth asc, key asc),
-    concatenated by depth: int32[Bt, T]. scores[d]: float32[Bt, w_d], best first (score desc,
-    then key asc), as the depth loop keeps them. An entry at position p of beam d is beaten by the
+    """Global rank of every entry of the depths' beams under (score desc, depth asc, position
+    asc), concatenated by depth: int32[Bt, T]. scores[d]: float32[Bt, w_d], best first (score
+    desc, then position), as the depth loop keeps them. An entry at position p of beam d is beaten by the
     p before it there, by the entries of a shallower beam scoring >= it and by those of a deeper
     beam scoring > it (`>` as select_best compares: -0.0 == +0.0); each count is a binary search
     of the sorted beam, unrolled, so the whole rank is a few gather fusions."""
@@ -456,14 +466,6 @@ def _second_stage_by_select(vals: Array, idx: Array, k: int, interpret: bool, se
     return v.reshape(*lead, k), tok.reshape(*lead, k)
 
 
-def _lex_rank(keys: Array) -> Array:
-    """Rank of each of the distinct keys int32[Bt, n] among its row, ascending."""
-    n = keys.shape[1]
-    if n <= _count_limit():
-        return (keys[:, None, :] < keys[:, :, None]).sum(-1, dtype=jnp.int32)
-    return _invert(jnp.argsort(keys, axis=-1).astype(jnp.int32), n)
-
-
 def _invert(perm: Array, size: int) -> Array:
     """out[b, perm[b, i]] = i: the inverse of permutations int32[Bt, P], cut to `size` columns."""
     batch, p = perm.shape
@@ -477,7 +479,8 @@ def _beam_bounds(prev: int, k: int, width: int, n: int | None, d: int) -> tuple[
     extension of the previous beam's i-th best entry by its r-th ranked token.
 
     Every bound counts nodes that beat a candidate in DDTree's order (score, then depth, then
-    rank path; log-probs are <= 0 and float rounding is monotone):
+    the parent's position, then rank; log-probs are <= 0 and float rounding is monotone). The
+    pairs come out in that key order (i, then r):
     - (j, s) for j <= i, s <= r beat (i, r): (i+1)(r+1) - 1 nodes of depth d. So only
       (i+1)(r+1) <= width can make the depth's best `width` (~width ln width candidates
       instead of width * K).
@@ -512,32 +515,29 @@ def _depth_plan(w: int, k: int, width: int, n: int | None, depth: int) -> list[t
     return plan
 
 
-def _beams_xla(vals: Array, toks: Array, w: int, k: int, plan: list) -> tuple[list, list, list, list]:
-    """Every depth's beam (scores, lexicographic ranks, parents, tokens; one [Bt, width] array a
-    depth), by XLA ops: a selection (`select_best` or `select_onehot`) and a rank count a depth."""
+def _beams_xla(vals: Array, toks: Array, w: int, plan: list) -> tuple[list, list, list]:
+    """Every depth's beam (scores, parents, tokens; one [Bt, width] array a depth), by XLA ops: a
+    selection (`select_best` or `select_onehot`) a depth. A candidate's key is its position in the
+    depth's pair list, which `_beam_bounds` lists by (parent's beam position, rank): static."""
     batch = vals.shape[0]
     score = vals[:, 0, :w]
-    lex = jnp.broadcast_to(jnp.arange(w, dtype=jnp.int32), (batch, w))
-    scores, lexes, parents, tokens = [score], [lex], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
+    scores, parents, tokens = [score], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
     for d, (_, pairs, n_sel) in enumerate(plan, start=1):
         rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
-        cand = score[:, rows] + vals[:, d, cols]
-        key = lex[:, rows] * k + cols  # lexicographic index of each candidate (distinct)
-        cand, key = _materialized(cand, key)
+        (cand,) = _materialized(score[:, rows] + vals[:, d, cols])
+        key = jnp.broadcast_to(jnp.arange(len(pairs), dtype=jnp.int32), cand.shape)
         if _onehot_applies(n_sel, len(pairs)):
             rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
-            score, chosen, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
-            score, chosen = _materialized(score, chosen)
+            score, _, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
+            (score,) = _materialized(score)
         else:
             sel = select_ranked(cand, key, n_sel)
-            score, chosen = _materialized(jnp.take_along_axis(cand, sel, axis=-1), jnp.take_along_axis(key, sel, axis=-1))
+            (score,) = _materialized(jnp.take_along_axis(cand, sel, axis=-1))
             parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
-        lex = _lex_rank(chosen)
         scores.append(score)
-        lexes.append(lex)
         parents.append(parent)
         tokens.append(jnp.take_along_axis(toks[:, d], col, axis=-1))
-    return scores, lexes, parents, tokens
+    return scores, parents, tokens
 
 
 def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> DraftTree:
@@ -546,9 +546,8 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     `width >= budget` gives DDTree's exact best-first tree. Slots beyond the number of distinct
     beam nodes (tiny vocabularies) are padded invalid up to `num_slots` nodes.
 
-    Each depth's beam is kept in best-first order (score desc, lexicographic rank path asc)
-    together with every entry's lexicographic rank inside the beam, so a depth costs one
-    selection (`select_best`) and one rank count, with no re-sorting between orders.
+    Each depth's beam is kept in best-first order (score desc, position asc), so a depth costs
+    one selection (`select_best`) and the next depth's candidates are listed in key order.
     """
     logp = check_logp(logp)
     batch, depth, vocab = logp.shape
@@ -567,22 +566,21 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     # With width >= n (DDTree's exact tree) only nodes that can be among the n best overall
     # matter, which prunes harder than the beam's own bounds (`_beam_bounds`).
     exact = width >= n and GLOBAL_PRUNE.get(jax.default_backend(), True)
-    # Depth 1: ranks in order; best-first, rank and lexicographic order coincide.
+    # Depth 1: ranks in order, which is best-first.
     w = min(width, k, n) if exact else min(width, k)
     plan = _depth_plan(w, k, width, n if exact else None, depth)
     impl = _beam_impl(plan)
     if impl != "xla":
-        scores, lexes, parents, tokens = beam_select(
-            vals, toks, make_plan(w, plan, BEAM_TILE), k, interpret=impl == "pallas_interpret")
+        scores, parents, tokens = beam_select(vals, toks, make_plan(w, plan), interpret=impl == "pallas_interpret",
+                                              **_beam_kernel_options())
     else:
-        scores, lexes, parents, tokens = _beams_xla(vals, toks, w, k, plan)
+        scores, parents, tokens = _beams_xla(vals, toks, w, plan)
 
-    # Global order over all depths: score desc, then depth asc, then lexicographic.
+    # Global order over all depths: score desc, then depth asc, then position in the beam.
     widths = [s.shape[1] for s in scores]
     offsets = np.concatenate([[0], np.cumsum(widths)])
-    stride = max(widths)
     all_scores = jnp.concatenate(scores, axis=1)  # [Bt, T]
-    all_keys = jnp.concatenate([lx + d * stride for d, lx in enumerate(lexes)], axis=1)
+    all_keys = jnp.broadcast_to(jnp.arange(all_scores.shape[1], dtype=jnp.int32), all_scores.shape)
     depth_of = jnp.asarray(np.repeat(np.arange(1, len(widths) + 1), widths), jnp.int32)  # [T]
     parent_of = jnp.concatenate(
         [parents[0]] + [p + int(offsets[d - 1]) for d, p in enumerate(parents) if d > 0], axis=1)
@@ -593,7 +591,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     if merge_from and all_scores.shape[1] >= merge_from:
         sel = _invert(_merged_ranks(scores), n)   # [Bt, n], best first: a topological order
     else:
-        all_scores, all_keys = _materialized(all_scores, all_keys)
+        (all_scores,) = _materialized(all_scores)
         sel = select_ranked(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
