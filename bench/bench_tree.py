@@ -78,7 +78,7 @@ def _settings_restored():
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.SELECT_ONEHOT_MAX,
                       ddtree.GLOBAL_PRUNE, ddtree.BEAM_KERNEL_MAX, ddtree.SELECT_TOP_FROM,
-                      ddtree.FINAL_MERGE_FROM, trees_base.ANCESTOR_CHAIN_FROM):
+                      ddtree.FINAL_MERGE_FROM, ddtree.RANK_KERNEL_FROM, trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
 
@@ -136,6 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--final-merge-from", default="",
                     help="ddtree.FINAL_MERGE_FROM values to compare, e.g. 0,1 (the final selection by merging "
                          "the depths' sorted beams from this many entries; 0: never)")
+    ap.add_argument("--rank-kernel-from", default="",
+                    help="ddtree.RANK_KERNEL_FROM values to compare, e.g. 0,1000 (a selection over P entries "
+                         "runs in the rank_select kernel from this P; 0: never)")
     ap.add_argument("--select-top-from", default="",
                     help="ddtree.SELECT_TOP_FROM values to compare, e.g. 0,2048 (a selection of n < P from P "
                          "candidates keeps its n best by select_top first from this P; 0: never)")
@@ -213,10 +216,12 @@ def main(argv=None) -> int:
             tops = [int(x) for x in args.select_top_from.split(",") if x] or [None]
             radixes = [int(x) for x in args.select_radix.split(",") if x] or [None]
             merges = [int(x) for x in args.final_merge_from.split(",") if x] or [None]
+            ranks = [int(x) for x in args.rank_kernel_from.split(",") if x] or [None]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, anc, oh, gp, bk, s2, sel, top, rad, mer in itertools.product(
-                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, tops, radixes, merges):
+            for c, bar, anc, oh, gp, bk, s2, sel, top, rad, mer, rk in itertools.product(
+                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, tops, radixes, merges,
+                    ranks):
                 name = "build_ms"
                 if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
                     ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_max_k=s2)
@@ -233,7 +238,8 @@ def main(argv=None) -> int:
                         (f"prune{int(bool(gp))}", ddtree.GLOBAL_PRUNE, gp),
                         (f"beam{bk}", ddtree.BEAM_KERNEL_MAX, bk),
                         (f"top{top}", ddtree.SELECT_TOP_FROM, top),
-                        (f"merge{mer}", ddtree.FINAL_MERGE_FROM, mer)):
+                        (f"merge{mer}", ddtree.FINAL_MERGE_FROM, mer),
+                        (f"rank{rk}", ddtree.RANK_KERNEL_FROM, rk)):
                     if value is not None:
                         table[backend] = value
                         name += "_" + part

@@ -7,7 +7,8 @@ The CPU tests compare the Pallas paths in interpret mode; this builds the DDTree
 device with the backend's settings (ddtree.VOCAB_TOPK: the chunked first stage and, where
 `stage2_max_k` covers K, the threshold second stage, else with `stage2_select` the select_top
 one; ddtree.SELECT_TOP_FROM's prefilter) and with the one-kernel depth loop forced on
-(ddtree.BEAM_KERNEL_MAX; --no-beam-kernel leaves it out), and compares every array with a build
+(ddtree.BEAM_KERNEL_MAX; --no-beam-kernel leaves it out) and with every selection in the
+rank_select kernel (ddtree.RANK_KERNEL_FROM; --no-rank-kernel leaves it out), and compares every array with a build
 that uses XLA's depth loop without the prefilter, the final selection without the merge
 (ddtree.FINAL_MERGE_FROM) and a vocabulary top-k by one total-order sort
 (`top_k_by_sort`), on log-probs
@@ -55,6 +56,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default="16,64")
     ap.add_argument("--beam-kernel", action=argparse.BooleanOptionalAction, default=True,
                     help="also build with the one-kernel depth loop forced on (slow from B = 256)")
+    ap.add_argument("--rank-kernel", action=argparse.BooleanOptionalAction, default=True,
+                    help="also build with every selection in the rank_select kernel (ddtree.RANK_KERNEL_FROM)")
     ap.add_argument("--interpret", action="store_true",
                     help="off the GPU: give this backend the GPU's settings with the Pallas kernels in interpret mode")
     args = ap.parse_args(argv)
@@ -71,13 +74,16 @@ def main(argv=None) -> int:
             with mock.patch.object(ddtree, "vocab_top_k", top_k_by_sort), \
                     mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}), \
                     mock.patch.dict(ddtree.SELECT_TOP_FROM, {backend: 0}), \
-                    mock.patch.dict(ddtree.FINAL_MERGE_FROM, {backend: 0}):
+                    mock.patch.dict(ddtree.FINAL_MERGE_FROM, {backend: 0}), \
+                    mock.patch.dict(ddtree.RANK_KERNEL_FROM, {backend: 0}):
                 want = jax.jit(lambda x: policy.build(x, b))(logp)
-            variants = [("settings", None)] + [("settings + beam kernel", 1 << 20)] * args.beam_kernel
-            for name, beam in variants:
+            variants = ([("settings", None, None)] + [("settings + beam kernel", 1 << 20, None)] * args.beam_kernel
+                        + [("settings + rank kernel", 0, 1)] * args.rank_kernel)
+            for name, beam, rank in variants:
                 with mock.patch.dict(ddtree.VOCAB_TOPK, {backend: fast} if (args.interpret or backend == "gpu") else {}), \
                         mock.patch.dict(ddtree.SELECT_TOP_FROM, top_from), \
-                        mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}):
+                        mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}), \
+                        mock.patch.dict(ddtree.RANK_KERNEL_FROM, {} if rank is None else {backend: rank}):
                     got = jax.jit(lambda x: policy.build(x, b))(logp)
                 fields = [(f.name, getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(got)]
                 diffs = {field: int(np.sum(np.asarray(x) != np.asarray(y)))

@@ -374,22 +374,27 @@ def test_tree_settings_from_the_environment():
             "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
             "ddtree.SELECT_BARRIER['cpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
             "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'], "
-            "ddtree.VOCAB_TOPK['gpu']['stage2_max_k'], ddtree.BEAM_KERNEL_MAX['cpu'])")
+            "ddtree.VOCAB_TOPK['gpu']['stage2_max_k'], ddtree.BEAM_KERNEL_MAX['cpu'], ddtree.BEAM_KERNEL_WARPS['gpu'], "
+            "ddtree.RANK_KERNEL_FROM['cpu'], ddtree.RANK_KERNEL_TILE['gpu'])")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
            "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
            "DDTREE_SELECT_BARRIER": "1",
            "DDTREE_VOCAB_STAGE1": "threshold:r4w2", "DDTREE_GLOBAL_PRUNE": "0",
-           "DDTREE_VOCAB_STAGE2_MAX_K": "16", "DDTREE_BEAM_KERNEL_MAX": "40"}
+           "DDTREE_VOCAB_STAGE2_MAX_K": "16", "DDTREE_BEAM_KERNEL_MAX": "40",
+           "DDTREE_BEAM_KERNEL_WARPS": "4", "DDTREE_RANK_KERNEL_FROM": "2000", "DDTREE_RANK_KERNEL_TILE": "16x64w2"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("False {'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
-                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2 16 40\n")
+                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2 16 40 4 2000 "
+                        "{'ti': 16, 'tj': 64, 'num_warps': 2}\n")
     for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
                              ("DDTREE_VOCAB_STAGE2_MAX_K", "-1", "give a whole number"),
                              ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
                              ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
                              ("DDTREE_VOCAB_STAGE1", "threshold:r3", "radix bits are one of 1, 2, 4"),
-                             ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain")]:
+                             ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain"),
+                             ("DDTREE_RANK_KERNEL_TILE", "32x100",
+                              "give TIxTJ[wWARPS] in powers of two, e.g. 32x128w4")]:
         r = subprocess.run([sys.executable, "-c", code], env={**env, name: value},
                            capture_output=True, text=True, timeout=120)
         assert r.returncode != 0

@@ -35,6 +35,7 @@ import numpy as np
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.beam_select import beam_select, make_plan
+from pallas_kernels.rank_select import rank_select
 from pallas_kernels.chunk_topk import (RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key,
                                       top_k_total_order)
 from pallas_kernels.select_top import MAX_WIDTH as SELECT_TOP_MAX_WIDTH
@@ -168,6 +169,42 @@ def _rank(scores: Array, keys: Array) -> Array:
 # 0.545 -> 1.004 at B = 1024. DDTREE_SELECT_TOP_FROM=N in the environment sets every backend
 # (off the GPU the kernel runs in interpret mode: tests only).
 SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_number, {})
+
+
+# Per backend: the entry count P from which a selection (a depth's over its candidates, or the
+# final one over all depths) runs in `pallas_kernels.rank_select` (absent: 0, never): one kernel of
+# ceil(P / 32) programs a row that ranks by pairwise count and scatters every kept entry with its
+# parent and token to its slot, in place of XLA's rank reduction, the inverse permutation's
+# scatter and the gathers (~5 kernels a selection), and in place of the final merge
+# (FINAL_MERGE_FROM). The same tree (tests). Untimed: off. DDTREE_RANK_KERNEL_FROM=N in the
+# environment sets every backend (off the GPU the kernel runs in interpret mode: tests only).
+RANK_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RANK_KERNEL_FROM", whole_number, {})
+
+
+
+
+def rank_tile_setting(text: str) -> dict:
+    """rank_select's launch options from TIxTJ[wWARPS] (e.g. 32x128w4)."""
+    m = re.fullmatch(r"(\d+)x(\d+)(?:w(\d+))?", text)
+    if not m or any(int(x) & (int(x) - 1) or not int(x) for x in m.groups() if x):
+        raise ValueError("give TIxTJ[wWARPS] in powers of two, e.g. 32x128w4")
+    ti, tj, warps = m.groups()
+    return dict(ti=int(ti), tj=int(tj), **({"num_warps": int(warps)} if warps else {}))
+
+
+# Per backend: rank_select's launch options (its defaults otherwise: ti 32, tj 128, 4 warps);
+# DDTREE_RANK_KERNEL_TILE=TIxTJ[wWARPS] in the environment sets every backend.
+RANK_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_RANK_KERNEL_TILE", rank_tile_setting, {})
+
+
+def _rank_kernel_impl(p: int) -> str | None:
+    """How a selection over p entries runs in rank_select: None (it does not), "pallas" or, off
+    the GPU, "pallas_interpret"."""
+    backend = jax.default_backend()
+    start = RANK_KERNEL_FROM.get(backend, 0)
+    if not start or p < start:
+        return None
+    return "pallas" if backend == "gpu" else "pallas_interpret"
 
 
 def _select_top_impl(p: int, n: int) -> str | None:
@@ -524,7 +561,17 @@ def _beams_xla(vals: Array, toks: Array, w: int, plan: list) -> tuple[list, list
     scores, parents, tokens = [score], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
     for d, (_, pairs, n_sel) in enumerate(plan, start=1):
         rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
-        (cand,) = _materialized(score[:, rows] + vals[:, d, cols])
+        cand = score[:, rows] + vals[:, d, cols]
+        kernel = _rank_kernel_impl(len(pairs))
+        if kernel:
+            rows_b = jnp.broadcast_to(jnp.asarray(rows), cand.shape)
+            score, _, parent, token = rank_select(cand, n_sel, rows_b, toks[:, d, cols], impl=kernel,
+                                                     **RANK_KERNEL_TILE.get(jax.default_backend(), {}))
+            scores.append(score)
+            parents.append(parent)
+            tokens.append(token)
+            continue
+        (cand,) = _materialized(cand)
         key = jnp.broadcast_to(jnp.arange(len(pairs), dtype=jnp.int32), cand.shape)
         if _onehot_applies(n_sel, len(pairs)):
             rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
@@ -588,7 +635,10 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
 
     n = min(n, all_scores.shape[1])
     merge_from = FINAL_MERGE_FROM.get(jax.default_backend(), 0)
-    if merge_from and all_scores.shape[1] >= merge_from:
+    kernel = _rank_kernel_impl(all_scores.shape[1])
+    if kernel:
+        sel = rank_select(all_scores, n, impl=kernel, **RANK_KERNEL_TILE.get(jax.default_backend(), {}))[1]
+    elif merge_from and all_scores.shape[1] >= merge_from:
         sel = _invert(_merged_ranks(scores), n)   # [Bt, n], best first: a topological order
     else:
         (all_scores,) = _materialized(all_scores)

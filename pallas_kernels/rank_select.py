@@ -1,0 +1,104 @@
+"""The n best entries of each row, best first, under (score desc, position asc), with int32
+payloads carried along: one Pallas kernel, many programs a row.
+
+Why: the tree build's selections at large budgets (a depth's ~6.2k candidates at B = 1024, the
+final ~14.3k entries over all depths) ran as XLA's pairwise compare-and-sum reduction (14-23 us a
+depth on the H200, session 16), then a scatter inverting the ranks and gathers of every kept
+value: ~5 kernels a selection. Here one kernel does it: program (row, tile) holds TI entries,
+counts for each how many of the row's P entries beat it (the row read in TJ-wide chunks, a
+rolled loop), and scatters every entry of rank < n with its payloads to output slot `rank`.
+O(P^2) comparisons a row as before, spread over P / TI programs; no [P, P] intermediate, no
+inverse permutation, no gathers after.
+
+Order: score desc (the float comparison: -0.0 == +0.0, -inf ties -inf), then position asc:
+`ddtree.select_best` with positions as keys (tests). NaN scores are not supported (the tree
+build never makes them).
+
+Outputs have one spare slot past n that masked-off scatter lanes point at (interpret mode
+writes masked lanes back); the wrapper cuts it off.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from .norms import pltriton
+
+__all__ = ["rank_select", "rank_select_reference", "IMPLS"]
+
+IMPLS = ("xla", "pallas", "pallas_interpret")
+
+
+def rank_select_reference(scores: jax.Array, n: int, *payloads: jax.Array) -> tuple[jax.Array, ...]:
+    """XLA path: one stable sort by score desc (0 - x: -0.0 and +0.0 equal). Returns (scores,
+    positions, *payloads) at the n best, each [Bt, n]."""
+    p = scores.shape[1]
+    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), scores.shape)
+    order = jax.lax.sort((0.0 - scores, pos), dimension=1, num_keys=2)[1][:, :n]
+    take = lambda x: jnp.take_along_axis(x, order, axis=1)
+    return (take(scores), order, *map(take, payloads))
+
+
+def _kernel(scores_ref, *refs, p: int, n: int, ti: int, tj: int, num_payloads: int):
+    payload_refs = refs[:num_payloads]
+    out_score, out_pos, *out_payloads = refs[num_payloads:]
+    spare = n
+    t = pl.program_id(1)
+    i = t * ti + jnp.arange(ti, dtype=jnp.int32)
+    valid = i < p
+    at_i = jnp.minimum(i, p - 1)
+    s_i = pltriton.load(scores_ref.at[at_i], mask=valid, other=-jnp.inf)
+
+    def chunk(c, rank):
+        j = c * tj + jnp.arange(tj, dtype=jnp.int32)
+        s_j = pltriton.load(scores_ref.at[jnp.minimum(j, p - 1)], mask=j < p, other=-jnp.inf)
+        # past p: -inf at a larger position, which beats no entry
+        better = (s_j[None, :] > s_i[:, None]) | ((s_j[None, :] == s_i[:, None]) & (j[None, :] < i[:, None]))
+        return rank + jnp.sum(jnp.where(better, 1, 0), axis=1)
+
+    rank = jax.lax.fori_loop(0, -(-p // tj), chunk, jnp.zeros((ti,), jnp.int32))
+    take = valid & (rank < n)
+    at = jnp.where(take, rank, spare)
+    pltriton.store(out_score.at[at], s_i, mask=take)
+    pltriton.store(out_pos.at[at], i, mask=take)
+    for src, dst in zip(payload_refs, out_payloads):
+        pltriton.store(dst.at[at], pltriton.load(src.at[at_i], mask=valid, other=0), mask=take)
+
+
+def rank_select(scores: jax.Array, n: int, *payloads: jax.Array, impl: str = "pallas", ti: int = 32,
+                tj: int = 128, num_warps: int = 4) -> tuple[jax.Array, ...]:
+    """The n best of each row of scores float32[Bt, P] under (score desc, position asc), best
+    first: (scores [Bt, n], positions int32 [Bt, n], *payloads int32 [Bt, P] at them).
+
+    impl: "pallas", its "pallas_interpret" twin (any backend, for tests) or "xla" (the
+    reference). ti: entries a program ranks (the grid is Bt x ceil(P / ti)); tj: entries a
+    step of its loop compares them with; num_warps: warps a program."""
+    if impl == "xla":
+        return rank_select_reference(scores, n, *payloads)
+    if impl not in IMPLS:
+        raise ValueError(f"unknown rank_select impl {impl!r}; choose one of {', '.join(IMPLS)}")
+    bt, p = scores.shape
+    if not 0 < n <= p:
+        raise ValueError(f"rank_select: n={n} for rows of {p} entries; give 0 < n <= P")
+    if pltriton is None:
+        raise RuntimeError("this jax has no Pallas Triton module; use impl='xla'")
+    interpret = impl == "pallas_interpret"
+    row = lambda w: pl.BlockSpec((None, w), lambda b, t: (b, 0))
+    out_shape = ([jax.ShapeDtypeStruct((bt, n + 1), jnp.float32)]
+                 + [jax.ShapeDtypeStruct((bt, n + 1), jnp.int32)] * (1 + len(payloads)))
+    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=2)
+    outs = pl.pallas_call(
+        functools.partial(_kernel, p=p, n=n, ti=ti, tj=tj, num_payloads=len(payloads)),
+        grid=(bt, -(-p // ti)),
+        in_specs=[row(p)] * (1 + len(payloads)),
+        out_specs=[row(n + 1)] * len(out_shape),
+        out_shape=out_shape,
+        compiler_params=params,
+        interpret=interpret,
+        name="rank_select",
+    )(scores.astype(jnp.float32), *(x.astype(jnp.int32) for x in payloads))
+    return tuple(x[:, :n] for x in outs)
