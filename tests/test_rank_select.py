@@ -21,7 +21,8 @@ def _scores(rng, bt, p):
 
 
 @pytest.mark.parametrize("bt,p,n,ti,tj", [(2, 300, 40, 32, 128), (1, 77, 77, 32, 128), (3, 1000, 129, 64, 256),
-                                          (1, 5, 1, 32, 128), (2, 130, 64, 16, 32)])
+                                          (1, 5, 1, 32, 128), (2, 130, 64, 16, 32),
+                                          (2, 200, 50, 64, 32)])
 def test_rank_select_equals_the_reference_and_select_best(bt, p, n, ti, tj):
     rng = np.random.default_rng(p + n)
     s = _scores(rng, bt, p)

@@ -105,6 +105,11 @@ GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fr
 # 0.197 / 0.280 (device spans 150.6 / 289.5 / 883.6 against 192.3 / 209.5 / 399.2 us): one SM's
 # O(P^2) comparisons cost more than the launches they save from B = 64, and the DDTree-16 round
 # was unchanged (steady 5.810 / 5.940 against 5.917, per call 6.019 / 6.032 against 6.029).
+# Rewritten in session 17 (candidates in registers, no lexicographic rank: s17b, bench_tree
+# --trace): the kernel 24.0 / 39.8 / 84.5 / 1476 us at B = 16 / 32 / 64 / 128, the whole build
+# 0.119 / 0.123 / 0.188 ms against XLA's 0.116 / 0.130 / 0.131 at B = 16 / 32 / 64; DDTree-64
+# rounds 6.137 / 6.143 ms a call with it against 6.077 / 6.076 without, DDTree-16 5.783 against
+# 5.806 (one pair, within noise). Still off.
 # DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (e.g. 64 for B <= 16).
 BEAM_KERNEL_MAX: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_MAX", whole_number, {})
 # Warps of the kernel's program (DDTREE_BEAM_KERNEL_WARPS=N in the environment; untimed: 8).
