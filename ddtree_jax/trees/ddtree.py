@@ -181,9 +181,17 @@ SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_nu
 # ceil(P / 32) programs a row that ranks by pairwise count and scatters every kept entry with its
 # parent and token to its slot, in place of XLA's rank reduction, the inverse permutation's
 # scatter and the gathers (~5 kernels a selection), and in place of the final merge
-# (FINAL_MERGE_FROM). The same tree (tests). Untimed: off. DDTREE_RANK_KERNEL_FROM=N in the
-# environment sets every backend (off the GPU the kernel runs in interpret mode: tests only).
-RANK_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RANK_KERNEL_FROM", whole_number, {})
+# (FINAL_MERGE_FROM). The same tree (tests; on the H200 check_tree at B = 64 / 256 / 1024 with it
+# forced on: all equal, session 17). H200, bench_tree --trace (s17d, one machine start), the
+# whole build at B = 1024: 0.486 ms without it, 0.416 with it (32x128 tiles, 4 warps: 14.9 us a
+# depth against XLA's 16-19.5 us reduction, the final selection 49 us), **0.374** with 32x256
+# tiles and 8 warps (12.7 us a depth); at B = 256 0.229 -> 0.224 (32x128w4; 66 launches instead
+# of 111). So on GPUs from 1000 entries (B >= 256's depths and finals; B = 64's 216 candidates
+# took 3 us a depth against XLA's ~1.6, s17c), with 32x256 tiles and 8 warps (timed at B = 1024
+# only). No round A/B yet (s17d's DDTree-256 pair ran out of its step's time).
+# DDTREE_RANK_KERNEL_FROM=N in the environment sets every backend (0: never; off the GPU the
+# kernel runs in interpret mode: tests only).
+RANK_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RANK_KERNEL_FROM", whole_number, {"gpu": 1000})
 
 
 
@@ -197,9 +205,11 @@ def rank_tile_setting(text: str) -> dict:
     return dict(ti=int(ti), tj=int(tj), **({"num_warps": int(warps)} if warps else {}))
 
 
-# Per backend: rank_select's launch options (its defaults otherwise: ti 32, tj 128, 4 warps);
+# Per backend: rank_select's launch options (its defaults otherwise: ti 32, tj 128, 4 warps).
+# H200 (s17d), the whole build at B = 1024: 32x128w4 0.416 ms, 64x128w4 0.457, 32x256w8 0.374.
 # DDTREE_RANK_KERNEL_TILE=TIxTJ[wWARPS] in the environment sets every backend.
-RANK_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_RANK_KERNEL_TILE", rank_tile_setting, {})
+RANK_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_RANK_KERNEL_TILE", rank_tile_setting,
+                                                {"gpu": dict(ti=32, tj=256, num_warps=8)})
 
 
 def _rank_kernel_impl(p: int) -> str | None:
@@ -243,7 +253,8 @@ def select_ranked(scores: Array, keys: Array, n: int) -> Array:
 # whole build at B = 1024 (T ~14.3k) 0.555 -> 0.500 ms, device span 568.6 -> 533.2 us (XLA's
 # 52 us sort gone); at B = 256 (T ~3.6k) 0.267 -> 0.275, span 272.6 -> 301.1 (the pairwise rank
 # there is cheaper). So on GPUs from 8192 entries (B = 512, T ~7.5k, is untimed and keeps the
-# rank). DDTREE_FINAL_MERGE_FROM=N in the environment sets every backend (0: never).
+# rank). DDTREE_FINAL_MERGE_FROM=N in the environment sets every backend (0: never). Since session
+# 17 RANK_KERNEL_FROM (checked first) takes these selections on GPUs.
 FINAL_MERGE_FROM: dict[str, int] = env_setting("DDTREE_FINAL_MERGE_FROM", whole_number, {"gpu": 8192})
 
 
