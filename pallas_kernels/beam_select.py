@@ -9,7 +9,8 @@ How, per depth (a rolled loop): every candidate of the depth's pair table is one
 [PP] vector (PP: the widest table, a power of two): its score (the parent's beam score plus the
 depth's log-prob), parent and token are gathered once. The scores go to a scratch row; after a
 CTA barrier the rank of every candidate is counted against the scratch in [PP, TJ] blocks (a
-static loop over column chunks: loads with no dependence on the loop's own work), and each
+static loop over column chunks: loads with no dependence on the loop's own work; the counts add
+elementwise into one accumulator, reduced once), and each
 candidate of rank < n is scattered to its best-first slot of the beam. A second barrier orders
 that before the next depth's gathers. Two barriers and one dependent gather a depth; no global
 traffic inside the comparison loop but the scratch row.
@@ -109,12 +110,15 @@ def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, plan_ref, score_ref, parent_
         tok = load(toks_ref, d * kp + cols)
         store(cand_ref, q, s)
         barrier()
-        rank = jnp.zeros((pp,), jnp.int32)
+        # elementwise counts into a [PP, TJ] accumulator, one reduction at the end (a reduction a
+        # chunk made pallas_kernels.rank_select 3x slower, session 17)
+        acc = jnp.zeros((pp, tj), jnp.int32)
         for j0 in range(0, pp, tj):
             jj = j0 + jnp.arange(tj, dtype=jnp.int32)
             sj = load(cand_ref, jj)
             better = (sj[None, :] > s[:, None]) | ((sj[None, :] == s[:, None]) & (jj[None, :] < q[:, None]))
-            rank = rank + jnp.sum(jnp.where(better, 1, 0), axis=1)
+            acc = acc + jnp.where(better, 1, 0)
+        rank = jnp.sum(acc, axis=1)
         take = rank < n_sel
         at = jnp.where(take, d * w + rank, spare)
         store(score_ref, at, s, take)
