@@ -66,3 +66,17 @@ def test_rank_select_triton_lowering_verifies(monkeypatch):
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax
         pytest.skip(f"cannot lower for CUDA here: {e}")
     assert len(modules) == 1 and modules[0].operation.verify()
+
+
+def test_ddtree_with_the_gpu_rank_kernel_settings_equals_the_heap(monkeypatch):
+    """The GPU's shipped settings (RANK_KERNEL_FROM and RANK_KERNEL_TILE), given to this backend:
+    depths of ~2000 candidates and the final selection in the kernel with its tiles."""
+    backend = jax.default_backend()
+    monkeypatch.setitem(ddtree.RANK_KERNEL_FROM, backend, ddtree.RANK_KERNEL_FROM["gpu"])
+    monkeypatch.setitem(ddtree.RANK_KERNEL_TILE, backend, ddtree.RANK_KERNEL_TILE["gpu"])
+    assert ddtree._depth_plan(400, 400, 400, 400, 4)[0][1].__len__() >= ddtree.RANK_KERNEL_FROM["gpu"]
+    calls = []
+    real = ddtree.rank_select
+    monkeypatch.setattr(ddtree, "rank_select", lambda *a, **k: calls.append(k) or real(*a, **k))
+    check_ddtree_against_heap((1, 4, 600, 400), "ties", seed=5, fresh_trace=True)
+    assert len(calls) == 4 and all(k["tj"] == ddtree.RANK_KERNEL_TILE["gpu"]["tj"] for k in calls)
