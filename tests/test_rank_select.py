@@ -74,7 +74,7 @@ def test_ddtree_with_the_gpu_rank_kernel_settings_equals_the_heap(monkeypatch):
     backend = jax.default_backend()
     monkeypatch.setitem(ddtree.RANK_KERNEL_FROM, backend, ddtree.RANK_KERNEL_FROM["gpu"])
     monkeypatch.setitem(ddtree.RANK_KERNEL_TILE, backend, ddtree.RANK_KERNEL_TILE["gpu"])
-    assert ddtree._depth_plan(400, 400, 400, 400, 4)[0][1].__len__() >= ddtree.RANK_KERNEL_FROM["gpu"]
+    assert len(ddtree._depth_plan(400, 400, 400, 400, 4)[0][1]) >= ddtree.RANK_KERNEL_FROM["gpu"]
     calls = []
     real = ddtree.rank_select
     monkeypatch.setattr(ddtree, "rank_select", lambda *a, **k: calls.append(k) or real(*a, **k))

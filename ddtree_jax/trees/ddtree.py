@@ -211,14 +211,14 @@ RANK_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_RANK_KERNEL_TILE", rank_
                                                 {"gpu": dict(ti=32, tj=256, num_warps=8)})
 
 
-def _rank_kernel_impl(p: int) -> str | None:
-    """How a selection over p entries runs in rank_select: None (it does not), "pallas" or, off
-    the GPU, "pallas_interpret"."""
+def _rank_kernel(p: int) -> dict | None:
+    """rank_select's keyword arguments for a selection over p entries (impl "pallas", or off the
+    GPU "pallas_interpret", and the backend's RANK_KERNEL_TILE), or None where it does not run."""
     backend = jax.default_backend()
     start = RANK_KERNEL_FROM.get(backend, 0)
     if not start or p < start:
         return None
-    return "pallas" if backend == "gpu" else "pallas_interpret"
+    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret", **RANK_KERNEL_TILE.get(backend, {}))
 
 
 def _select_top_impl(p: int, n: int) -> str | None:
@@ -577,28 +577,25 @@ def _beams_xla(vals: Array, toks: Array, w: int, plan: list) -> tuple[list, list
     for d, (_, pairs, n_sel) in enumerate(plan, start=1):
         rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
         cand = score[:, rows] + vals[:, d, cols]
-        kernel = _rank_kernel_impl(len(pairs))
+        kernel = _rank_kernel(len(pairs))
         if kernel:
             rows_b = jnp.broadcast_to(jnp.asarray(rows), cand.shape)
-            score, _, parent, token = rank_select(cand, n_sel, rows_b, toks[:, d, cols], impl=kernel,
-                                                     **RANK_KERNEL_TILE.get(jax.default_backend(), {}))
-            scores.append(score)
-            parents.append(parent)
-            tokens.append(token)
-            continue
-        (cand,) = _materialized(cand)
-        key = jnp.broadcast_to(jnp.arange(len(pairs), dtype=jnp.int32), cand.shape)
-        if _onehot_applies(n_sel, len(pairs)):
-            rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
-            score, _, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
-            (score,) = _materialized(score)
+            score, _, parent, token = rank_select(cand, n_sel, rows_b, toks[:, d, cols], **kernel)
         else:
-            sel = select_ranked(cand, key, n_sel)
-            (score,) = _materialized(jnp.take_along_axis(cand, sel, axis=-1))
-            parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
+            (cand,) = _materialized(cand)
+            key = jnp.broadcast_to(jnp.arange(len(pairs), dtype=jnp.int32), cand.shape)
+            if _onehot_applies(n_sel, len(pairs)):
+                rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
+                score, _, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
+                (score,) = _materialized(score)
+            else:
+                sel = select_ranked(cand, key, n_sel)
+                (score,) = _materialized(jnp.take_along_axis(cand, sel, axis=-1))
+                parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
+            token = jnp.take_along_axis(toks[:, d], col, axis=-1)
         scores.append(score)
         parents.append(parent)
-        tokens.append(jnp.take_along_axis(toks[:, d], col, axis=-1))
+        tokens.append(token)
     return scores, parents, tokens
 
 
@@ -642,7 +639,6 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
     widths = [s.shape[1] for s in scores]
     offsets = np.concatenate([[0], np.cumsum(widths)])
     all_scores = jnp.concatenate(scores, axis=1)  # [Bt, T]
-    all_keys = jnp.broadcast_to(jnp.arange(all_scores.shape[1], dtype=jnp.int32), all_scores.shape)
     depth_of = jnp.asarray(np.repeat(np.arange(1, len(widths) + 1), widths), jnp.int32)  # [T]
     parent_of = jnp.concatenate(
         [parents[0]] + [p + int(offsets[d - 1]) for d, p in enumerate(parents) if d > 0], axis=1)
@@ -650,14 +646,16 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
 
     n = min(n, all_scores.shape[1])
     merge_from = FINAL_MERGE_FROM.get(jax.default_backend(), 0)
-    kernel = _rank_kernel_impl(all_scores.shape[1])
+    kernel = _rank_kernel(all_scores.shape[1])
+    # sel: [Bt, n], best first (score desc, then position: depth, then beam position), topological
     if kernel:
-        sel = rank_select(all_scores, n, impl=kernel, **RANK_KERNEL_TILE.get(jax.default_backend(), {}))[1]
+        sel = rank_select(all_scores, n, **kernel)[1]
     elif merge_from and all_scores.shape[1] >= merge_from:
-        sel = _invert(_merged_ranks(scores), n)   # [Bt, n], best first: a topological order
+        sel = _invert(_merged_ranks(scores), n)
     else:
         (all_scores,) = _materialized(all_scores)
-        sel = select_ranked(all_scores, all_keys, n)  # [Bt, n], best first: a topological order
+        positions = jnp.broadcast_to(jnp.arange(all_scores.shape[1], dtype=jnp.int32), all_scores.shape)
+        sel = select_ranked(all_scores, positions, n)
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
     gparent = jnp.take_along_axis(parent_of, sel, axis=-1)
