@@ -78,9 +78,25 @@ def _settings_restored():
     with contextlib.ExitStack() as stack:
         for table in (ddtree.RANK_BY_COUNT_MAX, ddtree.VOCAB_TOPK, ddtree.SELECT_BARRIER, ddtree.SELECT_ONEHOT_MAX,
                       ddtree.GLOBAL_PRUNE, ddtree.BEAM_KERNEL_MAX, ddtree.SELECT_TOP_FROM,
-                      ddtree.FINAL_MERGE_FROM, ddtree.RANK_KERNEL_FROM, trees_base.ANCESTOR_CHAIN_FROM):
+                      ddtree.FINAL_MERGE_FROM, ddtree.RANK_KERNEL_FROM, ddtree.PAIR_KERNEL_FROM,
+                      ddtree.PAIR_KERNEL_TILE, ddtree.RUNS_KERNEL_FROM, trees_base.ANCESTOR_CHAIN_FROM):
             stack.enter_context(mock.patch.dict(table))
         yield
+
+
+# The tree build's count thresholds that an option's values compare: (option, row-name part,
+# ddtree's table, what a value means).
+FROM_OPTIONS = (
+    ("--select-top-from", "top", "SELECT_TOP_FROM",
+     "a selection of n < P from P candidates keeps its n best by select_top first from this P"),
+    ("--final-merge-from", "merge", "FINAL_MERGE_FROM",
+     "the final selection by merging the depths' sorted beams from this many entries"),
+    ("--rank-kernel-from", "rank", "RANK_KERNEL_FROM", "a selection over P entries runs in the rank_select kernel from this P"),
+    ("--pair-kernel-from", "pair", "PAIR_KERNEL_FROM",
+     "a depth of P candidates selects in the pair_select kernel from this P"),
+    ("--runs-kernel-from", "runs", "RUNS_KERNEL_FROM",
+     "the final selection over T entries runs in the runs_select kernel from this T"),
+)
 
 
 def main(argv=None) -> int:
@@ -133,15 +149,11 @@ def main(argv=None) -> int:
     ap.add_argument("--select-radix", default="",
                     help="radix bits a round of the select second stage's select_top to compare, e.g. 2,4 "
                          "(ddtree.VOCAB_TOPK select_radix_bits); only where the backend has a two-stage top-k")
-    ap.add_argument("--final-merge-from", default="",
-                    help="ddtree.FINAL_MERGE_FROM values to compare, e.g. 0,1 (the final selection by merging "
-                         "the depths' sorted beams from this many entries; 0: never)")
-    ap.add_argument("--rank-kernel-from", default="",
-                    help="ddtree.RANK_KERNEL_FROM values to compare, e.g. 0,1000 (a selection over P entries "
-                         "runs in the rank_select kernel from this P; 0: never)")
-    ap.add_argument("--select-top-from", default="",
-                    help="ddtree.SELECT_TOP_FROM values to compare, e.g. 0,2048 (a selection of n < P from P "
-                         "candidates keeps its n best by select_top first from this P; 0: never)")
+    for flag, _, table, what in FROM_OPTIONS:
+        ap.add_argument(flag, default="", help=f"ddtree.{table} values to compare, e.g. 0,1000 ({what}; 0: never)")
+    ap.add_argument("--pair-kernel-tile", default="",
+                    help="pair_select launch options to compare, TIxA[wWARPS] comma-separated, e.g. "
+                         "32x32w4,16x32w2 (ddtree.PAIR_KERNEL_TILE)")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="also trace one loop of each build variant: its kernels by device time and the "
                          "span a build (default: on a GPU)")
@@ -213,15 +225,15 @@ def main(argv=None) -> int:
             beams = [int(x) for x in args.beam_kernel_max.split(",") if x] or [None]
             stage2s = [int(x) for x in args.stage2_max_k.split(",") if x] or [None]
             selects = [bool(int(x)) for x in args.stage2_select.split(",") if x] or [None]
-            tops = [int(x) for x in args.select_top_from.split(",") if x] or [None]
             radixes = [int(x) for x in args.select_radix.split(",") if x] or [None]
-            merges = [int(x) for x in args.final_merge_from.split(",") if x] or [None]
-            ranks = [int(x) for x in args.rank_kernel_from.split(",") if x] or [None]
+            pair_tiles = [x for x in args.pair_kernel_tile.split(",") if x] or [None]
+            froms = [[int(x) for x in getattr(args, flag[2:].replace("-", "_")).split(",") if x] or [None]
+                     for flag, *_ in FROM_OPTIONS]
             counts = [int(x) for x in args.count_max.split(",") if x]
             # (row-name part, setting table, its value from the option); None: the backend's setting
-            for c, bar, anc, oh, gp, bk, s2, sel, top, rad, mer, rk in itertools.product(
-                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, tops, radixes, merges,
-                    ranks):
+            for c, bar, anc, oh, gp, bk, s2, sel, rad, pt, *from_values in itertools.product(
+                    counts, barriers, ancestors, onehots, prunes, beams, stage2s, selects, radixes, pair_tiles,
+                    *froms):
                 name = "build_ms"
                 if s2 is not None and ddtree.VOCAB_TOPK.get(backend):
                     ddtree.VOCAB_TOPK[backend] = dict(ddtree.VOCAB_TOPK[backend], stage2_max_k=s2)
@@ -237,9 +249,9 @@ def main(argv=None) -> int:
                         (f"onehot{oh}", ddtree.SELECT_ONEHOT_MAX, oh),
                         (f"prune{int(bool(gp))}", ddtree.GLOBAL_PRUNE, gp),
                         (f"beam{bk}", ddtree.BEAM_KERNEL_MAX, bk),
-                        (f"top{top}", ddtree.SELECT_TOP_FROM, top),
-                        (f"merge{mer}", ddtree.FINAL_MERGE_FROM, mer),
-                        (f"rank{rk}", ddtree.RANK_KERNEL_FROM, rk)):
+                        *((f"{part}{v}", getattr(ddtree, table), v)
+                          for (_, part, table, _), v in zip(FROM_OPTIONS, from_values)),
+                        (f"pt{pt}", ddtree.PAIR_KERNEL_TILE, None if pt is None else ddtree.pair_tile_setting(pt))):
                     if value is not None:
                         table[backend] = value
                         name += "_" + part

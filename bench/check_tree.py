@@ -8,9 +8,10 @@ device with the backend's settings (ddtree.VOCAB_TOPK: the chunked first stage a
 `stage2_max_k` covers K, the threshold second stage, else with `stage2_select` the select_top
 one; ddtree.SELECT_TOP_FROM's prefilter) and with the one-kernel depth loop forced on
 (ddtree.BEAM_KERNEL_MAX; --no-beam-kernel leaves it out) and with every selection in the
-rank_select kernel (ddtree.RANK_KERNEL_FROM; --no-rank-kernel leaves it out), and compares every array with a build
+rank_select kernel (ddtree.RANK_KERNEL_FROM; --no-rank-kernel leaves it out) and with every depth in the
+pair_select kernel (ddtree.PAIR_KERNEL_FROM; --no-pair-kernel leaves it out), and compares every array with a build
 that uses XLA's depth loop without the prefilter, the final selection without the merge
-(ddtree.FINAL_MERGE_FROM) and a vocabulary top-k by one total-order sort
+(ddtree.FINAL_MERGE_FROM) or the runs_select kernel (ddtree.RUNS_KERNEL_FROM), and a vocabulary top-k by one total-order sort
 (`top_k_by_sort`), on log-probs
 with distinct values, many ties, and signed zeros. Exits non-zero on any difference.
 """
@@ -58,6 +59,8 @@ def main(argv=None) -> int:
                     help="also build with the one-kernel depth loop forced on (slow from B = 256)")
     ap.add_argument("--rank-kernel", action=argparse.BooleanOptionalAction, default=True,
                     help="also build with every selection in the rank_select kernel (ddtree.RANK_KERNEL_FROM)")
+    ap.add_argument("--pair-kernel", action=argparse.BooleanOptionalAction, default=True,
+                    help="also build with every depth's selection in the pair_select kernel (ddtree.PAIR_KERNEL_FROM)")
     ap.add_argument("--interpret", action="store_true",
                     help="off the GPU: give this backend the GPU's settings with the Pallas kernels in interpret mode")
     args = ap.parse_args(argv)
@@ -75,15 +78,20 @@ def main(argv=None) -> int:
                     mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}), \
                     mock.patch.dict(ddtree.SELECT_TOP_FROM, {backend: 0}), \
                     mock.patch.dict(ddtree.FINAL_MERGE_FROM, {backend: 0}), \
-                    mock.patch.dict(ddtree.RANK_KERNEL_FROM, {backend: 0}):
+                    mock.patch.dict(ddtree.RANK_KERNEL_FROM, {backend: 0}), \
+                    mock.patch.dict(ddtree.PAIR_KERNEL_FROM, {backend: 0}), \
+                    mock.patch.dict(ddtree.RUNS_KERNEL_FROM, {backend: 0}):
                 want = jax.jit(lambda x: policy.build(x, b))(logp)
-            variants = ([("settings", None, None)] + [("settings + beam kernel", 1 << 20, None)] * args.beam_kernel
-                        + [("settings + rank kernel", 0, 1)] * args.rank_kernel)
-            for name, beam, rank in variants:
+            variants = ([("settings", None, None, None)]
+                        + [("settings + beam kernel", 1 << 20, None, None)] * args.beam_kernel
+                        + [("settings + rank kernel", 0, 1, None)] * args.rank_kernel
+                        + [("settings + pair kernel", 0, None, 1)] * args.pair_kernel)
+            for name, beam, rank, pair in variants:
                 with mock.patch.dict(ddtree.VOCAB_TOPK, {backend: fast} if (args.interpret or backend == "gpu") else {}), \
                         mock.patch.dict(ddtree.SELECT_TOP_FROM, top_from), \
                         mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}), \
-                        mock.patch.dict(ddtree.RANK_KERNEL_FROM, {} if rank is None else {backend: rank}):
+                        mock.patch.dict(ddtree.RANK_KERNEL_FROM, {} if rank is None else {backend: rank}), \
+                        mock.patch.dict(ddtree.PAIR_KERNEL_FROM, {} if pair is None else {backend: pair}):
                     got = jax.jit(lambda x: policy.build(x, b))(logp)
                 fields = [(f.name, getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(got)]
                 diffs = {field: int(np.sum(np.asarray(x) != np.asarray(y)))

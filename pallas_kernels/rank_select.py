@@ -21,8 +21,7 @@ Status (H200, session 17, bench/RESULTS.md): the GPU default from 1000 entries
 (`ddtree.RANK_KERNEL_FROM`) with TI = 32, TJ = 256 and 8 warps: 12.7 us a depth at B = 1024
 against XLA's 16-19.5 us, the whole build 0.486 -> 0.374 ms.
 
-Outputs have one spare slot past n that masked-off scatter lanes point at (interpret mode
-writes masked lanes back); the wrapper cuts it off.
+Masked-off scatter lanes: see `kept_width` (a spare slot in interpret mode only).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from jax.experimental import pallas as pl
 
 from .norms import pltriton
 
-__all__ = ["rank_select", "rank_select_reference", "IMPLS"]
+__all__ = ["rank_select", "rank_select_reference", "kept_width", "store_kept", "IMPLS"]
 
 IMPLS = ("xla", "pallas", "pallas_interpret")
 
@@ -50,10 +49,25 @@ def rank_select_reference(scores: jax.Array, n: int, *payloads: jax.Array) -> tu
     return (take(scores), order, *map(take, payloads))
 
 
-def _kernel(scores_ref, *refs, p: int, n: int, ti: int, tj: int, num_payloads: int):
+def kept_width(n: int, interpret: bool) -> int:
+    """Output width of a selection of n: n on the GPU, where the masked-off scatter lanes point at
+    slot 0 and a masked store writes nothing; n + 1 in interpret mode, which writes masked lanes
+    back, so they point at the spare slot n (cut off by the wrapper). A spare slot on the GPU cost
+    a copy kernel for the cut, ~4 us (session 18)."""
+    return n + 1 if interpret else n
+
+
+def store_kept(rank, take, spare: int, *outputs) -> None:
+    """In a selection kernel: every lane with `take` stores its value to slot `rank` of each
+    output; outputs are (ref, value) pairs of [TI] values."""
+    at = jnp.where(take, rank, spare)
+    for ref, value in outputs:
+        pltriton.store(ref.at[at], value, mask=take)
+
+
+def _kernel(scores_ref, *refs, p: int, n: int, spare: int, ti: int, tj: int, num_payloads: int):
     payload_refs = refs[:num_payloads]
     out_score, out_pos, *out_payloads = refs[num_payloads:]
-    spare = n
     t = pl.program_id(1)
     i = t * ti + jnp.arange(ti, dtype=jnp.int32)
     valid = i < p
@@ -82,12 +96,8 @@ def _kernel(scores_ref, *refs, p: int, n: int, ti: int, tj: int, num_payloads: i
     acc = jax.lax.fori_loop(first_overlap, after, chunk("overlap"), acc)
     acc = jax.lax.fori_loop(after, -(-p // tj), chunk("after"), acc)
     rank = jnp.sum(acc, axis=1)
-    take = valid & (rank < n)
-    at = jnp.where(take, rank, spare)
-    pltriton.store(out_score.at[at], s_i[:, 0], mask=take)
-    pltriton.store(out_pos.at[at], i, mask=take)
-    for src, dst in zip(payload_refs, out_payloads):
-        pltriton.store(dst.at[at], pltriton.load(src.at[at_i], mask=valid, other=0), mask=take)
+    store_kept(rank, valid & (rank < n), spare, (out_score, s_i[:, 0]), (out_pos, i),
+               *((dst, pltriton.load(src.at[at_i], mask=valid, other=0)) for src, dst in zip(payload_refs, out_payloads)))
 
 
 def rank_select(scores: jax.Array, n: int, *payloads: jax.Array, impl: str = "pallas", ti: int = 32,
@@ -109,14 +119,16 @@ def rank_select(scores: jax.Array, n: int, *payloads: jax.Array, impl: str = "pa
         raise RuntimeError("this jax has no Pallas Triton module; use impl='xla'")
     interpret = impl == "pallas_interpret"
     row = lambda w: pl.BlockSpec((None, w), lambda b, t: (b, 0))
-    out_shape = ([jax.ShapeDtypeStruct((bt, n + 1), jnp.float32)]
-                 + [jax.ShapeDtypeStruct((bt, n + 1), jnp.int32)] * (1 + len(payloads)))
+    width = kept_width(n, interpret)
+    out_shape = ([jax.ShapeDtypeStruct((bt, width), jnp.float32)]
+                 + [jax.ShapeDtypeStruct((bt, width), jnp.int32)] * (1 + len(payloads)))
     params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=2)
     outs = pl.pallas_call(
-        functools.partial(_kernel, p=p, n=n, ti=ti, tj=tj, num_payloads=len(payloads)),
+        functools.partial(_kernel, p=p, n=n, spare=width - 1 if interpret else 0, ti=ti, tj=tj,
+                          num_payloads=len(payloads)),
         grid=(bt, -(-p // ti)),
         in_specs=[row(p)] * (1 + len(payloads)),
-        out_specs=[row(n + 1)] * len(out_shape),
+        out_specs=[row(width)] * len(out_shape),
         out_shape=out_shape,
         compiler_params=params,
         interpret=interpret,

@@ -92,6 +92,9 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     ("--beam-kernel-max", "0,1000", "BEAM_KERNEL_MAX", ["beam0", "beam1000"]),
     ("--select-top-from", "0,4", "SELECT_TOP_FROM", ["top0", "top4"]),
     ("--final-merge-from", "0,1", "FINAL_MERGE_FROM", ["merge0", "merge1"]),
+    ("--pair-kernel-from", "0,1", "PAIR_KERNEL_FROM", ["pair0", "pair1"]),
+    ("--pair-kernel-tile", "16x8w2,32x32", "PAIR_KERNEL_TILE", ["pt16x8w2", "pt32x32"]),
+    ("--runs-kernel-from", "0,1", "RUNS_KERNEL_FROM", ["runs0", "runs1"]),
 ])
 def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
     """--ancestor-impl / --onehot-max / --global-prune / --select-barrier time the whole build

@@ -35,7 +35,9 @@ import numpy as np
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
 from pallas_kernels.beam_select import beam_select, make_plan
+from pallas_kernels.pair_select import pair_select
 from pallas_kernels.rank_select import rank_select
+from pallas_kernels.runs_select import runs_select
 from pallas_kernels.chunk_topk import (RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key,
                                       top_k_total_order)
 from pallas_kernels.select_top import MAX_WIDTH as SELECT_TOP_MAX_WIDTH
@@ -219,6 +221,64 @@ def _rank_kernel(p: int) -> dict | None:
     if not start or p < start:
         return None
     return dict(impl="pallas" if backend == "gpu" else "pallas_interpret", **RANK_KERNEL_TILE.get(backend, {}))
+
+
+# Per backend: the candidate count P from which a depth's selection runs in
+# `pallas_kernels.pair_select` (absent: 0, never): one kernel that ranks each candidate (i, r) by
+# binary searches of the previous beam and the depth's ranked log-probs (both sorted, so every
+# row and column of the candidate staircase is), ~(A + 2C) log2 steps a candidate instead of
+# rank_select's P comparisons, and scatters the kept sums with parent and token; no candidate
+# array, no gathers. Checked before RANK_KERNEL_FROM. The same tree (tests). Untimed on a GPU
+# until measured (bench_tree --pair-kernel-from). DDTREE_PAIR_KERNEL_FROM=N in the environment
+# sets every backend (0: never; off the GPU the kernel runs in interpret mode: tests only).
+PAIR_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_PAIR_KERNEL_FROM", whole_number, {})
+
+
+def pair_tile_setting(text: str) -> dict:
+    """pair_select's launch options from TIxA[wWARPS] (e.g. 32x32w4)."""
+    tiles = rank_tile_setting(text)
+    return dict(ti=tiles["ti"], a=tiles["tj"], **({"num_warps": tiles["num_warps"]} if "num_warps" in tiles else {}))
+
+
+# Per backend: pair_select's launch options (its defaults otherwise: ti 32, a 32, 4 warps).
+# DDTREE_PAIR_KERNEL_TILE=TIxA[wWARPS] in the environment sets every backend.
+PAIR_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_PAIR_KERNEL_TILE", pair_tile_setting, {})
+
+
+def _pair_kernel(p: int) -> dict | None:
+    """pair_select's keyword arguments for a depth of p candidates, or None where it does not run."""
+    backend = jax.default_backend()
+    start = PAIR_KERNEL_FROM.get(backend, 0)
+    if not start or p < start:
+        return None
+    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret", **PAIR_KERNEL_TILE.get(backend, {}))
+
+
+# Per backend: the entry count T over all depths from which the final selection runs in
+# `pallas_kernels.runs_select` (absent: 0, never): every depth's beam is a run sorted best first,
+# so an entry's rank is its offset in its run plus, per other run, a binary search (O(T D log W)
+# instead of rank_select's O(T^2)), in one kernel that also carries each kept entry's parent and
+# token to its slot. Checked before RANK_KERNEL_FROM and FINAL_MERGE_FROM. The same tree (tests).
+# H200 (session 18, the kernel alone, profiler): 5.5 us at B = 1024's final shape (T ~14.3k)
+# against rank_select's 44 us + a 4 us copy; 3.3 us at B = 256's. DDTREE_RUNS_KERNEL_FROM=N in the
+# environment sets every backend (0: never; off the GPU the kernel runs in interpret mode).
+RUNS_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RUNS_KERNEL_FROM", whole_number, {"gpu": 1000})
+
+
+def _runs_kernel(t: int) -> dict | None:
+    """runs_select's keyword arguments for a final selection over t entries, or None."""
+    backend = jax.default_backend()
+    start = RUNS_KERNEL_FROM.get(backend, 0)
+    if not start or t < start:
+        return None
+    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret")
+
+
+def _row_lengths(pairs: list[tuple[int, int]]) -> tuple[int, ...]:
+    """Per beam row i, how many ranks r its candidates (i, 0..r-1) take (`_beam_bounds` lists
+    them row by row, ranks from 0, row lengths non-increasing)."""
+    rows = np.asarray([i for i, _ in pairs])
+    return tuple(np.bincount(rows).tolist())
 
 
 def _select_top_impl(p: int, n: int) -> str | None:
@@ -576,13 +636,19 @@ def _beams_xla(vals: Array, toks: Array, w: int, plan: list) -> tuple[list, list
     scores, parents, tokens = [score], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
     for d, (_, pairs, n_sel) in enumerate(plan, start=1):
         rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
-        cand = score[:, rows] + vals[:, d, cols]
-        kernel = _rank_kernel(len(pairs))
-        if kernel:
+        pair_kernel, kernel = _pair_kernel(len(pairs)), _rank_kernel(len(pairs))
+        if pair_kernel:
+            # The arrays in place (the depth as an index, depth 1's beam as row 0 of vals): no
+            # XLA copies of their slices in front of the kernel.
+            beam, beam_depth = (vals, 0) if d == 1 else (score, None)
+            score, parent, token = pair_select(beam, vals, toks, n_sel, _row_lengths(pairs), depth=d,
+                                               beam_depth=beam_depth, **pair_kernel)
+        elif kernel:
+            cand = score[:, rows] + vals[:, d, cols]
             rows_b = jnp.broadcast_to(jnp.asarray(rows), cand.shape)
             score, _, parent, token = rank_select(cand, n_sel, rows_b, toks[:, d, cols], **kernel)
         else:
-            (cand,) = _materialized(cand)
+            (cand,) = _materialized(score[:, rows] + vals[:, d, cols])
             key = jnp.broadcast_to(jnp.arange(len(pairs), dtype=jnp.int32), cand.shape)
             if _onehot_applies(n_sel, len(pairs)):
                 rows_b, cols_b = (jnp.broadcast_to(jnp.asarray(x), cand.shape) for x in (rows, cols))
@@ -646,9 +712,12 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
 
     n = min(n, all_scores.shape[1])
     merge_from = FINAL_MERGE_FROM.get(jax.default_backend(), 0)
-    kernel = _rank_kernel(all_scores.shape[1])
+    runs, kernel = _runs_kernel(all_scores.shape[1]), _rank_kernel(all_scores.shape[1])
     # sel: [Bt, n], best first (score desc, then position: depth, then beam position), topological
-    if kernel:
+    gparent = token = None
+    if runs:
+        _, sel, gparent, token = runs_select(all_scores, n, widths, parent_of, token_of, **runs)
+    elif kernel:
         sel = rank_select(all_scores, n, **kernel)[1]
     elif merge_from and all_scores.shape[1] >= merge_from:
         sel = _invert(_merged_ranks(scores), n)
@@ -658,11 +727,12 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int) -> Dra
         sel = select_ranked(all_scores, positions, n)
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
-    gparent = jnp.take_along_axis(parent_of, sel, axis=-1)
+    if gparent is None:
+        gparent, token = (jnp.take_along_axis(x, sel, axis=-1) for x in (parent_of, token_of))
     parent_slot = jnp.where(gparent < 0, 0, jnp.take_along_axis(slot_of, jnp.maximum(gparent, 0), axis=-1))
 
     return tree_from_nodes(
-        tokens=jnp.take_along_axis(token_of, sel, axis=-1),
+        tokens=token,
         parents=parent_slot,
         depths=jnp.broadcast_to(depth_of[sel], sel.shape),
         num_nodes=num_slots,
