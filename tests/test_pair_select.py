@@ -130,3 +130,23 @@ def test_pair_select_triton_lowering_verifies(monkeypatch):
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax
         pytest.skip(f"cannot lower for CUDA here: {e}")
     assert len(modules) == 1 and modules[0].operation.verify()
+
+
+def test_ddtree_with_the_gpu_pair_and_runs_settings_equals_the_heap(monkeypatch):
+    """The GPU's shipped settings (PAIR_KERNEL_FROM / PAIR_KERNEL_TILE / RUNS_KERNEL_FROM), given to
+    this backend: every depth of >= 100 candidates in pair_select with its tiles, the final
+    selection of >= 1000 entries in runs_select."""
+    backend = jax.default_backend()
+    for table in (ddtree.PAIR_KERNEL_FROM, ddtree.PAIR_KERNEL_TILE, ddtree.RUNS_KERNEL_FROM):
+        monkeypatch.setitem(table, backend, table["gpu"])
+    plan = ddtree._depth_plan(300, 300, 300, 300, 5)
+    assert all(len(pairs) >= ddtree.PAIR_KERNEL_FROM["gpu"] for _, pairs, _ in plan)
+    assert 300 + sum(n for *_, n in plan) >= ddtree.RUNS_KERNEL_FROM["gpu"]
+    calls = []
+    for name in ("pair", "runs"):
+        real = getattr(ddtree, f"{name}_select")
+        monkeypatch.setattr(ddtree, f"{name}_select",
+                            lambda *a, real=real, name=name, **k: calls.append((name, k)) or real(*a, **k))
+    check_ddtree_against_heap((1, 5, 600, 300), "ties", seed=6, fresh_trace=True)
+    assert [c[0] for c in calls] == ["pair"] * len(plan) + ["runs"]
+    assert all(k["ti"] == ddtree.PAIR_KERNEL_TILE["gpu"]["ti"] for name, k in calls if name == "pair")

@@ -191,7 +191,9 @@ SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_nu
 # tiles and 8 warps (12.7 us a depth); at B = 256 0.229 -> 0.224 (32x128w4; 66 launches instead
 # of 111). So on GPUs from 1000 entries (B >= 256's depths and finals; B = 64's 216 candidates
 # took 3 us a depth against XLA's ~1.6, s17c), with 32x256 tiles and 8 warps (timed at B = 1024
-# only). No round A/B yet (s17d's DDTree-256 pair ran out of its step's time).
+# only). No round A/B yet (s17d's DDTree-256 pair ran out of its step's time). Since session 18
+# PAIR_KERNEL_FROM (depths) and RUNS_KERNEL_FROM (the final selection) are checked first, so on
+# GPUs it ranks only what they are set to leave.
 # DDTREE_RANK_KERNEL_FROM=N in the environment sets every backend (0: never; off the GPU the
 # kernel runs in interpret mode: tests only).
 RANK_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RANK_KERNEL_FROM", whole_number, {"gpu": 1000})
@@ -228,10 +230,15 @@ def _rank_kernel(p: int) -> dict | None:
 # binary searches of the previous beam and the depth's ranked log-probs (both sorted, so every
 # row and column of the candidate staircase is), ~(A + 2C) log2 steps a candidate instead of
 # rank_select's P comparisons, and scatters the kept sums with parent and token; no candidate
-# array, no gathers. Checked before RANK_KERNEL_FROM. The same tree (tests). Untimed on a GPU
-# until measured (bench_tree --pair-kernel-from). DDTREE_PAIR_KERNEL_FROM=N in the environment
-# sets every backend (0: never; off the GPU the kernel runs in interpret mode: tests only).
-PAIR_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_PAIR_KERNEL_FROM", whole_number, {})
+# array, no gathers. Checked before RANK_KERNEL_FROM. The same tree (tests; on the H200
+# check_tree at B = 256 / 1024 with it: all equal, session 18). H200, bench_tree --trace (s18_1,
+# one machine start), the whole build without / with it (runs_select on from 1000 in both):
+# B = 64 0.127 / 0.126 ms (span 144 / 131 us, 66 / 38 launches; 3.8 us a depth), 128 0.178 /
+# 0.162, 256 0.211 / 0.190, 512 0.226 / 0.214, 1024 0.336 / 0.264 (9.7 us a depth against
+# rank_select's 12.5 and XLA's candidate gathers) and 0.231 with 16x32 tiles (7.2 us a depth).
+# So on GPUs from 100 candidates (B >= ~40). DDTREE_PAIR_KERNEL_FROM=N in the environment sets
+# every backend (0: never; off the GPU the kernel runs in interpret mode: tests only).
+PAIR_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_PAIR_KERNEL_FROM", whole_number, {"gpu": 100})
 
 
 def pair_tile_setting(text: str) -> dict:
@@ -241,8 +248,11 @@ def pair_tile_setting(text: str) -> dict:
 
 
 # Per backend: pair_select's launch options (its defaults otherwise: ti 32, a 32, 4 warps).
+# H200 (s18_1), the whole build at B = 1024: 16x32w4 0.231 ms, 32x32w8 0.248, 32x32w4 0.264,
+# 32x64w4 0.280, 32x16w4 0.281, 64x32w4 0.316, 32x32w2 0.318.
 # DDTREE_PAIR_KERNEL_TILE=TIxA[wWARPS] in the environment sets every backend.
-PAIR_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_PAIR_KERNEL_TILE", pair_tile_setting, {})
+PAIR_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_PAIR_KERNEL_TILE", pair_tile_setting,
+                                                {"gpu": dict(ti=16, a=32, num_warps=4)})
 
 
 def _pair_kernel(p: int) -> dict | None:
@@ -260,7 +270,10 @@ def _pair_kernel(p: int) -> dict | None:
 # instead of rank_select's O(T^2)), in one kernel that also carries each kept entry's parent and
 # token to its slot. Checked before RANK_KERNEL_FROM and FINAL_MERGE_FROM. The same tree (tests).
 # H200 (session 18, the kernel alone, profiler): 5.5 us at B = 1024's final shape (T ~14.3k)
-# against rank_select's 44 us + a 4 us copy; 3.3 us at B = 256's. DDTREE_RUNS_KERNEL_FROM=N in the
+# against rank_select's 44 us + a 4 us copy; 3.3 us at B = 256's. The whole build (bench_tree
+# --trace, s18_1), rank_select / runs_select final: B = 1024 0.382 / 0.336 ms with rank_select's
+# depths, 0.306 / 0.264 with pair_select's; B = 256 0.207 / 0.211 and 0.206 / 0.190 (with it the
+# concatenated parents and tokens are 3 more launches). DDTREE_RUNS_KERNEL_FROM=N in the
 # environment sets every backend (0: never; off the GPU the kernel runs in interpret mode).
 RUNS_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RUNS_KERNEL_FROM", whole_number, {"gpu": 1000})
 
