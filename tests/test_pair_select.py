@@ -88,13 +88,13 @@ def test_pair_select_errors():
 
 
 @pytest.mark.parametrize("case,kind,kernels", [((2, 6, 300, 64), "ties", ("pair",)),
-                                               ((1, 15, 400, 100), "dyadic", ("pair", "runs")),
+                                               ((1, 10, 400, 100), "dyadic", ("pair", "runs")),
                                                ((2, 5, 50, 70), "float", ("runs",)),
                                                ((2, 7, 500, 90), "float", ("pair", "runs"))])
 def test_ddtree_with_the_pair_and_runs_kernels_equals_the_heap_and_xla(case, kind, kernels, monkeypatch):
     """Every depth's selection in pair_select (PAIR_KERNEL_FROM = 1) and / or the final one in
-    runs_select (RUNS_KERNEL_FROM = 1): the heap's tree, and the same arrays as XLA's
-    selections build."""
+    runs_select (RUNS_KERNEL_FROM = 1): the same arrays as XLA's selections build (and, once,
+    the heap's tree directly)."""
     batch, depth, vocab, budget = case
     backend = jax.default_backend()
     x = jnp.asarray(make_logp(kind, (batch, depth, vocab), sum(case)))
@@ -113,7 +113,8 @@ def test_ddtree_with_the_pair_and_runs_kernels_equals_the_heap_and_xla(case, kin
     assert {c[0] for c in calls} == set(kernels) and {c[1] for c in calls} == {impl}
     for f in dataclasses.fields(want):
         np.testing.assert_array_equal(np.asarray(getattr(got, f.name)), np.asarray(getattr(want, f.name)), f.name)
-    check_ddtree_against_heap(case, kind, seed=sum(case), fresh_trace=True)
+    if kind == "ties":  # XLA's selections build the heap's tree (test_trees); one direct check here
+        check_ddtree_against_heap(case, kind, seed=sum(case), fresh_trace=True)
 
 
 def test_pair_select_triton_lowering_verifies(monkeypatch):
