@@ -794,13 +794,6 @@ def test_vocab_top_k_settings_use_the_pallas_stage_only_for_short_keeps(monkeypa
     monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
                         dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64))
     assert ddtree._vocab_top_k_settings(256) == (128, None, "threshold")
-    # the pruned kernel where every chunk keeps all K and K <= chunks, else the threshold kernel
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=128, keep=64, keep_from_k=512, stage1="pruned_interpret"))
-    assert ddtree._vocab_top_k_settings(64) == (128, None, "pruned_interpret")
-    assert ddtree._vocab_top_k_settings(128) == (128, None, "pruned_interpret")
-    assert ddtree._vocab_top_k_settings(256) == (128, None, "threshold_interpret")
-    assert ddtree._vocab_top_k_settings(1024) == (128, 64, "threshold_interpret")
 
 
 @pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
@@ -912,17 +905,3 @@ def test_ddtree_equals_heap_with_the_threshold_second_stage(kind, monkeypatch):
                         dict(chunks=16, keep=64, keep_from_k=512, stage1="threshold_interpret", stage2_max_k=64))
     assert ddtree._stage2(40) == "threshold_interpret"
     check_ddtree_against_heap((1, 15, 4000, 40), kind, seed=23, fresh_trace=True)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("budget,stage2", [(40, dict(stage2_max_k=64)), (60, dict(stage2_select=True))])
-def test_ddtree_equals_heap_with_the_pruned_first_stage(kind, budget, stage2, monkeypatch):
-    """The vocabulary top-k's first stage by the pruned kernel (every chunk's entries >= the
-    K-th largest chunk maximum, fillers elsewhere), then the threshold or the select second
-    stage, builds the heap's tree."""
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=64, keep=64, keep_from_k=512, stage1="pruned_interpret", **stage2))
-    assert ddtree._vocab_top_k_settings(budget)[2] == "pruned_interpret"
-    check_ddtree_against_heap((2, 15, 4000, budget), kind, seed=31, fresh_trace=True)

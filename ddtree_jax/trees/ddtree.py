@@ -420,10 +420,10 @@ VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshol
 def stage1_setting(text: str) -> dict:
     """The VOCAB_TOPK fields that a first-stage setting ("threshold:r4w2", ...) names."""
     name, _, opts = text.partition(":")
-    one_of("xla", "pallas", "threshold", "pruned")(name)
+    one_of("xla", "pallas", "threshold")(name)
     m = re.fullmatch(r"(?:r(\d+))?(?:w(\d+))?", opts)
     if not m or (name == "xla" and opts) or (name == "pallas" and m.group(1)):
-        raise ValueError("options follow a kernel's name as :rBITSwWARPS (threshold, pruned) or :wWARPS")
+        raise ValueError("options follow a kernel's name as :rBITSwWARPS (threshold) or :wWARPS")
     bits, warps = m.groups()
     if bits and int(bits) not in RADIX_BITS:
         raise ValueError(f"radix bits are one of {', '.join(map(str, RADIX_BITS))}")
@@ -453,9 +453,6 @@ def _vocab_top_k_settings(k: int) -> tuple[int | None, int | None, str]:
     stage1 = cfg.get("stage1", "xla")
     if stage1.startswith("pallas") and min(k, keep or k) > cfg.get("pallas_keep_max", k):
         stage1 = "xla"      # the extraction kernel's work grows with keep; the threshold's does not
-    if stage1.startswith("pruned") and (keep is not None or k > cfg["chunks"]):
-        # the chunk maxima bound the K-th value only where a chunk keeps all K and K <= chunks
-        stage1 = stage1.replace("pruned", "threshold")
     return cfg["chunks"], keep, stage1
 
 
