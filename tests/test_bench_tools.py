@@ -120,6 +120,25 @@ def test_bench_tree_setting_rows(tmp_path, flag, values, table, suffixes):
             bench_tree.main([flag, "bits"])
 
 
+def test_probe_topk_smoke(tmp_path, monkeypatch):
+    """bench.probe_topk's stripped-down first-stage kernels run (interpret mode here), write
+    their rows, lower for CUDA and verify; an unknown variant is a usage error."""
+    from bench import probe_topk
+    from test_kernels import _verified_triton_modules
+
+    assert probe_topk.main(["--vocab", "1000", "--rows", "2", "--chunks", "8", "--keep", "8", "--inner", "1",
+                            "--repeats", "1", "--no-trace", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "probe_topk.json").read_text())["results"]
+    assert [r["variant"] for r in rows] == list(probe_topk.VARIANTS) and all(r["ms"] > 0 for r in rows)
+    with pytest.raises(SystemExit):
+        probe_topk.main(["--variants", "sort"])
+    modules = _verified_triton_modules(monkeypatch)
+    for variant in probe_topk.VARIANTS:
+        jax.jit(lambda x: probe_topk.probe(x, 128, 64, variant)).trace(
+            jax.ShapeDtypeStruct((15, 151936), jnp.float32)).lower(lowering_platforms=("cuda",))
+    assert len(modules) == len(probe_topk.VARIANTS) and all(m.operation.verify() for m in modules)
+
+
 def test_check_tree_smoke(capsys):
     """bench.check_tree (the device check of the tree build's fast paths) with the GPU's
     settings in interpret mode: every build equals plain XLA's, exit 0."""
