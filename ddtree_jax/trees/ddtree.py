@@ -112,7 +112,7 @@ GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fr
 # 0.119 / 0.123 / 0.188 ms against XLA's 0.116 / 0.130 / 0.131 at B = 16 / 32 / 64; DDTree-64
 # rounds 6.137 / 6.143 ms a call with it against 6.077 / 6.076 without, DDTree-16 5.783 against
 # 5.806 (one pair, within noise). Still off. Its counts now add into one accumulator reduced once
-# (as rank_select's, which that made 3x faster): untimed (bench/gpu_next_s19a.sh times it).
+# (as rank_select's, which that made 3x faster): untimed (no device time for it in sessions 17-18).
 # DDTREE_BEAM_KERNEL_MAX=N in the environment sets every backend (e.g. 64 for B <= 16).
 BEAM_KERNEL_MAX: dict[str, int] = env_setting("DDTREE_BEAM_KERNEL_MAX", whole_number, {})
 # Warps of the kernel's program (DDTREE_BEAM_KERNEL_WARPS=N in the environment; untimed: 8).
