@@ -25,6 +25,11 @@ build never makes it); -inf and signed zeros are (float `>`: -0.0 == +0.0). Prec
 and lp non-increasing under `>` (the tree build's beams and ranked log-probs are), row_len
 non-increasing.
 
+Status (H200, session 18, bench/RESULTS.md): the GPU default from 100 candidates a depth
+(`ddtree.PAIR_KERNEL_FROM`) with TI = 16, A = 32 and 4 warps: 7.2 us a depth at B = 1024 (rank_select
+12.5 us plus XLA's gathers), 2.5 us at B = 64; the whole build at B = 1024 0.382 -> 0.231 ms with
+runs_select for the final selection.
+
 Masked-off scatter lanes point at slot 0 on the GPU (a masked store writes nothing); interpret mode
 writes masked lanes back, so there the outputs have one spare slot past n for them, which the
 wrapper cuts off (on the GPU that cut cost a copy kernel, ~4 us: runs_select's note).

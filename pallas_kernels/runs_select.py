@@ -26,7 +26,9 @@ with the reference; at B = 1024's final shape (14 runs, 14.3k entries, n = 1024,
 5.5 us with the defaults TI = 32, 8 warps (rank_select: 44 us + a 4 us copy). Other tiles
 measured 5.3-7 us (TI 16-64, 4-16 warps), slower with 2 warps or TI = 256 (16-47 us); the
 floor is likely the chain of ~11 dependent gathers. B = 256 / 512-like shapes: 3.3 / 4.0 us.
-One stage (the kernel has no loop to pipeline). Not timed inside the tree build.
+One stage (the kernel has no loop to pipeline). In the tree build (s18_1, bench_tree --trace) the
+GPU default from 1000 entries (`ddtree.RUNS_KERNEL_FROM`): the build at B = 1024 0.382 -> 0.336 ms
+with session 17's depth selections, 0.306 -> 0.264 with pair_select's.
 
 Masked-off scatter lanes point at slot 0 on the GPU (a masked store writes nothing); interpret
 mode writes masked lanes back, so there the outputs have one spare slot past n for them, which
