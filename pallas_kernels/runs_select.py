@@ -21,8 +21,8 @@ Order: that of `rank_select_reference` (the float comparison: -0.0 == +0.0 in ei
 non-increasing under float `>`: unchecked (an unsorted run gives wrong ranks, not an error). NaN
 scores are not supported.
 
-Status (H200, jax 0.11.2, one-off profiler measurements by a helper, recorded in bench/RESULTS.md session 18): bit-exact
-with the reference; at B = 1024's final shape (14 runs, 14.3k entries, n = 1024, two payloads)
+Status (H200, jax 0.11.2, a helper's one-off profiler measurements, in bench/RESULTS.md session
+18): bit-exact with the reference; at B = 1024's final shape (14 runs, 14.3k entries, n = 1024, two payloads)
 5.5 us with the defaults TI = 32, 8 warps (rank_select: 44 us + a 4 us copy). Other tiles
 measured 5.3-7 us (TI 16-64, 4-16 warps), slower with 2 warps or TI = 256 (16-47 us); the
 floor is likely the chain of ~11 dependent gathers. B = 256 / 512-like shapes: 3.3 / 4.0 us.
