@@ -215,14 +215,20 @@ RANK_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_RANK_KERNEL_TILE", rank_
                                                 {"gpu": dict(ti=32, tj=256, num_warps=8)})
 
 
-def _rank_kernel(p: int) -> dict | None:
-    """rank_select's keyword arguments for a selection over p entries (impl "pallas", or off the
-    GPU "pallas_interpret", and the backend's RANK_KERNEL_TILE), or None where it does not run."""
+def _kernel_options(start_from: dict, tiles: dict, p: int) -> dict | None:
+    """A selection kernel's keyword arguments for p entries where this backend's `start_from`
+    setting turns it on (impl "pallas", or off the GPU "pallas_interpret", and the backend's
+    launch options from `tiles`), or None where it does not run."""
     backend = jax.default_backend()
-    start = RANK_KERNEL_FROM.get(backend, 0)
+    start = start_from.get(backend, 0)
     if not start or p < start:
         return None
-    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret", **RANK_KERNEL_TILE.get(backend, {}))
+    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret", **tiles.get(backend, {}))
+
+
+def _rank_kernel(p: int) -> dict | None:
+    """rank_select's keyword arguments for a selection over p entries, or None."""
+    return _kernel_options(RANK_KERNEL_FROM, RANK_KERNEL_TILE, p)
 
 
 # Per backend: the candidate count P from which a depth's selection runs in
@@ -256,12 +262,8 @@ PAIR_KERNEL_TILE: dict[str, dict] = env_setting("DDTREE_PAIR_KERNEL_TILE", pair_
 
 
 def _pair_kernel(p: int) -> dict | None:
-    """pair_select's keyword arguments for a depth of p candidates, or None where it does not run."""
-    backend = jax.default_backend()
-    start = PAIR_KERNEL_FROM.get(backend, 0)
-    if not start or p < start:
-        return None
-    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret", **PAIR_KERNEL_TILE.get(backend, {}))
+    """pair_select's keyword arguments for a depth of p candidates, or None."""
+    return _kernel_options(PAIR_KERNEL_FROM, PAIR_KERNEL_TILE, p)
 
 
 # Per backend: the entry count T over all depths from which the final selection runs in
@@ -280,11 +282,7 @@ RUNS_KERNEL_FROM: dict[str, int] = env_setting("DDTREE_RUNS_KERNEL_FROM", whole_
 
 def _runs_kernel(t: int) -> dict | None:
     """runs_select's keyword arguments for a final selection over t entries, or None."""
-    backend = jax.default_backend()
-    start = RUNS_KERNEL_FROM.get(backend, 0)
-    if not start or t < start:
-        return None
-    return dict(impl="pallas" if backend == "gpu" else "pallas_interpret")
+    return _kernel_options(RUNS_KERNEL_FROM, {}, t)
 
 
 def _row_lengths(pairs: list[tuple[int, int]]) -> tuple[int, ...]:
@@ -648,8 +646,8 @@ def _beams_xla(vals: Array, toks: Array, w: int, plan: list) -> tuple[list, list
     score = vals[:, 0, :w]
     scores, parents, tokens = [score], [jnp.full((batch, w), -1, jnp.int32)], [toks[:, 0, :w]]
     for d, (_, pairs, n_sel) in enumerate(plan, start=1):
-        rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
         pair_kernel, kernel = _pair_kernel(len(pairs)), _rank_kernel(len(pairs))
+        rows, cols = (np.asarray(x, np.int32) for x in zip(*pairs))
         if pair_kernel:
             # The arrays in place (the depth as an index, depth 1's beam as row 0 of vals): no
             # XLA copies of their slices in front of the kernel.
