@@ -29,6 +29,7 @@ from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
 from pallas_kernels import norm_impl_for
+from pallas_kernels.tree_attention import verify_rows
 from pallas_kernels.matmul import compiled_with, matmul
 
 
@@ -181,11 +182,33 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
     """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the new K/V."""
     pos = state.length[:, None] + tree.depths
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
+    t = tree.tokens.shape[1]
+    rows = verify_rows(t, tcfg.num_heads, tcfg.num_kv_heads, tcfg.head_dim, tparams["embed"].dtype,
+                       spec.attn_impl)
+    tokens, pos, mask = pad_verify_rows(tree.tokens, pos, tree.ancestor_mask, rows)
     with _products(spec, dcfg):
-        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length,
-                                           tree.ancestor_mask, taps=taps, attn_impl=spec.attn_impl,
-                                           matmul_impl=spec.matmul_impl)
+        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, state.cache, state.length, mask, taps=taps,
+                                           attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
+        # Padding rows' hidden states are dropped here; their taps and K/V are never read (commit
+        # gathers the accepted path's rows only).
+        h = h[:, :t]
         return tmodel.lm_head(tparams, tcfg, h, impl=spec.matmul_impl), tapped, new_kv
+
+
+def pad_verify_rows(tokens: jax.Array, pos: jax.Array, mask: jax.Array, rows: int):
+    """The verify's inputs grown from T to `rows` rows (pallas_kernels.verify_rows): a padding row
+    repeats the last token and position and sees only itself, and no real row sees it, so the
+    real rows' attention, and with it every real output, is what it was."""
+    bt, t = tokens.shape
+    if rows == t:
+        return tokens, pos, mask
+    extra = rows - t
+    tokens = jnp.pad(tokens, ((0, 0), (0, extra)), mode="edge")
+    pos = jnp.pad(pos, ((0, 0), (0, extra)), mode="edge")
+    idx = jnp.arange(rows)
+    self_only = (idx[:, None] == idx[None, :]) & (idx[:, None] >= t)
+    mask = jnp.pad(mask, ((0, 0), (0, extra), (0, extra))) | self_only[None]
+    return tokens, pos, mask
 
 
 def commit_stage(

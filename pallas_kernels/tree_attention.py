@@ -58,6 +58,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision, attention_reference, check_attention_shapes
+from . import tree_attention_mgpu as mgpu
 from .tables import read_device_table, table_path
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
@@ -68,6 +69,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
     "KernelConfig", "default_config", "tuned_attention_config", "launch_plan", "LaunchPlan",
+    "verify_rows",
 ]
 
 _LOG2E = math.log2(math.e)
@@ -602,7 +604,7 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
 
 # ----------------------------------------------------------------------------- dispatch
 
-_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
+_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret", "mosaic", "mosaic_interpret")
 
 
 def auto_impl_for_kind(device_kind: str, platform: str = "gpu",
@@ -644,6 +646,18 @@ def available_impls(device=None) -> tuple[str, ...]:
     return tuple(names)
 
 
+def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl: str = "auto") -> int:
+    """How many rows a verify pass of T tree tokens should run with the engine's attention
+    ``impl``: T, or T rounded up to 8 where that lets "auto" take the Mosaic GPU kernel, whose
+    TMA boxes need T % 8 == 0 (the engine pads the tree with rows that see only themselves).
+    "mosaic" is not an engine-wide impl (the drafter's windows and decode are not its shapes):
+    "auto" picks it per call."""
+    if impl != "auto" or auto_impl() != "pallas":
+        return t
+    mult = mgpu.row_multiple(t, q_heads, kv_heads, head_dim, dtype)
+    return -(-t // mult) * mult
+
+
 def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
               kv_start=None, impl: str = "auto", config: KernelConfig | None = None):
     """Attention of T new tokens over a committed prefix plus themselves.
@@ -653,17 +667,26 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     new_mask bool[Bt, T, T] (row i may see new key j; each row must allow itself);
     kv_start int32[Bt] or None (first visible prefix position, for sliding windows).
     Query head h uses kv head h // (Hq // Hkv). Softmax in float32. Returns [Bt, T, Hq, Dh]
-    in q.dtype. impl: "auto" | "xla" | "pallas" (= "triton") | "pallas_interpret".
+    in q.dtype. impl: "auto" | "xla" | "pallas" (= "triton") | "pallas_interpret" | "mosaic"
+    (the Mosaic GPU kernel, Hopper only; tree_attention_mgpu.py) | "mosaic_interpret". "auto" takes
+    the Mosaic GPU kernel where tree_attention_mgpu.wanted(T) says so (see verify_rows).
     """
     if impl not in _IMPLS:
         raise ValueError(f"unknown attention impl {impl!r}; choose one of {_IMPLS}")
     if impl == "auto":
         impl = auto_impl()
-        if impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
+        if impl == "pallas" and mgpu.wanted(q.shape[1]) and not mgpu.mgpu_unsupported(
+                q, k_cache, kv_start, mgpu.env_config()):
+            impl = "mosaic"
+        elif impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
             impl = "xla"
     if impl == "xla":
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
                                    scale=scale, kv_start=kv_start)
+    if impl in ("mosaic", "mosaic_interpret"):
+        return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
+                                   scale=scale, kv_start=kv_start, config=mgpu.env_config(),
+                                   interpret=impl == "mosaic_interpret")
     return attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
                             kv_start=kv_start, interpret=(impl == "pallas_interpret"),
                             config=config)

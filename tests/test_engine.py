@@ -93,6 +93,29 @@ def test_gpu_selection_kernels_inside_the_round_are_lossless(pair, ar_tokens, mo
     assert max(a for r in got for a in r.acceptance_lengths) > 2     # side branches were taken
 
 
+def test_padded_verify_rows_are_lossless(pair, ar_tokens, monkeypatch):
+    """The verify grown to a multiple of 8 rows (what the Mosaic GPU attention kernel needs:
+    engine.pad_verify_rows): padding rows see only themselves and are dropped before the head, so
+    the AR tokens come out, through side branches. Budget 41 (42 slots -> 48 rows) is used by no
+    other test, so the round is traced afresh with the padding."""
+    import jax.numpy as jnp
+
+    from ddtree_jax import engine
+
+    seen = []
+    monkeypatch.setattr(engine, "verify_rows", lambda t, *a: seen.append(t) or -(-t // 8) * 8)
+    oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
+    got = Generator(pair, method="ddtree", budget=41, oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    assert 42 in seen
+    assert [r.token_ids for r in got] == ar_tokens
+    assert max(a for r in got for a in r.acceptance_lengths) > 2
+    tokens, pos, mask = engine.pad_verify_rows(jnp.array([[4, 5, 6]]), jnp.array([[9, 10, 10]]),
+                                               jnp.array([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], bool), 5)
+    assert tokens.tolist() == [[4, 5, 6, 6, 6]] and pos.tolist() == [[9, 10, 10, 10, 10]]
+    assert mask[0].astype(int).tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0],
+                                            [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]]
+
+
 def test_oracle_drafter_accepted_to_full_depth(pair, ar_tokens):
     depth = pair.drafter_cfg.depth
     oracle = oracle_params(pair, PROMPTS, MAX_NEW)

@@ -1,0 +1,88 @@
+"""The Mosaic GPU verify-attention kernel against the Triton one, alone: exactness and device time.
+
+    python -m bench.bench_mgpu --ts 72,264 --prefixes 512,4096 --configs 64x3w2,64x3w1 \
+        --out bench/results/mgpu
+
+For each tree size T (a multiple of 8: the engine pads the verify to one) and committed prefix,
+on a DDTree-like random tree mask with Qwen3-8B's heads (32 q heads, 8 kv heads, Dh 128, bf16):
+the relative error of each kernel against the XLA reference (with the cache's stale tail
+poisoned with NaN, and a ragged cache_len), then each kernel's device time per call by the
+profiler (a chain of calls whose caches rotate over >= 160 MB, as a forward's layers read their
+own caches). Configs are ``BKxSTAGESwWGS`` (tree_attention_mgpu.MgpuConfig); ``triton`` is the
+engine's Triton kernel at its tuned tiles. Writes mgpu.json under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+from bench.bench_kernels import int_list, make_case, rel_err, trace_chain
+from pallas_kernels import attention
+from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
+
+
+def parse_config(text: str) -> MgpuConfig | None:
+    if text == "triton":
+        return None
+    bk, rest = text.split("x")
+    st, w = rest.split("w")
+    return MgpuConfig(block_k=int(bk), stages=int(st), compute_wgs=int(w))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_mgpu", description=__doc__.splitlines()[0])
+    ap.add_argument("--ts", default="72,264", type=int_list)
+    ap.add_argument("--prefixes", default="512,4096", type=int_list)
+    ap.add_argument("--configs", default="triton,64x3w2,64x3w1")
+    ap.add_argument("--inner", type=int, default=36)
+    ap.add_argument("--cold-mb", type=int, default=160)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    bad = [t for t in args.ts if t % 8]
+    if bad:
+        ap.error(f"--ts {bad}: the Mosaic GPU kernel takes T a multiple of 8 (the engine pads to one)")
+    configs = args.configs.split(",")
+    hq, hkv, dh, dtype = 32, 8, 128, jnp.bfloat16
+    rows = []
+    for t in args.ts:
+        for p in args.prefixes:
+            s = p + 512
+            ragged = p - 3
+            case = make_case(jax.random.key(t + p), bt=1, t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype,
+                             cache_len=[ragged], poison=True)
+            ref = attention(*case, scale=dh**-0.5, impl="xla")
+            timed = make_case(jax.random.key(t + p + 1), bt=1, t=t, s=s, hq=hq, hkv=hkv, dh=dh,
+                              dtype=dtype, cache_len=[p])
+            for name in configs:
+                cfg = parse_config(name)
+                if cfg is None:
+                    fn = functools.partial(attention, scale=dh**-0.5, impl="pallas")
+                else:
+                    fn = functools.partial(attention_mgpu, scale=dh**-0.5, config=cfg)
+                row = dict(t=t, prefix=p, config=name)
+                try:
+                    out = jax.jit(fn)(*case)
+                    row["rel_err"] = rel_err(out, ref)
+                    row["nan"] = bool(jnp.isnan(out.astype(jnp.float32)).any())
+                    tr = trace_chain(fn, timed, inner=args.inner, cold_bytes=args.cold_mb << 20)
+                    row.update(busy_us=tr.get("busy_us"), span_us=tr.get("span_us"),
+                               launches=tr.get("launches"), kernels_us=tr.get("kernels_us"))
+                except Exception as e:  # noqa: BLE001 - a config that fails is reported, not fatal
+                    row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if args.out:
+                    os.makedirs(args.out, exist_ok=True)
+                    with open(os.path.join(args.out, "mgpu.json"), "w") as f:
+                        json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

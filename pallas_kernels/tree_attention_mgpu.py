@@ -1,0 +1,417 @@
+"""Tree-verify attention for Hopper as one Mosaic GPU kernel: TMA loads, wgmma, warp specialization.
+
+Why a second kernel beside the Triton one (tree_attention.py): at T = 257 tree tokens the verify
+attention is FLOP-bound (4 * Hq * T * Dh FLOP per key against 4 * Hkv * Dh bytes), and the
+Triton kernel spent ~26 us a layer there against a ~4 us FLOP floor (bench/RESULTS.md, session
+12): one warpgroup a program runs its products, its softmax and its gathered loads one after the
+other. Here each CTA has one *memory* warpgroup that streams K/V tiles (and the tree mask's
+tiles) into shared memory by TMA, ``stages`` steps ahead, and ``compute_wgs`` warpgroups that
+each own 64 folded query rows and run wgmma products from shared memory, so loads, tensor-core
+work and the softmax of the other warpgroup overlap.
+
+Layout (the same contract as :func:`pallas_kernels.attention`):
+
+* GQA fold: the G query heads of one kv head share every K/V tile. A warpgroup's 64 rows are
+  ``TB = 64 / G`` tree tokens times G heads, head-major: row ``gi * TB + tl`` is token
+  ``m * TB + tl`` of query head ``h * G + gi`` (m: the warpgroup's row block). Its q tile is G
+  TMA boxes ``q[b, m*TB : m*TB+TB, h*G + gi, :]`` (rows past T come in as zeros) and its output
+  goes back the same way (TMA stores clip rows past T).
+* Keys: first the committed prefix ``k_cache[b, h, 0:cache_len]`` in ``block_k`` steps (the
+  step count is traced), then the T new keys. The prefix's last block may run past cache_len:
+  its scores are masked by position and its V rows zeroed in shared memory before the product,
+  so stale cache entries (even NaN or inf) never reach the output.
+* The tree mask: an XLA fusion (shared by a forward's layers) expands ``new_mask`` into the
+  folded row order as a bf16 {0, 1} array ``[Bt, NG * compute_wgs * 64, Tn]``; a new-key step
+  loads the CTA's ``[compute_wgs * 64, block_k]`` tile with the keys. A masked key gets score -1e30 and
+  probability exactly 0.
+
+Softmax in the exp2 domain, float32 statistics and accumulator, bf16 probabilities into the
+value product (as the Triton kernel and attention_reference do).
+
+CPU: the same kernel body runs in Mosaic GPU's interpret mode (``interpret=True``): TMA copies,
+barriers and the warpgroups are simulated; the two matrix products and the register layouts are
+the only parts swapped (plain dots and plain loads, since the interpreter does not take a
+transposed wgmma operand or layout casts). The CUDA lowering of the real path is checked by the
+tests too (tests/test_kernels_mgpu.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .attention_reference import check_attention_shapes
+
+try:
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+except ImportError:  # pragma: no cover - depends on the installed jax
+    plgpu = None
+
+__all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
+           "env_config", "wanted", "row_multiple"]
+
+BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
+_LOG2E = math.log2(math.e)
+_NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - inf
+
+
+# Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's
+# padding to a multiple of 8) in [lo, hi], on GPUs of compute capability 9.0 (wgmma is sm_90a
+# only). None: nowhere (not measured faster than the Triton kernel yet).
+AUTO_T_RANGE: tuple[int, int] | None = None
+# Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs as "BKxSTAGESwWGS" (64x3w2).
+RANGE_ENV = "DDTREE_MGPU_ATTENTION"
+CONFIG_ENV = "DDTREE_MGPU_CONFIG"
+
+
+@dataclasses.dataclass(frozen=True)
+class MgpuConfig:
+    """Static knobs of the Mosaic GPU attention kernel."""
+    block_k: int = 64        # keys a step (K, V and mask tiles)
+    stages: int = 3          # K/V tiles in flight (shared memory ring)
+    compute_wgs: int = 2     # 64-row blocks (compute warpgroups) a CTA
+
+    def smem_bytes(self, dh: int, itemsize: int = 2) -> int:
+        """Shared memory of one CTA: q/o tiles, the K/V ring and the mask ring."""
+        q = self.compute_wgs * BLOCK_M * dh
+        kv = 2 * self.stages * self.block_k * dh
+        mask = self.stages * self.compute_wgs * BLOCK_M * self.block_k
+        return (q + kv + mask) * itemsize
+
+
+def auto_t_range() -> tuple[int, int] | None:
+    """The T range that impl="auto" gives this kernel ($DDTREE_MGPU_ATTENTION, else
+    AUTO_T_RANGE); ValueError on a malformed setting."""
+    raw = os.environ.get(RANGE_ENV, "").strip()
+    if not raw:
+        return AUTO_T_RANGE
+    if raw == "off":
+        return None
+    m = re.fullmatch(r"(\d+)-(\d+)", raw)
+    if not m or int(m[1]) > int(m[2]):
+        raise ValueError(f"${RANGE_ENV}={raw!r}: give 'off' or a tree-size range LO-HI (e.g. 64-1032)")
+    return int(m[1]), int(m[2])
+
+
+def env_config() -> MgpuConfig:
+    """The kernel's knobs ($DDTREE_MGPU_CONFIG as BKxSTAGESwWGS, else the defaults)."""
+    raw = os.environ.get(CONFIG_ENV, "").strip()
+    if not raw:
+        return MgpuConfig()
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)", raw)
+    if not m:
+        raise ValueError(f"${CONFIG_ENV}={raw!r}: give BKxSTAGESwWGS, e.g. 64x3w2")
+    return MgpuConfig(block_k=int(m[1]), stages=int(m[2]), compute_wgs=int(m[3]))
+
+
+def _is_sm90(device) -> bool:
+    return device.platform in ("gpu", "cuda") and str(getattr(device, "compute_capability", "")) == "9.0"
+
+
+def wanted(t: int, device=None) -> bool:
+    """Whether impl="auto" should run this kernel for T new tokens on `device` (shape support
+    is checked separately: mgpu_unsupported)."""
+    device = device or jax.devices()[0]
+    rng = auto_t_range()
+    return plgpu is not None and rng is not None and _is_sm90(device) and rng[0] <= t <= rng[1]
+
+
+def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, device=None) -> int:
+    """What the verify's row count T should be rounded up to so that impl="auto" runs this
+    kernel: 8 where it would (the kernel's TMA boxes need T % 8 == 0), else 1."""
+    tp = -(-t // 8) * 8
+    if not wanted(tp, device):
+        return 1
+    q = jax.ShapeDtypeStruct((1, tp, q_heads, head_dim), dtype)
+    kc = jax.ShapeDtypeStruct((1, kv_heads, 8, head_dim), dtype)
+    return 1 if mgpu_unsupported(q, kc, None, env_config()) else 8
+
+
+def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None) -> str | None:
+    """Why the Mosaic GPU kernel cannot take these inputs (None if it can)."""
+    cfg = config or MgpuConfig()
+    if plgpu is None:
+        return "this jax has no Mosaic GPU Pallas module"
+    if kv_start is not None:
+        return "sliding windows (kv_start) are not implemented in the Mosaic GPU kernel"
+    if jnp.dtype(q.dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return f"dtype {q.dtype} (wgmma takes bf16 / f16 here)"
+    bt, t, hq, dh = q.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    if dh not in (64, 128):
+        return f"head dim {dh} (64 or 128)"
+    if BLOCK_M % g or (BLOCK_M // g) % 8:
+        return f"{g} query heads per kv head (the fold needs 64 / G to be a multiple of 8: G <= 8)"
+    if cfg.block_k not in (64, 128) or cfg.stages < 2 or cfg.compute_wgs not in (1, 2):
+        return f"config {cfg} (block_k 64 / 128, stages >= 2, compute_wgs 1 / 2)"
+    if cfg.smem_bytes(dh) > 220 * 1024:
+        return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
+    if t < 8 or t % 8:
+        return (f"T = {t} new tokens (TMA boxes of the tiled q / K / V need T to be a multiple of 8; "
+                "the engine pads a tree's verify rows to one: verify_rows)")
+    return None
+
+
+def _groups(t: int, g: int, cfg: MgpuConfig) -> tuple[int, int, int]:
+    """(tokens a row block TB, row blocks, CTAs a (batch row, kv head) NG)."""
+    tb = BLOCK_M // g
+    blocks = pl.cdiv(t, tb)
+    return tb, blocks, pl.cdiv(blocks, cfg.compute_wgs)
+
+
+def fold_mask(new_mask, g: int, cfg: MgpuConfig, dtype=jnp.bfloat16):
+    """bool [Bt, T, T] -> {0, 1} [Bt, NG * compute_wgs * 64, Tn] in the kernel's folded row order.
+
+    Row ``gi * TB + tl`` of row block ``m = n * compute_wgs + w`` holds new_mask[b, m*TB + tl]
+    (every head gi of a token sees the same keys); rows past T and keys past T are 0. Tn is T
+    rounded up to block_k. One XLA fusion of new_mask alone, so a forward's layers share it.
+    """
+    bt, t, _ = new_mask.shape
+    tb, _, ng = _groups(t, g, cfg)
+    rows = ng * cfg.compute_wgs * tb
+    tn = pl.cdiv(t, cfg.block_k) * cfg.block_k
+    m = jnp.pad(new_mask, ((0, 0), (0, rows - t), (0, tn - t))).astype(dtype)
+    m = m.reshape(bt, ng, cfg.compute_wgs, 1, tb, tn)
+    m = jnp.broadcast_to(m, (bt, ng, cfg.compute_wgs, g, tb, tn))
+    return m.reshape(bt, ng * cfg.compute_wgs * BLOCK_M, tn)
+
+
+def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
+            q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free, *,
+            t: int, g: int, scale: float, cfg: MgpuConfig, interpret: bool):
+    """One CTA: (row-block group n, kv head h, batch row b), warpgroups 0..compute_wgs-1 compute,
+    warpgroup compute_wgs loads."""
+    bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
+    seq, dh = k_ref.shape[2], k_ref.shape[3]
+    tb = BLOCK_M // g
+    n, h, b = lax.axis_index("n"), lax.axis_index("h"), lax.axis_index("b")
+    wg = lax.axis_index("wg")
+    cache_len = jnp.clip(len_ref[b], 0, seq)
+    n_pre = lax.div(cache_len + (bk - 1), bk)     # prefix steps (the last one may be ragged)
+    n_full = lax.div(cache_len, bk)                # prefix steps with every key valid
+    n_new = pl.cdiv(t, bk)
+    dt = q_ref.dtype
+
+    def slot_of(j):
+        return lax.rem(j, jnp.int32(stages))
+
+    # --------------------------------------------------------------------- memory warpgroup
+    @pl.when(wg == nwg)
+    def _memory():
+        if nwg == 2 and not interpret:
+            plgpu.set_max_registers(40, action="decrease")
+
+        def issue(j, carry):
+            slot = slot_of(j)
+
+            @pl.when(j >= stages)
+            def _():
+                plgpu.barrier_wait(k_free.at[slot])     # step j - stages is done with the slot
+
+            @pl.when(j < n_pre)
+            def _():
+                rows = pl.ds(j * bk, bk)
+                plgpu.copy_gmem_to_smem(k_ref.at[b, h, rows], k_smem.at[slot], k_bar.at[slot])
+
+            @pl.when(j >= n_pre)
+            def _():
+                jn = j - n_pre
+                rows = pl.ds(jn * bk, bk)
+                plgpu.copy_gmem_to_smem(kn_ref.at[b, rows, h], k_smem.at[slot], k_bar.at[slot])
+                plgpu.copy_gmem_to_smem(
+                    mask_ref.at[b, pl.ds(n * (nwg * BLOCK_M), nwg * BLOCK_M), pl.ds(jn * bk, bk)],
+                    m_smem.at[slot], m_bar.at[slot])
+
+            @pl.when(j >= stages)
+            def _():
+                plgpu.barrier_wait(v_free.at[slot])
+
+            @pl.when(j < n_pre)
+            def _():
+                rows = pl.ds(j * bk, bk)
+                plgpu.copy_gmem_to_smem(v_ref.at[b, h, rows], v_smem.at[slot], v_bar.at[slot])
+
+            @pl.when(j >= n_pre)
+            def _():
+                rows = pl.ds((j - n_pre) * bk, bk)
+                plgpu.copy_gmem_to_smem(vn_ref.at[b, rows, h], v_smem.at[slot], v_bar.at[slot])
+            return carry
+
+        total = n_pre + n_new
+        lax.fori_loop(0, total, issue, None)
+
+        # Wait out the last steps' releases too: a barrier phase nobody waits for is harmless on
+        # the GPU, but the interpreter checks that every waiter saw every phase.
+        def drain(j, carry):
+            plgpu.barrier_wait(k_free.at[slot_of(j)])
+            plgpu.barrier_wait(v_free.at[slot_of(j)])
+            return carry
+
+        lax.fori_loop(jnp.maximum(total - stages, 0), total, drain, None)
+
+    # -------------------------------------------------------------------- compute warpgroups
+    @pl.when(wg < nwg)
+    def _compute():
+        if nwg == 2 and not interpret:
+            plgpu.set_max_registers(232, action="increase")
+        blk = n * nwg + wg
+        qs = q_smem.at[wg]
+        for gi in range(g):
+            plgpu.copy_gmem_to_smem(q_ref.at[b, pl.ds(blk * tb, tb), h * g + gi],
+                                    qs.at[pl.ds(gi * tb, tb)], q_bar.at[wg * g + gi])
+        for gi in range(g):
+            plgpu.barrier_wait(q_bar.at[wg * g + gi])
+
+        if interpret:
+            layout = row_layout = None
+            iota = lax.broadcasted_iota
+            load = lambda ref: ref[...]                                     # noqa: E731
+            cast = lambda x, _layout: x                                     # noqa: E731
+        else:
+            layout, row_layout = plgpu.Layout.WGMMA, plgpu.Layout.WGMMA.reduce(1)
+            iota = functools.partial(plgpu.broadcasted_iota, layout=layout)
+            load = lambda ref: plgpu.load(ref, (), layout=layout)          # noqa: E731
+            cast = plgpu.layout_cast
+
+        def qk(slot):
+            if interpret:
+                return lax.dot_general(qs[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
+                                       preferred_element_type=jnp.float32)
+
+            def body(acc):
+                plgpu.wgmma(acc, qs, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
+                return acc[...]
+            return pl.run_scoped(body, plgpu.ACC((BLOCK_M, bk), jnp.float32))
+
+        def pv(acc, p, slot):
+            if interpret:
+                return acc + lax.dot_general(p, v_smem.at[slot][...], (((1,), (0,)), ((), ())),
+                                             preferred_element_type=jnp.float32)
+
+            def body(acc_ref):
+                plgpu.wgmma(acc_ref, p, v_smem.at[slot])
+            return pl.run_state(body)(plgpu.ACC.init(acc))
+
+        def rowb(x, shape):
+            return lax.broadcast_in_dim(x, shape, [0])
+
+        qk_scale = scale * _LOG2E
+
+        def step(j, carry, *, ragged: bool, new: bool):
+            """Fold key block j (prefix block j, or new-key block j - n_pre) into the carry."""
+            acc, m_i, l_i = carry
+            slot = slot_of(j)
+            plgpu.barrier_wait(k_bar.at[slot])
+            if new:
+                plgpu.barrier_wait(m_bar.at[slot])
+                keep = load(m_smem.at[slot, pl.ds(wg * BLOCK_M, BLOCK_M)]) > 0.5
+            s = qk(slot) * qk_scale
+            plgpu.barrier_arrive(k_free.at[slot])
+            if new:
+                s = jnp.where(keep, s, _NEG)
+            elif ragged:
+                cols = iota(jnp.int32, (BLOCK_M, bk), 1)
+                s = jnp.where(cols < cache_len - j * bk, s, _NEG)
+            m_new = jnp.maximum(m_i, s.max(axis=1))
+            alpha = jnp.exp2(m_i - m_new)
+            p = jnp.exp2(s - rowb(m_new, s.shape))
+            if new:
+                # A tile may hold no key some row sees: then m_new can be _NEG too.
+                p = jnp.where(keep, p, 0.0)
+            l_new = alpha * l_i + p.sum(axis=1)
+            acc = acc * rowb(alpha, acc.shape)
+            plgpu.barrier_wait(v_bar.at[slot])
+            if ragged:
+                # V rows at or past cache_len may hold anything (NaN, inf): 0 * NaN is NaN.
+                vs = v_smem.at[slot]
+                vrows = iota(jnp.int32, (bk, dh), 0)
+                vals = load(vs)
+                vs[...] = jnp.where(vrows < cache_len - j * bk, vals, jnp.zeros_like(vals))
+                plgpu.commit_smem()
+            acc = pv(acc, p.astype(dt), slot)
+            plgpu.barrier_arrive(v_free.at[slot])
+            return acc, m_new, l_new
+
+        carry = (cast(jnp.zeros((BLOCK_M, dh), jnp.float32), layout),
+                 cast(jnp.full((BLOCK_M,), _NEG, jnp.float32), row_layout),
+                 cast(jnp.zeros((BLOCK_M,), jnp.float32), row_layout))
+        carry = lax.fori_loop(0, n_full, functools.partial(step, ragged=False, new=False), carry)
+        carry = lax.fori_loop(n_full, n_pre, functools.partial(step, ragged=True, new=False),
+                              carry)
+        carry = lax.fori_loop(n_pre, n_pre + n_new, functools.partial(step, ragged=False, new=True),
+                              carry)
+        acc, _, l_i = carry
+        l_safe = jnp.where(l_i > 0.0, l_i, 1.0)       # rows past T may see nothing
+        qs[...] = (acc / rowb(l_safe, acc.shape)).astype(dt)
+        plgpu.commit_smem()
+        # Stores of 8 rows (T is a multiple of 8), each either inside the array or skipped: no
+        # store relies on TMA clipping a box.
+        for gi in range(g):
+            for r in range(0, tb, 8):
+                row0 = blk * tb + r
+                pl.when(row0 < t)(functools.partial(
+                    plgpu.copy_smem_to_gmem, qs.at[pl.ds(gi * tb + r, 8)],
+                    o_ref.at[b, pl.ds(row0, 8), h * g + gi]))
+        plgpu.wait_smem_to_gmem(0)
+
+
+def _interpret_params():
+    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+    # TMA zero-fills what lies outside an array; the interpreter does that with these two.
+    return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
+
+
+def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
+                   kv_start=None, config: MgpuConfig | None = None, interpret: bool = False):
+    """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start)."""
+    bt, t, hq, hkv, dh, s, g = check_attention_shapes(
+        q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
+    cfg = config or MgpuConfig()
+    why = mgpu_unsupported(q, k_cache, kv_start, cfg)
+    if why:
+        raise ValueError(f"the Mosaic GPU attention kernel cannot take these inputs: {why}; "
+                         "use impl='pallas' (Triton) or 'xla'")
+    dtype = q.dtype
+    _, _, ng = _groups(t, g, cfg)
+    mask = fold_mask(new_mask, g, cfg, dtype)
+    tiled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+    nwg, stages, bk = cfg.compute_wgs, cfg.stages, cfg.block_k
+    kernel = functools.partial(_kernel, t=t, g=g, scale=float(scale), cfg=cfg,
+                               interpret=interpret)
+
+    def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref):
+        pl.run_scoped(
+            lambda *scratch: kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
+                                    *scratch),
+            plgpu.SMEM((nwg, BLOCK_M, dh), dtype, transforms=tiled),
+            plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
+            plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
+            plgpu.SMEM((stages, nwg * BLOCK_M, bk), dtype, transforms=tiled),
+            plgpu.Barrier(num_barriers=nwg * g),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_arrivals=nwg, num_barriers=stages),
+            plgpu.Barrier(num_arrivals=nwg, num_barriers=stages),
+            collective_axes="wg",
+        )
+
+    return plgpu.kernel(
+        entry,
+        out_type=jax.ShapeDtypeStruct((bt, t, hq, dh), dtype),
+        grid=(ng, hkv, bt),
+        grid_names=("n", "h", "b"),
+        num_threads=nwg + 1,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(approx_math=True),
+        interpret=_interpret_params() if interpret else None,
+    )(cache_len.astype(jnp.int32), q, k_cache, v_cache, k_new, v_new, mask)

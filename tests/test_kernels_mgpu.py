@@ -1,0 +1,151 @@
+"""The Mosaic GPU tree-verify attention kernel (pallas_kernels/tree_attention_mgpu.py).
+
+On the CPU the kernel body runs in Mosaic GPU's interpret mode (TMA copies, barriers and the
+memory / compute warpgroups simulated; the two products as plain dots), against a float64
+reference, with the cache's stale tail poisoned; the real path is lowered for CUDA. The engine's
+padding of the verify rows (which this kernel needs: T % 8 == 0) is tested in test_engine.py.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import tree_attention as ta
+from pallas_kernels import tree_attention_mgpu as mgpu
+from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
+from test_kernels import make_inputs, numpy_reference, rel_err
+
+pytestmark = pytest.mark.skipif(mgpu.plgpu is None, reason="this jax has no Mosaic GPU Pallas module")
+
+
+def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
+    bt = len(cache_len) if bt is None else bt
+    args, jargs = make_inputs(seed, bt=bt, t=t, s=s, hkv=hkv, g=g, dh=dh, dtype=jnp.bfloat16,
+                              cache_len=cache_len, poison=poison)
+    out = attention_mgpu(**jargs, scale=dh**-0.5, config=cfg, interpret=True)
+    assert out.shape == (bt, t, hkv * g, dh) and out.dtype == jnp.bfloat16
+    got = np.asarray(out, np.float32)
+    assert not np.isnan(got).any()
+    return got, numpy_reference(**args, scale=dh**-0.5)
+
+
+@pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison", [
+    # two row blocks in one CTA; a ragged prefix block; NaN past cache_len
+    (24, 200, 2, 4, 64, (37,), MgpuConfig(), np.nan),
+    # no prefix at all (every key is a tree key); inf past cache_len
+    (24, 200, 2, 4, 64, (0,), MgpuConfig(), np.inf),
+    # one compute warpgroup, two stages: the ring wraps; a whole number of prefix blocks
+    (24, 300, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
+    # G = 8 (8 tokens a block), Dh 128, new keys over two steps, batch 2 with different lengths
+    (72, 130, 1, 8, 128, (130, 5), MgpuConfig(), np.nan),
+    # G = 1 (64 tokens a block), 128-key steps
+    (64, 100, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan),
+])
+def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
+    got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
+    assert rel_err(got, want) < 1e-2
+
+
+def test_fold_mask_layout():
+    """Row gi*TB + tl of row block m holds token m*TB + tl's mask row, for every head gi; rows
+    and keys past T are 0."""
+    t, g, cfg = 24, 4, MgpuConfig(compute_wgs=2)
+    rng = np.random.default_rng(0)
+    mask = rng.random((2, t, t)) < 0.5
+    folded = np.asarray(mgpu.fold_mask(jnp.asarray(mask), g, cfg, jnp.float32))
+    tb = 64 // g
+    assert folded.shape == (2, 64 * 2, 64)
+    for m in range(2):
+        for gi in range(g):
+            for tl in range(tb):
+                row, tok = m * 64 + gi * tb + tl, m * tb + tl
+                want = mask[:, tok] if tok < t else np.zeros((2, t), bool)
+                np.testing.assert_array_equal(folded[:, row, :t], want)
+    assert not folded[:, :, t:].any()
+
+
+def test_unsupported_inputs_are_named():
+    q = jax.ShapeDtypeStruct((1, 24, 8, 64), jnp.bfloat16)
+    kc = jax.ShapeDtypeStruct((1, 2, 100, 64), jnp.bfloat16)
+    assert mgpu.mgpu_unsupported(q, kc) is None
+    assert "multiple of 8" in mgpu.mgpu_unsupported(jax.ShapeDtypeStruct((1, 25, 8, 64), jnp.bfloat16), kc)
+    assert "kv_start" in mgpu.mgpu_unsupported(q, kc, kv_start=jnp.zeros((1,), jnp.int32))
+    assert "dtype" in mgpu.mgpu_unsupported(jax.ShapeDtypeStruct((1, 24, 8, 64), jnp.float32), kc)
+    assert "query heads" in mgpu.mgpu_unsupported(
+        jax.ShapeDtypeStruct((1, 24, 32, 64), jnp.bfloat16), jax.ShapeDtypeStruct((1, 2, 100, 64), jnp.bfloat16))
+    assert "shared memory" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(block_k=128, stages=4))
+    with pytest.raises(ValueError, match="cannot take these inputs.*multiple of 8"):
+        attention_mgpu(jnp.zeros((1, 25, 8, 64), jnp.bfloat16), jnp.zeros((1, 25, 2, 64), jnp.bfloat16),
+                       jnp.zeros((1, 25, 2, 64), jnp.bfloat16), jnp.zeros((1, 2, 100, 64), jnp.bfloat16),
+                       jnp.zeros((1, 2, 100, 64), jnp.bfloat16), jnp.zeros((1,), jnp.int32),
+                       jnp.ones((1, 25, 25), bool), scale=0.125, interpret=True)
+
+
+@pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
+                                   (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1))])
+def test_cuda_lowering(t, cfg):
+    """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
+    sds = jax.ShapeDtypeStruct
+    bf = jnp.bfloat16
+    shapes = (sds((1, t, 32, 128), bf), sds((1, t, 8, 128), bf), sds((1, t, 8, 128), bf),
+              sds((1, 8, 1024, 128), bf), sds((1, 8, 1024, 128), bf), sds((1,), jnp.int32),
+              sds((1, t, t), jnp.bool_))
+    fn = functools.partial(attention_mgpu, scale=128**-0.5, config=cfg)
+    try:
+        txt = jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert "mosaic_gpu" in txt
+
+
+def test_settings_from_the_environment(monkeypatch):
+    monkeypatch.delenv(mgpu.RANGE_ENV, raising=False)
+    monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
+    assert mgpu.auto_t_range() == mgpu.AUTO_T_RANGE and mgpu.env_config() == MgpuConfig()
+    monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
+    assert mgpu.auto_t_range() == (64, 1032)
+    monkeypatch.setenv(mgpu.RANGE_ENV, "off")
+    assert mgpu.auto_t_range() is None
+    monkeypatch.setenv(mgpu.RANGE_ENV, "9-3")
+    with pytest.raises(ValueError, match="DDTREE_MGPU_ATTENTION.*LO-HI"):
+        mgpu.auto_t_range()
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "128x2w1")
+    assert mgpu.env_config() == MgpuConfig(block_k=128, stages=2, compute_wgs=1)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
+    with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
+        mgpu.env_config()
+
+
+def test_auto_dispatch_and_verify_rows(monkeypatch):
+    """"auto" takes the kernel only on compute capability 9.0, for T in the configured range;
+    verify_rows pads T to 8 exactly then (and leaves it alone elsewhere, e.g. on this CPU)."""
+    class Dev:
+        platform, compute_capability, device_kind = "gpu", "9.0", "NVIDIA H200"
+
+    monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
+    assert mgpu.wanted(264, Dev()) and not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
+    Dev.compute_capability = "10.0"
+    assert not mgpu.wanted(264, Dev())
+    Dev.compute_capability = "9.0"
+    assert mgpu.row_multiple(257, 32, 8, 128, jnp.bfloat16, Dev()) == 8
+    assert mgpu.row_multiple(257, 32, 8, 128, jnp.float32, Dev()) == 1       # fp32: Triton's
+    assert mgpu.row_multiple(257, 32, 2, 128, jnp.bfloat16, Dev()) == 1      # G = 16
+    monkeypatch.setenv(mgpu.RANGE_ENV, "off")
+    assert mgpu.row_multiple(257, 32, 8, 128, jnp.bfloat16, Dev()) == 1
+    # On this machine (no GPU) the engine never pads.
+    monkeypatch.setenv(mgpu.RANGE_ENV, "8-1032")
+    if jax.default_backend() == "cpu":
+        assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 257
+    calls = []
+    monkeypatch.setattr(ta, "auto_impl", lambda device=None: "pallas")
+    monkeypatch.setattr(mgpu, "wanted", lambda t, device=None: True)
+    monkeypatch.setattr(mgpu, "attention_mgpu", lambda *a, **k: calls.append(k) or "mgpu")
+    args = [jnp.zeros(s, jnp.bfloat16) for s in ((1, 24, 8, 64), (1, 24, 2, 64), (1, 24, 2, 64),
+                                                 (1, 2, 50, 64), (1, 2, 50, 64))]
+    assert ta.attention(*args, jnp.zeros((1,), jnp.int32), jnp.ones((1, 24, 24), bool), scale=0.1) == "mgpu"
+    assert calls and calls[0]["interpret"] is False
+    assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 264
