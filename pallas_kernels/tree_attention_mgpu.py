@@ -370,8 +370,8 @@ def _interpret_params():
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
 
 
-def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-                   kv_start=None, config: MgpuConfig | None = None, interpret: bool = False):
+def _attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
+                    kv_start=None, config: MgpuConfig | None = None, interpret: bool = False):
     """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start)."""
     bt, t, hq, hkv, dh, s, g = check_attention_shapes(
         q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
@@ -415,3 +415,10 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
         compiler_params=plgpu.CompilerParams(approx_math=True),
         interpret=_interpret_params() if interpret else None,
     )(cache_len.astype(jnp.int32), q, k_cache, v_cache, k_new, v_new, mask)
+
+
+# Jitted, so that the layers of a forward call one lowered function: a Mosaic GPU kernel takes
+# ~0.4 s to lower (its Python lowering), and a forward inlining it 36 times held 36 copies of it;
+# through one jitted callee the module holds one (tests/test_kernels_mgpu.py checks).
+attention_mgpu = jax.jit(_attention_mgpu, static_argnames=("scale", "config", "interpret"))
+attention_mgpu.__doc__ = _attention_mgpu.__doc__
