@@ -676,7 +676,7 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     if impl == "auto":
         impl = auto_impl()
         if impl == "pallas" and mgpu.wanted(q.shape[1]) and not mgpu.mgpu_unsupported(
-                q, k_cache, kv_start, mgpu.env_config()):
+                q, k_cache, kv_start, mgpu.config_for(q.shape[1])):
             impl = "mosaic"
         elif impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
             impl = "xla"
@@ -685,7 +685,7 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
                                    scale=scale, kv_start=kv_start)
     if impl in ("mosaic", "mosaic_interpret"):
         return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
-                                   scale=scale, kv_start=kv_start, config=mgpu.env_config(),
+                                   scale=scale, kv_start=kv_start, config=mgpu.config_for(q.shape[1]),
                                    interpret=impl == "mosaic_interpret")
     return attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
                             kv_start=kv_start, interpret=(impl == "pallas_interpret"),

@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
 __all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
-           "env_config", "wanted", "row_multiple"]
+           "config_for", "wanted", "row_multiple"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
@@ -67,9 +67,11 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # padding to a multiple of 8) in [lo, hi], on GPUs of compute capability 9.0 (wgmma is sm_90a
 # only). None: nowhere (not measured faster than the Triton kernel yet).
 AUTO_T_RANGE: tuple[int, int] | None = None
-# Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs as "BKxSTAGESwWGS" (64x3w2).
+# Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
 CONFIG_ENV = "DDTREE_MGPU_CONFIG"
+# Measured configs by T (None: any other T); see config_for.
+AUTO_CONFIGS: dict[int | None, "MgpuConfig"] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,15 +103,21 @@ def auto_t_range() -> tuple[int, int] | None:
     return int(m[1]), int(m[2])
 
 
-def env_config() -> MgpuConfig:
-    """The kernel's knobs ($DDTREE_MGPU_CONFIG as BKxSTAGESwWGS, else the defaults)."""
+def config_for(t: int) -> MgpuConfig:
+    """The kernel's knobs for T new tokens: $DDTREE_MGPU_CONFIG, a comma-separated list of
+    ``BKxSTAGESwWGS`` (64x3w2) entries, each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
+    config at T = 72, the bare one elsewhere); else AUTO_CONFIGS' entry for T; else the defaults."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
-    if not raw:
-        return MgpuConfig()
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)", raw)
-    if not m:
-        raise ValueError(f"${CONFIG_ENV}={raw!r}: give BKxSTAGESwWGS, e.g. 64x3w2")
-    return MgpuConfig(block_k=int(m[1]), stages=int(m[2]), compute_wgs=int(m[3]))
+    table = dict(AUTO_CONFIGS)
+    if raw:
+        table = {}
+        for item in raw.split(","):
+            m = re.fullmatch(r"(?:(\d+):)?(\d+)x(\d+)w(\d+)", item.strip())
+            if not m:
+                raise ValueError(f"${CONFIG_ENV}={raw!r}: give BKxSTAGESwWGS entries, each optionally "
+                                 "T: prefixed, e.g. 72:64x4w1,64x3w2")
+            table[int(m[1]) if m[1] else None] = MgpuConfig(int(m[2]), int(m[3]), int(m[4]))
+    return table.get(t, table.get(None, MgpuConfig()))
 
 
 def _is_sm90(device) -> bool:
@@ -132,7 +140,7 @@ def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, devi
         return 1
     q = jax.ShapeDtypeStruct((1, tp, q_heads, head_dim), dtype)
     kc = jax.ShapeDtypeStruct((1, kv_heads, 8, head_dim), dtype)
-    return 1 if mgpu_unsupported(q, kc, None, env_config()) else 8
+    return 1 if mgpu_unsupported(q, kc, None, config_for(tp)) else 8
 
 
 def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None) -> str | None:

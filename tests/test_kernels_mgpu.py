@@ -105,7 +105,8 @@ def test_cuda_lowering(t, cfg):
 def test_settings_from_the_environment(monkeypatch):
     monkeypatch.delenv(mgpu.RANGE_ENV, raising=False)
     monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
-    assert mgpu.auto_t_range() == mgpu.AUTO_T_RANGE and mgpu.env_config() == MgpuConfig()
+    assert mgpu.auto_t_range() == mgpu.AUTO_T_RANGE
+    assert mgpu.config_for(1000) == mgpu.AUTO_CONFIGS.get(None, MgpuConfig())
     monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
     assert mgpu.auto_t_range() == (64, 1032)
     monkeypatch.setenv(mgpu.RANGE_ENV, "off")
@@ -114,10 +115,14 @@ def test_settings_from_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="DDTREE_MGPU_ATTENTION.*LO-HI"):
         mgpu.auto_t_range()
     monkeypatch.setenv(mgpu.CONFIG_ENV, "128x2w1")
-    assert mgpu.env_config() == MgpuConfig(block_k=128, stages=2, compute_wgs=1)
+    assert mgpu.config_for(72) == MgpuConfig(block_k=128, stages=2, compute_wgs=1)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1, 64x3w2")
+    assert mgpu.config_for(72) == MgpuConfig(64, 4, 1) and mgpu.config_for(264) == MgpuConfig(64, 3, 2)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1")
+    assert mgpu.config_for(264) == MgpuConfig()
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
-        mgpu.env_config()
+        mgpu.config_for(72)
 
 
 def test_auto_dispatch_and_verify_rows(monkeypatch):
