@@ -8,7 +8,7 @@ on a DDTree-like random tree mask with Qwen3-8B's heads (32 q heads, 8 kv heads,
 the relative error of each kernel against the XLA reference (with the cache's stale tail
 poisoned with NaN, and a ragged cache_len), then each kernel's device time per call by the
 profiler (a chain of calls whose caches rotate over >= 160 MB, as a forward's layers read their
-own caches). Configs are ``BKxSTAGESwWGS`` (tree_attention_mgpu.MgpuConfig); ``triton`` is the
+own caches). Configs are ``BKxSTAGESwWGS[k]`` (tree_attention_mgpu.parse_config); ``triton`` is the
 engine's Triton kernel at its tuned tiles. Writes mgpu.json under --out.
 """
 from __future__ import annotations
@@ -25,14 +25,11 @@ import jax.numpy as jnp
 from bench.bench_kernels import int_list, make_case, rel_err, trace_chain
 from pallas_kernels import attention
 from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
+from pallas_kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
 
 
 def parse_config(text: str) -> MgpuConfig | None:
-    if text == "triton":
-        return None
-    bk, rest = text.split("x")
-    st, w = rest.split("w")
-    return MgpuConfig(block_k=int(bk), stages=int(st), compute_wgs=int(w))
+    return None if text == "triton" else mgpu_parse_config(text)
 
 
 def main(argv=None) -> int:

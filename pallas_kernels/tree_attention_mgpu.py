@@ -79,14 +79,25 @@ class MgpuConfig:
     """Static knobs of the Mosaic GPU attention kernel."""
     block_k: int = 64        # keys a step (K, V and mask tiles)
     stages: int = 3          # K/V tiles in flight (shared memory ring)
-    compute_wgs: int = 2     # 64-row blocks (compute warpgroups) a CTA
+    compute_wgs: int = 2     # compute warpgroups a CTA
+    # False: each compute warpgroup owns its own 64-row block and all keys. True: the CTA's
+    # warpgroups share one 64-row block and split its key steps (warpgroup w takes steps
+    # j % compute_wgs == w), then merge through shared memory: twice the warpgroups on a few
+    # row blocks (a 65-token tree has 5 a kv head) at the cost of the merge.
+    split_keys: bool = False
+
+    @property
+    def blocks_per_cta(self) -> int:
+        return 1 if self.split_keys else self.compute_wgs
 
     def smem_bytes(self, dh: int, itemsize: int = 2) -> int:
-        """Shared memory of one CTA: q/o tiles, the K/V ring and the mask ring."""
-        q = self.compute_wgs * BLOCK_M * dh
-        kv = 2 * self.stages * self.block_k * dh
-        mask = self.stages * self.compute_wgs * BLOCK_M * self.block_k
-        return (q + kv + mask) * itemsize
+        """Shared memory of one CTA: q/o tiles, the K/V ring, the mask ring and (split_keys)
+        the float32 partials the merge reads."""
+        q = self.blocks_per_cta * BLOCK_M * dh * itemsize
+        kv = 2 * self.stages * self.block_k * dh * itemsize
+        mask = self.stages * self.blocks_per_cta * BLOCK_M * self.block_k * itemsize
+        merge = (self.compute_wgs - 1) * BLOCK_M * (dh + 2) * 4 if self.split_keys else 0
+        return q + kv + mask + merge
 
 
 def auto_t_range() -> tuple[int, int] | None:
@@ -103,20 +114,27 @@ def auto_t_range() -> tuple[int, int] | None:
     return int(m[1]), int(m[2])
 
 
+def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
+    """``BKxSTAGESwWGS[k]`` -> MgpuConfig (k: split_keys), e.g. 64x3w2 or 64x4w2k."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)", spec.strip())
+    if not m:
+        where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k] entries (k: split the keys), each optionally "
+                         "T: prefixed, e.g. 72:64x4w2k,64x3w2")
+    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]))
+
+
 def config_for(t: int) -> MgpuConfig:
     """The kernel's knobs for T new tokens: $DDTREE_MGPU_CONFIG, a comma-separated list of
-    ``BKxSTAGESwWGS`` (64x3w2) entries, each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
+    parse_config specs (64x3w2), each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
     config at T = 72, the bare one elsewhere); else AUTO_CONFIGS' entry for T; else the defaults."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
     table = dict(AUTO_CONFIGS)
     if raw:
         table = {}
         for item in raw.split(","):
-            m = re.fullmatch(r"(?:(\d+):)?(\d+)x(\d+)w(\d+)", item.strip())
-            if not m:
-                raise ValueError(f"${CONFIG_ENV}={raw!r}: give BKxSTAGESwWGS entries, each optionally "
-                                 "T: prefixed, e.g. 72:64x4w1,64x3w2")
-            table[int(m[1]) if m[1] else None] = MgpuConfig(int(m[2]), int(m[3]), int(m[4]))
+            t, cfg = re.fullmatch(r"(?:(\d+):)?(.*)", item.strip()).groups()
+            table[int(t) if t else None] = parse_config(cfg, raw)
     return table.get(t, table.get(None, MgpuConfig()))
 
 
@@ -161,6 +179,9 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
         return f"{g} query heads per kv head (the fold needs 64 / G to be a multiple of 8: G <= 8)"
     if cfg.block_k not in (64, 128) or cfg.stages < 2 or cfg.compute_wgs not in (1, 2):
         return f"config {cfg} (block_k 64 / 128, stages >= 2, compute_wgs 1 / 2)"
+    if cfg.split_keys and (cfg.compute_wgs != 2 or cfg.stages % 2):
+        # A ring slot must always serve the same warpgroup: each tracks its barriers' phases.
+        return f"config {cfg} (split_keys takes 2 compute warpgroups and an even number of stages)"
     if cfg.smem_bytes(dh) > 220 * 1024:
         return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
     if t < 8 or t % 8:
@@ -173,32 +194,36 @@ def _groups(t: int, g: int, cfg: MgpuConfig) -> tuple[int, int, int]:
     """(tokens a row block TB, row blocks, CTAs a (batch row, kv head) NG)."""
     tb = BLOCK_M // g
     blocks = pl.cdiv(t, tb)
-    return tb, blocks, pl.cdiv(blocks, cfg.compute_wgs)
+    return tb, blocks, pl.cdiv(blocks, cfg.blocks_per_cta)
 
 
 def fold_mask(new_mask, g: int, cfg: MgpuConfig, dtype=jnp.bfloat16):
-    """bool [Bt, T, T] -> {0, 1} [Bt, NG * compute_wgs * 64, Tn] in the kernel's folded row order.
+    """bool [Bt, T, T] -> {0, 1} [Bt, NG * P * 64, Tn] in the kernel's folded row order (P: row
+    blocks a CTA, cfg.blocks_per_cta).
 
-    Row ``gi * TB + tl`` of row block ``m = n * compute_wgs + w`` holds new_mask[b, m*TB + tl]
+    Row ``gi * TB + tl`` of row block ``m = n * P + w`` holds new_mask[b, m*TB + tl]
     (every head gi of a token sees the same keys); rows past T and keys past T are 0. Tn is T
     rounded up to block_k. One XLA fusion of new_mask alone, so a forward's layers share it.
     """
     bt, t, _ = new_mask.shape
     tb, _, ng = _groups(t, g, cfg)
-    rows = ng * cfg.compute_wgs * tb
+    per = cfg.blocks_per_cta
+    rows = ng * per * tb
     tn = pl.cdiv(t, cfg.block_k) * cfg.block_k
     m = jnp.pad(new_mask, ((0, 0), (0, rows - t), (0, tn - t))).astype(dtype)
-    m = m.reshape(bt, ng, cfg.compute_wgs, 1, tb, tn)
-    m = jnp.broadcast_to(m, (bt, ng, cfg.compute_wgs, g, tb, tn))
-    return m.reshape(bt, ng * cfg.compute_wgs * BLOCK_M, tn)
+    m = m.reshape(bt, ng, per, 1, tb, tn)
+    m = jnp.broadcast_to(m, (bt, ng, per, g, tb, tn))
+    return m.reshape(bt, ng * per * BLOCK_M, tn)
 
 
 def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
-            q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free, *,
-            t: int, g: int, scale: float, cfg: MgpuConfig, interpret: bool):
+            q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
+            part_acc, part_ml, part_bar, *, t: int, g: int, scale: float, cfg: MgpuConfig,
+            interpret: bool):
     """One CTA: (row-block group n, kv head h, batch row b), warpgroups 0..compute_wgs-1 compute,
-    warpgroup compute_wgs loads."""
+    warpgroup compute_wgs loads. part_*: split_keys' merge (None otherwise)."""
     bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
+    split, per = cfg.split_keys, cfg.blocks_per_cta
     seq, dh = k_ref.shape[2], k_ref.shape[3]
     tb = BLOCK_M // g
     n, h, b = lax.axis_index("n"), lax.axis_index("h"), lax.axis_index("b")
@@ -236,7 +261,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
                 rows = pl.ds(jn * bk, bk)
                 plgpu.copy_gmem_to_smem(kn_ref.at[b, rows, h], k_smem.at[slot], k_bar.at[slot])
                 plgpu.copy_gmem_to_smem(
-                    mask_ref.at[b, pl.ds(n * (nwg * BLOCK_M), nwg * BLOCK_M), pl.ds(jn * bk, bk)],
+                    mask_ref.at[b, pl.ds(n * (per * BLOCK_M), per * BLOCK_M), pl.ds(jn * bk, bk)],
                     m_smem.at[slot], m_bar.at[slot])
 
             @pl.when(j >= stages)
@@ -271,13 +296,18 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
     def _compute():
         if nwg == 2 and not interpret:
             plgpu.set_max_registers(232, action="increase")
-        blk = n * nwg + wg
-        qs = q_smem.at[wg]
+        blk = n if split else n * nwg + wg
+        mrow = 0 if split else wg * BLOCK_M      # this warpgroup's rows in a mask tile
+        qi = 0 if split else wg                  # split_keys: one q tile, loaded by warpgroup 0
+        qs = q_smem.at[qi]
+
+        @pl.when(wg == qi)
+        def _():
+            for gi in range(g):
+                plgpu.copy_gmem_to_smem(q_ref.at[b, pl.ds(blk * tb, tb), h * g + gi],
+                                        qs.at[pl.ds(gi * tb, tb)], q_bar.at[qi * g + gi])
         for gi in range(g):
-            plgpu.copy_gmem_to_smem(q_ref.at[b, pl.ds(blk * tb, tb), h * g + gi],
-                                    qs.at[pl.ds(gi * tb, tb)], q_bar.at[wg * g + gi])
-        for gi in range(g):
-            plgpu.barrier_wait(q_bar.at[wg * g + gi])
+            plgpu.barrier_wait(q_bar.at[qi * g + gi])
 
         if interpret:
             layout = row_layout = None
@@ -321,7 +351,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
             plgpu.barrier_wait(k_bar.at[slot])
             if new:
                 plgpu.barrier_wait(m_bar.at[slot])
-                keep = load(m_smem.at[slot, pl.ds(wg * BLOCK_M, BLOCK_M)]) > 0.5
+                keep = load(m_smem.at[slot, pl.ds(mrow, BLOCK_M)]) > 0.5
             s = qk(slot) * qk_scale
             plgpu.barrier_arrive(k_free.at[slot])
             if new:
@@ -352,24 +382,55 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
         carry = (cast(jnp.zeros((BLOCK_M, dh), jnp.float32), layout),
                  cast(jnp.full((BLOCK_M,), _NEG, jnp.float32), row_layout),
                  cast(jnp.zeros((BLOCK_M,), jnp.float32), row_layout))
-        carry = lax.fori_loop(0, n_full, functools.partial(step, ragged=False, new=False), carry)
-        carry = lax.fori_loop(n_full, n_pre, functools.partial(step, ragged=True, new=False),
-                              carry)
-        carry = lax.fori_loop(n_pre, n_pre + n_new, functools.partial(step, ragged=False, new=True),
-                              carry)
-        acc, _, l_i = carry
+        def steps(lo, hi, carry, **kind):
+            """Steps j in [lo, hi) (split_keys: only this warpgroup's, j % nwg == wg)."""
+            body = functools.partial(step, **kind)
+            if not split:
+                return lax.fori_loop(lo, hi, body, carry)
+            first = lo + lax.rem(wg - lax.rem(lo, nwg) + nwg, nwg)
+            count = lax.div(jnp.maximum(hi - first, 0) + (nwg - 1), nwg)
+            return lax.fori_loop(0, count, lambda i, c: body(first + i * nwg, c), carry)
+
+        carry = steps(0, n_full, carry, ragged=False, new=False)
+        carry = steps(n_full, n_pre, carry, ragged=True, new=False)
+        carry = steps(n_pre, n_pre + n_new, carry, ragged=False, new=True)
+        acc, m_i, l_i = carry
+        if split:
+            # Warpgroup 1 hands its (acc, max, sum) over; warpgroup 0 merges and stores.
+            @pl.when(wg == 1)
+            def _():
+                part_acc[...] = acc
+                part_ml[0] = m_i
+                part_ml[1] = l_i
+                plgpu.barrier_arrive(part_bar.at[0])
+
+            plgpu.barrier_wait(part_bar.at[0])
+            m1 = part_ml[0] if interpret else plgpu.load(part_ml.at[0], (), layout=row_layout)
+            l1 = part_ml[1] if interpret else plgpu.load(part_ml.at[1], (), layout=row_layout)
+            acc1 = load(part_acc)
+            m_new = jnp.maximum(m_i, m1)
+            a0, a1 = jnp.exp2(m_i - m_new), jnp.exp2(m1 - m_new)
+            acc = acc * rowb(a0, acc.shape) + acc1 * rowb(a1, acc.shape)
+            l_i = a0 * l_i + a1 * l1
         l_safe = jnp.where(l_i > 0.0, l_i, 1.0)       # rows past T may see nothing
-        qs[...] = (acc / rowb(l_safe, acc.shape)).astype(dt)
-        plgpu.commit_smem()
-        # Stores of 8 rows (T is a multiple of 8), each either inside the array or skipped: no
-        # store relies on TMA clipping a box.
-        for gi in range(g):
-            for r in range(0, tb, 8):
-                row0 = blk * tb + r
-                pl.when(row0 < t)(functools.partial(
-                    plgpu.copy_smem_to_gmem, qs.at[pl.ds(gi * tb + r, 8)],
-                    o_ref.at[b, pl.ds(row0, 8), h * g + gi]))
-        plgpu.wait_smem_to_gmem(0)
+
+        def store():
+            qs[...] = (acc / rowb(l_safe, acc.shape)).astype(dt)
+            plgpu.commit_smem()
+            # Stores of 8 rows (T is a multiple of 8), each either inside the array or skipped:
+            # no store relies on TMA clipping a box.
+            for gi in range(g):
+                for r in range(0, tb, 8):
+                    row0 = blk * tb + r
+                    pl.when(row0 < t)(functools.partial(
+                        plgpu.copy_smem_to_gmem, qs.at[pl.ds(gi * tb + r, 8)],
+                        o_ref.at[b, pl.ds(row0, 8), h * g + gi]))
+            plgpu.wait_smem_to_gmem(0)
+
+        if split:
+            pl.when(wg == 0)(store)
+        else:
+            store()
 
 
 def _interpret_params():
@@ -400,16 +461,21 @@ def _attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, s
         pl.run_scoped(
             lambda *scratch: kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
                                     *scratch),
-            plgpu.SMEM((nwg, BLOCK_M, dh), dtype, transforms=tiled),
+            plgpu.SMEM((cfg.blocks_per_cta, BLOCK_M, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
-            plgpu.SMEM((stages, nwg * BLOCK_M, bk), dtype, transforms=tiled),
-            plgpu.Barrier(num_barriers=nwg * g),
+            plgpu.SMEM((stages, cfg.blocks_per_cta * BLOCK_M, bk), dtype, transforms=tiled),
+            plgpu.Barrier(num_barriers=cfg.blocks_per_cta * g),
             plgpu.Barrier(num_barriers=stages),
             plgpu.Barrier(num_barriers=stages),
             plgpu.Barrier(num_barriers=stages),
-            plgpu.Barrier(num_arrivals=nwg, num_barriers=stages),
-            plgpu.Barrier(num_arrivals=nwg, num_barriers=stages),
+            # A slot is free once every warpgroup that reads it is done (split_keys: one).
+            plgpu.Barrier(num_arrivals=1 if cfg.split_keys else nwg, num_barriers=stages),
+            plgpu.Barrier(num_arrivals=1 if cfg.split_keys else nwg, num_barriers=stages),
+            plgpu.SMEM((BLOCK_M, dh), jnp.float32, transforms=(
+                plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))) if cfg.split_keys else None,
+            plgpu.SMEM((2, BLOCK_M), jnp.float32) if cfg.split_keys else None,
+            plgpu.Barrier(num_barriers=1) if cfg.split_keys else None,
             collective_axes="wg",
         )
 

@@ -120,6 +120,8 @@ def test_settings_from_the_environment(monkeypatch):
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 1) and mgpu.config_for(264) == MgpuConfig(64, 3, 2)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1")
     assert mgpu.config_for(264) == MgpuConfig()
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2k")
+    assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
         mgpu.config_for(72)
