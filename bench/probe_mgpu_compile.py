@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from bench.bench_kernels import int_list, make_case
 from pallas_kernels import attention
-from pallas_kernels.tree_attention_mgpu import _attention_mgpu, attention_mgpu
+from pallas_kernels.tree_attention_mgpu import attention_mgpu
 
 
 def main(argv=None) -> int:
@@ -26,8 +26,7 @@ def main(argv=None) -> int:
     case = make_case(jax.random.key(0), bt=1, t=args.t, s=1024, hq=32, hkv=8, dh=128, dtype=jnp.bfloat16,
                      cache_len=[512])
     fns = {"triton": functools.partial(attention, scale=0.088, impl="pallas"),
-           "mosaic": functools.partial(attention_mgpu, scale=0.088),               # one jitted callee
-           "mosaic_inlined": functools.partial(_attention_mgpu, scale=0.088)}      # n copies
+           "mosaic": functools.partial(attention_mgpu, scale=0.088)}               # one jitted callee
     for n in args.ns:
         for name, fn in fns.items():
             def chain(q, *rest, fn=fn):

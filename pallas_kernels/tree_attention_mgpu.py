@@ -439,19 +439,13 @@ def _interpret_params():
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
 
 
-def _attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-                    kv_start=None, config: MgpuConfig | None = None, interpret: bool = False):
-    """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start)."""
-    bt, t, hq, hkv, dh, s, g = check_attention_shapes(
-        q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
-    cfg = config or MgpuConfig()
-    why = mgpu_unsupported(q, k_cache, kv_start, cfg)
-    if why:
-        raise ValueError(f"the Mosaic GPU attention kernel cannot take these inputs: {why}; "
-                         "use impl='pallas' (Triton) or 'xla'")
+def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, *, scale: float,
+                 cfg: MgpuConfig, interpret: bool):
+    """The kernel on checked inputs and the folded mask (fold_mask)."""
+    bt, t, hq, dh = q.shape
+    hkv, g = k_cache.shape[1], q.shape[2] // k_cache.shape[1]
     dtype = q.dtype
     _, _, ng = _groups(t, g, cfg)
-    mask = fold_mask(new_mask, g, cfg, dtype)
     tiled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
     nwg, stages, bk = cfg.compute_wgs, cfg.stages, cfg.block_k
     kernel = functools.partial(_kernel, t=t, g=g, scale=float(scale), cfg=cfg,
@@ -488,11 +482,29 @@ def _attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, s
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(approx_math=True),
         interpret=_interpret_params() if interpret else None,
-    )(cache_len.astype(jnp.int32), q, k_cache, v_cache, k_new, v_new, mask)
+    )(cache_len, q, k_cache, v_cache, k_new, v_new, mask)
 
 
 # Jitted, so that the layers of a forward call one lowered function: a Mosaic GPU kernel takes
-# ~0.4 s to lower (its Python lowering), and a forward inlining it 36 times held 36 copies of it;
-# through one jitted callee the module holds one (tests/test_kernels_mgpu.py checks).
-attention_mgpu = jax.jit(_attention_mgpu, static_argnames=("scale", "config", "interpret"))
-attention_mgpu.__doc__ = _attention_mgpu.__doc__
+# ~0.4 s to lower (its Python lowering) and ~1 s to compile, and a forward inlining it 36 times
+# held 36 copies of it (s19_2: 16 calls lowered in 9.9 s and compiled in 21 s, against 0.5 and
+# 1.0 s through one callee; tests/test_kernels_mgpu.py checks the module holds one).
+_kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret"))
+
+
+def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
+                   kv_start=None, config: MgpuConfig | None = None, interpret: bool = False):
+    """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start).
+
+    The mask is folded out here, outside the jitted kernel call, so that a forward's layers,
+    which all pass the same new_mask, share one folding fusion (XLA's CSE); inside the callee
+    each layer would fold its own copy."""
+    check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
+    cfg = config or MgpuConfig()
+    why = mgpu_unsupported(q, k_cache, kv_start, cfg)
+    if why:
+        raise ValueError(f"the Mosaic GPU attention kernel cannot take these inputs: {why}; "
+                         "use impl='pallas' (Triton) or 'xla'")
+    mask = fold_mask(new_mask, q.shape[2] // k_cache.shape[1], cfg, q.dtype)
+    return _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask,
+                       scale=float(scale), cfg=cfg, interpret=interpret)
