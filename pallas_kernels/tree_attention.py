@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from pathlib import Path
 
 import jax
@@ -85,6 +86,8 @@ AUTO_MAX_NEW_TOKENS = 2048
 # Measured per-device tiles that beat default_config end to end (see tuned_attention_config).
 TABLE_PATH = Path(__file__).with_name("attention_configs.json")
 TABLE_ENV = "DDTREE_ATTENTION_TABLE"
+# verify_rows' override (bench only): pad every verify to this row multiple.
+PAD_ENV = "DDTREE_PAD_VERIFY"
 # skip_empty=None skips empty new-key steps from this many steps a call. Measured on the H200
 # (session 12, DDTree trees, prefix 512): at T = 1025 (9 steps of 128) the skip took the
 # DDTree-1024 round from 34.0 to 32.1 ms; at T = 257 (3 steps) it cost 0.12-0.24 ms a round
@@ -652,6 +655,11 @@ def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl:
     TMA boxes need T % 8 == 0 (the engine pads the tree with rows that see only themselves).
     "mosaic" is not an engine-wide impl (the drafter's windows and decode are not its shapes):
     "auto" picks it per call."""
+    forced = os.environ.get(PAD_ENV, "").strip()
+    if forced:  # a measuring knob: the padding's own cost, whatever attention runs
+        if not forced.isdigit() or int(forced) < 1:
+            raise ValueError(f"${PAD_ENV}={forced!r}: give a row multiple, e.g. 8")
+        return -(-t // int(forced)) * int(forced)
     if impl != "auto" or auto_impl() != "pallas":
         return t
     mult = mgpu.row_multiple(t, q_heads, kv_heads, head_dim, dtype)
