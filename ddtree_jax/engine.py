@@ -191,7 +191,8 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
                                            attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
         # Padding rows' hidden states are dropped here; their taps and K/V are never read (commit
         # gathers the accepted path's rows only).
-        h = h[:, :t]
+        if rows != t:
+            h = h[:, :t]
         return tmodel.lm_head(tparams, tcfg, h, impl=spec.matmul_impl), tapped, new_kv
 
 

@@ -65,12 +65,20 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 
 # Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's
 # padding to a multiple of 8) in [lo, hi], on GPUs of compute capability 9.0 (wgmma is sm_90a
-# only). None: nowhere (not measured faster than the Triton kernel yet).
-AUTO_T_RANGE: tuple[int, int] | None = None
+# only). Measured on the H200 (session 19, bench/RESULTS.md; 8B pair, prompt 512, same-start
+# A/Bs): DDTree-256 (T = 264) 9.634 / 9.549 ms a call against 9.718 / 9.619 with the Triton
+# kernel; DDTree-64 (T = 72) and DDTree-128 (T = 136) were slower in the round (6.275 vs 6.077,
+# 7.049 vs 6.908) although the kernel alone beat Triton's there too (T = 72: 9.8 vs 12.4 us), so
+# they stay on Triton. Up to 520: beyond it Triton's empty-step skip (which this kernel lacks)
+# takes most of a large tree's steps.
+AUTO_T_RANGE: tuple[int, int] | None = (257, 520)
 # Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
 CONFIG_ENV = "DDTREE_MGPU_CONFIG"
-# Measured configs by T (None: any other T); see config_for.
+# Measured configs by T (None: any other T, the defaults: fastest at T = 264); see config_for.
+# s19_2, alone, prefix 512, us a call: T = 72: 64x4w2k 9.76, 64x2w2k 9.91, 128x2w1 10.73,
+# 64x4w1 11.09, 64x3w1 11.30, 64x3w2 14.38 (Triton 12.39); T = 264: 64x3w2 18.87, 64x4w2k 21.65,
+# 64x2w2k 22.43, 64x4w1 25.87, 64x3w1 / 128x2w1 26.08 (Triton 27.47).
 AUTO_CONFIGS: dict[int | None, "MgpuConfig"] = {}
 
 
@@ -98,6 +106,9 @@ class MgpuConfig:
         mask = self.stages * self.blocks_per_cta * BLOCK_M * self.block_k * itemsize
         merge = (self.compute_wgs - 1) * BLOCK_M * (dh + 2) * 4 if self.split_keys else 0
         return q + kv + mask + merge
+
+
+AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
 
 
 def auto_t_range() -> tuple[int, int] | None:
@@ -133,8 +144,8 @@ def config_for(t: int) -> MgpuConfig:
     if raw:
         table = {}
         for item in raw.split(","):
-            t, cfg = re.fullmatch(r"(?:(\d+):)?(.*)", item.strip()).groups()
-            table[int(t) if t else None] = parse_config(cfg, raw)
+            at, spec = re.fullmatch(r"(?:(\d+):)?(.*)", item.strip()).groups()
+            table[int(at) if at else None] = parse_config(spec, raw)
     return table.get(t, table.get(None, MgpuConfig()))
 
 

@@ -463,3 +463,16 @@ def test_attn_configs_specs_trees_and_smoke(tmp_path, capsys):
                     "--configs", "17=table,16x16w4s2n1b16k1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "attn_configs.json").read_text())["rows"]
     assert [r["config"] for r in rows] == ["table", "16x16w4s2n1b16k1"] and all(r["err"] < 1e-5 for r in rows)
+
+
+def test_pick_mgpu_takes_the_fastest_exact_config_per_t():
+    from bench.pick_mgpu import pick
+    rows = [dict(t=72, config="triton", busy_us=1.0, rel_err=0.0, nan=False),            # not a Mosaic config
+            dict(t=72, config="64x3w1", busy_us=11.7, rel_err=3e-3, nan=False),
+            dict(t=72, config="64x4w2k", busy_us=9.8, rel_err=3e-3, nan=False),
+            dict(t=72, config="64x2w2k", busy_us=5.0, rel_err=0.5, nan=False),          # wrong: not picked
+            dict(t=264, config="64x3w2", busy_us=18.9, rel_err=2e-3, nan=True),         # NaN: not picked
+            dict(t=264, config="128x2w1", error="ValueError: ..."),
+            dict(t=264, config="64x3w1", busy_us=26.1, rel_err=2e-3, nan=False)]
+    assert pick(rows) == "72:64x4w2k,264:64x3w1"
+    assert pick([]) == ""

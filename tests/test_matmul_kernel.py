@@ -326,10 +326,13 @@ def test_table_entries_for_compile_options(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "round_xla_options", lambda spec, dcfg, device=None: split1 if spec.budget >= 32 else {})
     monkeypatch.setattr(engine.tmodel, "forward", lambda *a, **k: seen.append(dict(mm._COMPILED_WITH.get())) or (0, 0, 0))
     monkeypatch.setattr(engine.tmodel, "lm_head", lambda *a, **k: 0)
-    tree = types.SimpleNamespace(depths=jnp.zeros((1, 1), jnp.int32), tokens=None, ancestor_mask=None)
+    tree = types.SimpleNamespace(depths=jnp.zeros((1, 1), jnp.int32), tokens=jnp.zeros((1, 1), jnp.int32),
+                                 ancestor_mask=jnp.ones((1, 1, 1), bool))
     state = types.SimpleNamespace(length=jnp.zeros(1, jnp.int32), cache=None)
+    tcfg = types.SimpleNamespace(num_heads=4, num_kv_heads=1, head_dim=8)
+    tparams = {"embed": jnp.zeros((2, 32), jnp.bfloat16)}
     for budget in (64, 16):
-        engine.verify_stage(None, state, tree, tcfg=None, dcfg=None, spec=engine.DecodeSpec(budget=budget, drafter="oracle"))
+        engine.verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=None, spec=engine.DecodeSpec(budget=budget, drafter="oracle"))
     assert seen == [split1, {}]
     mm.read_device_table.cache_clear()
 
