@@ -7,7 +7,14 @@ Triton kernel spent ~26 us a layer there against a ~4 us FLOP floor (bench/RESUL
 other. Here each CTA has one *memory* warpgroup that streams K/V tiles (and the tree mask's
 tiles) into shared memory by TMA, ``stages`` steps ahead, and ``compute_wgs`` warpgroups that
 each own 64 folded query rows and run wgmma products from shared memory, so loads, tensor-core
-work and the softmax of the other warpgroup overlap.
+work and the softmax of the other warpgroup overlap. With ``split_keys`` the two compute
+warpgroups share one row block instead and take alternate key steps, then merge their
+(acc, max, sum) through shared memory: twice the warpgroups on a small tree's few row blocks.
+
+Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
+in AUTO_T_RANGE (measured faster in the round at DDTree-256 only; see there), and the engine
+pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
+boxes of q / K / V need T % 8 == 0.
 
 Layout (the same contract as :func:`pallas_kernels.attention`):
 
@@ -15,15 +22,15 @@ Layout (the same contract as :func:`pallas_kernels.attention`):
   ``TB = 64 / G`` tree tokens times G heads, head-major: row ``gi * TB + tl`` is token
   ``m * TB + tl`` of query head ``h * G + gi`` (m: the warpgroup's row block). Its q tile is G
   TMA boxes ``q[b, m*TB : m*TB+TB, h*G + gi, :]`` (rows past T come in as zeros) and its output
-  goes back the same way (TMA stores clip rows past T).
+  goes back in boxes of 8 rows, those past T skipped.
 * Keys: first the committed prefix ``k_cache[b, h, 0:cache_len]`` in ``block_k`` steps (the
   step count is traced), then the T new keys. The prefix's last block may run past cache_len:
   its scores are masked by position and its V rows zeroed in shared memory before the product,
   so stale cache entries (even NaN or inf) never reach the output.
 * The tree mask: an XLA fusion (shared by a forward's layers) expands ``new_mask`` into the
-  folded row order as a bf16 {0, 1} array ``[Bt, NG * compute_wgs * 64, Tn]``; a new-key step
-  loads the CTA's ``[compute_wgs * 64, block_k]`` tile with the keys. A masked key gets score -1e30 and
-  probability exactly 0.
+  folded row order as a bf16 {0, 1} array ``[Bt, NG * P * 64, Tn]`` (P: row blocks a CTA); a
+  new-key step loads the CTA's ``[P * 64, block_k]`` tile with the keys. A masked key gets
+  score -1e30 and probability exactly 0.
 
 Softmax in the exp2 domain, float32 statistics and accumulator, bf16 probabilities into the
 value product (as the Triton kernel and attention_reference do).
