@@ -1,12 +1,13 @@
 """On-device parity of the compiled Pallas paths with the XLA reference, through the whole target.
 
     python3 -m bench.check_gpu                 # on the GPU: Pallas (compiled) vs XLA
+    python3 -m bench.check_gpu --impl auto     # what the engine runs (the Mosaic GPU kernel at 264)
     python3 -m bench.check_gpu --impl pallas_interpret --layers 1 --small   # CPU smoke run
 
 The CPU tests run the Pallas kernels in interpret mode only; this runs the compiled kernels where
 they will run (attention, fused norms, whatever `attn_impl` switches) inside `target.forward`
 on a few layers of the Qwen3-8B shape in bf16, with norm weights that are not all ones, for
-tree sizes T = 1, 16, 65 over committed prefixes, and compares final hidden states, tapped
+tree sizes T = 1, 16, 65, 257, 264 over committed prefixes, and compares final hidden states, tapped
 states and the new K/V with attn_impl="xla". Exits non-zero on a NaN or an error above --tol.
 """
 from __future__ import annotations
@@ -53,7 +54,9 @@ def main(argv=None) -> int:
     else:
         dims = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_heads=32, num_kv_heads=8,
                     head_dim=128)
-        cases = [(1, 0), (1, 600), (1, 8192), (16, 600), (65, 600), (65, 8192), (257, 1000)]
+        # T = 264: a DDTree-256 verify padded to 8 rows, which "auto" gives the Mosaic GPU kernel on
+        # Hopper (pallas_kernels/tree_attention_mgpu.py); run with --impl auto to check that path
+        cases = [(1, 0), (1, 600), (1, 8192), (16, 600), (65, 600), (65, 8192), (257, 1000), (264, 1000), (264, 4001)]
     cfg = TargetConfig(family="qwen3", rms_eps=1e-6, qk_norm=True, qkv_bias=False, rope=RopeConfig(theta=1e6),
                        num_layers=args.layers, max_position=40960, tie_embeddings=False, **dims)
     dtype = jnp.bfloat16

@@ -6,7 +6,9 @@
 # kernel on and off: per-kernel device time and the idle gaps around entry_mosaic_gpu_kernel
 # (command buffers split by the Mosaic custom call are the suspect). (2) The round table at the
 # defaults (Mosaic GPU attention for T 257-520): AR, DFlash, DDTree-16 / 64 / 256, for README and
-# RESULTS' top table. (3) Session 18's leftovers from gpu_next_s19a.sh: probe_topk.
+# RESULTS' top table. (3) check_gpu --impl auto: the target's forward with "auto" attention (the
+# Mosaic GPU kernel at T = 264) against XLA. (4) Session 18's leftover from gpu_next_s19a.sh:
+# probe_topk.
 # Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s20a.sh
 source bench/gpu_step.sh
 record_commit
@@ -14,6 +16,7 @@ step prof_on 130 env DDTREE_MGPU_ATTENTION=8-1100 DDTREE_MGPU_CONFIG=72:64x4w2k 
   --model qwen3-8b --prompt-len 512 --methods ddtree:64 --rounds 32 --out "$R/prof_on"
 step prof_off 110 env DDTREE_MGPU_ATTENTION=off python3 -m bench.profile_round \
   --model qwen3-8b --prompt-len 512 --methods ddtree:64 --rounds 32 --out "$R/prof_off"
+step check 120 python3 -m bench.check_gpu --impl auto --layers 2
 SECS=200 ddtree_rounds table ar,dflash,ddtree 16,64,256
 step probe 120 python3 -m bench.probe_topk --warps 4,8 --out "$R/probe"
 finish s20a
