@@ -100,6 +100,12 @@ class MgpuConfig:
     # j % compute_wgs == w), then merge through shared memory: twice the warpgroups on a few
     # row blocks (a 65-token tree has 5 a kv head) at the cost of the merge.
     split_keys: bool = False
+    # Skip a new-key step that no row of the warpgroup's block may see (its mask tile all 0): its
+    # products and softmax, not its loads. Exact: such a step would leave (acc, max, sum) as they
+    # are. A tree row sees only its ancestors, so a large tree's blocks skip most new-key steps
+    # (bench/RESULTS.md, session 12: 42-53 % of them hold a visible key at T = 257, 21-28 % at
+    # 1025); the per-(block, step) flags are one small XLA reduction of the folded mask.
+    skip_empty: bool = False
 
     @property
     def blocks_per_cta(self) -> int:
@@ -133,13 +139,14 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k]`` -> MgpuConfig (k: split_keys), e.g. 64x3w2 or 64x4w2k."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)", spec.strip())
+    """``BKxSTAGESwWGS[k][s]`` -> MgpuConfig (k: split_keys, s: skip_empty), e.g. 64x3w2 or
+    64x4w2ks."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k] entries (k: split the keys), each optionally "
-                         "T: prefixed, e.g. 72:64x4w2k,64x3w2")
-    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]))
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s] entries (k: split the keys, s: skip empty "
+                         "new-key steps), each optionally T: prefixed, e.g. 72:64x4w2k,64x3w2s")
+    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]))
 
 
 def config_for(t: int) -> MgpuConfig:
@@ -234,7 +241,15 @@ def fold_mask(new_mask, g: int, cfg: MgpuConfig, dtype=jnp.bfloat16):
     return m.reshape(bt, ng * per * BLOCK_M, tn)
 
 
-def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
+def step_flags(mask, cfg: MgpuConfig):
+    """int32 [Bt, row blocks, new-key steps]: 1 where a row block's mask tile of that step holds
+    a visible key (fold_mask's output in, one XLA reduction)."""
+    bt, rows, tn = mask.shape
+    m = mask.reshape(bt, rows // BLOCK_M, BLOCK_M, tn // cfg.block_k, cfg.block_k)
+    return (m > 0.5).any(axis=(2, 4)).astype(jnp.int32)
+
+
+def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref,
             q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
             part_acc, part_ml, part_bar, *, t: int, g: int, scale: float, cfg: MgpuConfig,
             interpret: bool):
@@ -363,7 +378,24 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
         qk_scale = scale * _LOG2E
 
         def step(j, carry, *, ragged: bool, new: bool):
-            """Fold key block j (prefix block j, or new-key block j - n_pre) into the carry."""
+            """Fold key block j (prefix block j, or new-key block j - n_pre) into the carry;
+            skip_empty: a new-key block no row of this block sees only passes its slot on."""
+            if not (new and cfg.skip_empty):
+                return fold(j, carry, ragged=ragged, new=new)
+
+            def passed(carry):
+                slot = slot_of(j)
+                plgpu.barrier_wait(k_bar.at[slot])      # every phase is waited, as fold() does
+                plgpu.barrier_wait(m_bar.at[slot])
+                plgpu.barrier_arrive(k_free.at[slot])
+                plgpu.barrier_wait(v_bar.at[slot])
+                plgpu.barrier_arrive(v_free.at[slot])
+                return carry
+
+            seen = flags_ref[b, blk, j - n_pre] > 0
+            return lax.cond(seen, functools.partial(fold, j, ragged=False, new=True), passed, carry)
+
+        def fold(j, carry, *, ragged: bool, new: bool):
             acc, m_i, l_i = carry
             slot = slot_of(j)
             plgpu.barrier_wait(k_bar.at[slot])
@@ -457,9 +489,10 @@ def _interpret_params():
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
 
 
-def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, *, scale: float,
+def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, scale: float,
                  cfg: MgpuConfig, interpret: bool):
-    """The kernel on checked inputs and the folded mask (fold_mask)."""
+    """The kernel on checked inputs, the folded mask (fold_mask) and its step flags
+    (step_flags; a dummy without skip_empty)."""
     bt, t, hq, dh = q.shape
     hkv, g = k_cache.shape[1], q.shape[2] // k_cache.shape[1]
     dtype = q.dtype
@@ -469,10 +502,10 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, *, scale: f
     kernel = functools.partial(_kernel, t=t, g=g, scale=float(scale), cfg=cfg,
                                interpret=interpret)
 
-    def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref):
+    def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref):
         pl.run_scoped(
-            lambda *scratch: kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, o_ref,
-                                    *scratch),
+            lambda *scratch: kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref,
+                                    o_ref, *scratch),
             plgpu.SMEM((cfg.blocks_per_cta, BLOCK_M, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
@@ -500,7 +533,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, *, scale: f
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(approx_math=True),
         interpret=_interpret_params() if interpret else None,
-    )(cache_len, q, k_cache, v_cache, k_new, v_new, mask)
+    )(cache_len, q, k_cache, v_cache, k_new, v_new, mask, flags)
 
 
 # Jitted, so that the layers of a forward call one lowered function: a Mosaic GPU kernel takes
@@ -524,5 +557,6 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
         raise ValueError(f"the Mosaic GPU attention kernel cannot take these inputs: {why}; "
                          "use impl='pallas' (Triton) or 'xla'")
     mask = fold_mask(new_mask, q.shape[2] // k_cache.shape[1], cfg, q.dtype)
-    return _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask,
+    flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
+    return _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask, flags,
                        scale=float(scale), cfg=cfg, interpret=interpret)

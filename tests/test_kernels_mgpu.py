@@ -86,7 +86,9 @@ def test_unsupported_inputs_are_named():
 
 
 @pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
-                                   (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1))])
+                                   (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1)),
+                                   (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True)),
+                                   (264, MgpuConfig(skip_empty=True))])
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -120,8 +122,9 @@ def test_settings_from_the_environment(monkeypatch):
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 1) and mgpu.config_for(264) == MgpuConfig(64, 3, 2)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1")
     assert mgpu.config_for(264) == MgpuConfig()
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2k")
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2k,64x3w2s")
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True)
+    assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
         mgpu.config_for(72)
@@ -179,3 +182,20 @@ def test_a_forward_lowers_one_kernel_for_all_its_layers():
     one, three = text(1), text(3)
     assert one.count("mosaic_gpu") == three.count("mosaic_gpu") > 0
     assert len(three) < 1.2 * len(one)
+
+
+def test_skipping_empty_new_key_steps_is_exact():
+    """skip_empty: a new-key step whose mask tile is all 0 for a row block only passes its slot
+    on. With 8 tokens a block (G = 8) and two 64-key steps, the first blocks of a tree see no key
+    of the second step, so steps are skipped (the flags say so), and the output is the
+    reference's (a wrongly skipped step would drop keys some row sees). Bit-for-bit equality with
+    the unskipped kernel follows from fold() being the same code; the interpreter is too slow to
+    run both here."""
+    t, s, hkv, g, dh = 72, 40, 1, 8, 64
+    args, jargs = make_inputs(11, bt=1, t=t, s=s, hkv=hkv, g=g, dh=dh, dtype=jnp.bfloat16, cache_len=(33,))
+    skip = MgpuConfig(stages=2, compute_wgs=2, skip_empty=True)
+    flags = np.asarray(mgpu.step_flags(mgpu.fold_mask(jargs["new_mask"], g, skip), skip))
+    assert flags.shape == (1, 10, 2) and (flags == 0).any() and flags[:, :9, 0].all()
+    out = np.asarray(attention_mgpu(**jargs, scale=0.125, config=skip, interpret=True), np.float32)
+    assert not np.isnan(out).any()
+    assert rel_err(out, numpy_reference(**args, scale=0.125)) < 1e-2
