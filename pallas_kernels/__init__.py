@@ -8,11 +8,15 @@ from .norms import add_rms_norm, norm_impl_for, qk_norm_rope, rms_norm  # noqa: 
 
 def check_tuned_tables() -> None:
     """Read and check the tuned-config tables in effect now (the shipped ones, or the files that
-    $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE name), so that a bad one is reported before a
-    model is loaded rather than while a program compiles. Raises ValueError naming the file."""
-    from . import matmul, tree_attention
+    $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE name) and the Mosaic GPU attention's settings
+    ($DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG), so that a bad one is reported before a model
+    is loaded rather than while a program compiles. Raises ValueError naming the file or the
+    variable."""
+    from . import matmul, tree_attention, tree_attention_mgpu
     tree_attention.attention_table()
     matmul.matmul_table()
+    tree_attention_mgpu.auto_t_range()      # $DDTREE_MGPU_ATTENTION
+    tree_attention_mgpu.config_for(0)       # $DDTREE_MGPU_CONFIG
 
 
 __all__ = [

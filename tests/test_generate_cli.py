@@ -89,8 +89,9 @@ def test_hf_directory_is_not_a_converted_checkpoint(qwen3_pair):
 
 
 def test_bad_tuned_tables_fail_before_loading(tmp_path):
-    """A malformed, or missing, file named by $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE is a
-    one-line error before any checkpoint is read (this checkpoint path does not even exist)."""
+    """A malformed, or missing, file named by $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE, or a
+    malformed $DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG, is a one-line error before any
+    checkpoint is read (this checkpoint path does not even exist)."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"NVIDIA H200": [{"t": [1, 2], "config": {}}]}')
     ck = ("--ckpt", tmp_path / "nope", "--prompt", "x")
@@ -98,6 +99,8 @@ def test_bad_tuned_tables_fail_before_loading(tmp_path):
     _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(tmp_path / "typo.json")}), "DDTREE_MATMUL_TABLE", "does not exist")
     bad.write_text('{"NVIDIA H200": [{"k": 1, "n": 2, "rows": [1, 16], "config": [1, 2, 3, 4, 5, 6, 7, 8]}]}')
     _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(bad)}), "matmul table", "MatmulConfig")
+    _fails(gen(*ck, env={"DDTREE_MGPU_ATTENTION": "257"}), "DDTREE_MGPU_ATTENTION", "LO-HI")
+    _fails(gen(*ck, env={"DDTREE_MGPU_CONFIG": "64x3"}), "DDTREE_MGPU_CONFIG", "BKxSTAGESwWGS")
 
 
 def test_prompt_files(qwen3_pair, tmp_path):
