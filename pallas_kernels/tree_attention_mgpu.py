@@ -76,8 +76,8 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # A/Bs): DDTree-256 (T = 264) 9.634 / 9.549 ms a call against 9.718 / 9.619 with the Triton
 # kernel; DDTree-64 (T = 72) and DDTree-128 (T = 136) were slower in the round (6.275 vs 6.077,
 # 7.049 vs 6.908) although the kernel alone beat Triton's there too (T = 72: 9.8 vs 12.4 us), so
-# they stay on Triton. Up to 520: beyond it Triton's empty-step skip (which this kernel lacks)
-# takes most of a large tree's steps.
+# they stay on Triton. Up to 520: beyond it Triton's empty-step skip takes most of a large
+# tree's steps (this kernel's skip_empty is not measured on the GPU yet).
 AUTO_T_RANGE: tuple[int, int] | None = (257, 520)
 # Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
