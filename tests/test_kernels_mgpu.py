@@ -34,14 +34,13 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
 
 
 @pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison", [
-    # two row blocks in one CTA; a ragged prefix block; NaN past cache_len
-    (24, 200, 2, 4, 64, (37,), MgpuConfig(), np.nan),
-    # no prefix at all (every key is a tree key); inf past cache_len
-    (24, 200, 2, 4, 64, (0,), MgpuConfig(), np.inf),
+    # two row blocks in one CTA; batch row 0 with a ragged prefix block, row 1 with no prefix at
+    # all (every key a tree key); inf past cache_len
+    (24, 200, 2, 4, 64, (37, 0), MgpuConfig(), np.inf),
     # one compute warpgroup, two stages: the ring wraps; a whole number of prefix blocks
     (24, 300, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
-    # G = 8 (8 tokens a block), Dh 128, new keys over two steps, batch 2 with different lengths
-    (40, 100, 1, 8, 128, (100, 5), MgpuConfig(), np.nan),
+    # G = 8 (8 tokens a block), Dh 128, a full cache (no stale tail)
+    (40, 100, 1, 8, 128, (100,), MgpuConfig(), np.nan),
     # G = 1 (64 tokens a block), 128-key steps
     (64, 100, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan),
 ])
