@@ -276,40 +276,33 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         if nwg == 2 and not interpret:
             plgpu.set_max_registers(40, action="decrease")
 
+        def fetch(j, slot, cache_ref, new_ref, smem, bar, free):
+            """Step j's K (or V) tile into its ring slot, once step j - stages has freed it: the
+            prefix block j, or new-key block j - n_pre."""
+            @pl.when(j >= stages)
+            def _():
+                plgpu.barrier_wait(free.at[slot])
+
+            @pl.when(j < n_pre)
+            def _():
+                plgpu.copy_gmem_to_smem(cache_ref.at[b, h, pl.ds(j * bk, bk)], smem.at[slot], bar.at[slot])
+
+            @pl.when(j >= n_pre)
+            def _():
+                plgpu.copy_gmem_to_smem(new_ref.at[b, pl.ds((j - n_pre) * bk, bk), h], smem.at[slot],
+                                        bar.at[slot])
+
         def issue(j, carry):
             slot = slot_of(j)
-
-            @pl.when(j >= stages)
-            def _():
-                plgpu.barrier_wait(k_free.at[slot])     # step j - stages is done with the slot
-
-            @pl.when(j < n_pre)
-            def _():
-                rows = pl.ds(j * bk, bk)
-                plgpu.copy_gmem_to_smem(k_ref.at[b, h, rows], k_smem.at[slot], k_bar.at[slot])
+            fetch(j, slot, k_ref, kn_ref, k_smem, k_bar, k_free)
 
             @pl.when(j >= n_pre)
-            def _():
-                jn = j - n_pre
-                rows = pl.ds(jn * bk, bk)
-                plgpu.copy_gmem_to_smem(kn_ref.at[b, rows, h], k_smem.at[slot], k_bar.at[slot])
+            def _():  # a new-key step's mask tile (its slot is freed with K's)
                 plgpu.copy_gmem_to_smem(
-                    mask_ref.at[b, pl.ds(n * (per * BLOCK_M), per * BLOCK_M), pl.ds(jn * bk, bk)],
+                    mask_ref.at[b, pl.ds(n * (per * BLOCK_M), per * BLOCK_M), pl.ds((j - n_pre) * bk, bk)],
                     m_smem.at[slot], m_bar.at[slot])
 
-            @pl.when(j >= stages)
-            def _():
-                plgpu.barrier_wait(v_free.at[slot])
-
-            @pl.when(j < n_pre)
-            def _():
-                rows = pl.ds(j * bk, bk)
-                plgpu.copy_gmem_to_smem(v_ref.at[b, h, rows], v_smem.at[slot], v_bar.at[slot])
-
-            @pl.when(j >= n_pre)
-            def _():
-                rows = pl.ds((j - n_pre) * bk, bk)
-                plgpu.copy_gmem_to_smem(vn_ref.at[b, rows, h], v_smem.at[slot], v_bar.at[slot])
+            fetch(j, slot, v_ref, vn_ref, v_smem, v_bar, v_free)
             return carry
 
         total = n_pre + n_new
