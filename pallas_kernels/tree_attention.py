@@ -685,10 +685,10 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     """
     if impl not in _IMPLS:
         raise ValueError(f"unknown attention impl {impl!r}; choose one of {_IMPLS}")
+    mgpu_cfg = None
     if impl == "auto":
         impl = auto_impl()
-        if impl == "pallas" and mgpu.wanted(q.shape[1]) and not mgpu.mgpu_unsupported(
-                q, k_cache, kv_start, mgpu.config_for(q.shape[1])):
+        if impl == "pallas" and (mgpu_cfg := mgpu.takes(q, k_cache, kv_start)) is not None:
             impl = "mosaic"
         elif impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
             impl = "xla"
@@ -697,7 +697,7 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
                                    scale=scale, kv_start=kv_start)
     if impl in ("mosaic", "mosaic_interpret"):
         return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
-                                   scale=scale, kv_start=kv_start, config=mgpu.config_for(q.shape[1]),
+                                   scale=scale, kv_start=kv_start, config=mgpu_cfg or mgpu.config_for(q.shape[1]),
                                    interpret=impl == "mosaic_interpret")
     return attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
                             kv_start=kv_start, interpret=(impl == "pallas_interpret"),

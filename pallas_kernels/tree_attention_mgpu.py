@@ -175,15 +175,23 @@ def wanted(t: int, device=None) -> bool:
     return plgpu is not None and rng is not None and _is_sm90(device) and rng[0] <= t <= rng[1]
 
 
+def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
+    """The config impl="auto" runs this kernel with for these inputs (shapes or
+    jax.ShapeDtypeStructs), or None where it should not: not wanted(T) or unsupported."""
+    t = q.shape[1]
+    if not wanted(t, device):
+        return None
+    cfg = config_for(t)
+    return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
+
+
 def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, device=None) -> int:
     """What the verify's row count T should be rounded up to so that impl="auto" runs this
     kernel: 8 where it would (the kernel's TMA boxes need T % 8 == 0), else 1."""
     tp = -(-t // 8) * 8
-    if not wanted(tp, device):
-        return 1
     q = jax.ShapeDtypeStruct((1, tp, q_heads, head_dim), dtype)
     kc = jax.ShapeDtypeStruct((1, kv_heads, 8, head_dim), dtype)
-    return 1 if mgpu_unsupported(q, kc, None, config_for(tp)) else 8
+    return 1 if takes(q, kc, None, device) is None else 8
 
 
 def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None) -> str | None:
