@@ -106,6 +106,11 @@ class MgpuConfig:
     # (bench/RESULTS.md, session 12: 42-53 % of them hold a visible key at T = 257, 21-28 % at
     # 1025); the per-(block, step) flags are one small XLA reduction of the folded mask.
     skip_empty: bool = False
+    # Two compute warpgroups (each its own row block) take turns on the tensor cores: a
+    # rendezvous after each QK issue and before each PV keeps one warpgroup's softmax under the
+    # other's products (FlashAttention-3's ping-pong schedule) instead of leaving their order to
+    # the warp schedulers.
+    pingpong: bool = False
 
     @property
     def blocks_per_cta(self) -> int:
@@ -139,14 +144,15 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k][s]`` -> MgpuConfig (k: split_keys, s: skip_empty), e.g. 64x3w2 or
-    64x4w2ks."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)", spec.strip())
+    """``BKxSTAGESwWGS[k][s][p]`` -> MgpuConfig (k: split_keys, s: skip_empty, p: pingpong), e.g.
+    64x3w2, 64x4w2ks or 64x3w2sp."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(p?)", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s] entries (k: split the keys, s: skip empty "
-                         "new-key steps), each optionally T: prefixed, e.g. 72:64x4w2k,64x3w2s")
-    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]))
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][p] entries (k: split the keys, s: skip empty "
+                         "new-key steps, p: ping-pong), each optionally T: prefixed, e.g. 72:64x4w2k,64x3w2s")
+    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
+                      pingpong=bool(m[6]))
 
 
 def config_for(t: int) -> MgpuConfig:
@@ -215,6 +221,9 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
     if cfg.split_keys and (cfg.compute_wgs != 2 or cfg.stages % 2):
         # A ring slot must always serve the same warpgroup: each tracks its barriers' phases.
         return f"config {cfg} (split_keys takes 2 compute warpgroups and an even number of stages)"
+    if cfg.pingpong and (cfg.compute_wgs != 2 or cfg.split_keys):
+        # Both warpgroups must meet at every rendezvous: the same steps, each its own block.
+        return f"config {cfg} (pingpong takes 2 compute warpgroups without split_keys)"
     if cfg.smem_bytes(dh) > 220 * 1024:
         return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
     if t < 8 or t % 8:
@@ -259,10 +268,11 @@ def step_flags(mask, cfg: MgpuConfig):
 
 def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref,
             q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
-            part_acc, part_ml, part_bar, *, t: int, g: int, scale: float, cfg: MgpuConfig,
+            part_acc, part_ml, part_bar, sched, *, t: int, g: int, scale: float, cfg: MgpuConfig,
             interpret: bool):
     """One CTA: (row-block group n, kv head h, batch row b), warpgroups 0..compute_wgs-1 compute,
-    warpgroup compute_wgs loads. part_*: split_keys' merge (None otherwise)."""
+    warpgroup compute_wgs loads. part_*: split_keys' merge; sched: pingpong's rendezvous (None
+    otherwise)."""
     bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
     split, per = cfg.split_keys, cfg.blocks_per_cta
     seq, dh = k_ref.shape[2], k_ref.shape[3]
@@ -356,11 +366,14 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
 
         def qk(slot):
             if interpret:
-                return lax.dot_general(qs[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
-                                       preferred_element_type=jnp.float32)
+                s = lax.dot_general(qs[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
+                                    preferred_element_type=jnp.float32)
+                meet()
+                return s
 
             def body(acc):
                 plgpu.wgmma(acc, qs, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
+                meet()      # issued: the other warpgroup's softmax may end, its PV go
                 return acc[...]
             return pl.run_scoped(body, plgpu.ACC((BLOCK_M, bk), jnp.float32))
 
@@ -375,6 +388,12 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
 
         def rowb(x, shape):
             return lax.broadcast_in_dim(x, shape, [0])
+
+        def meet():
+            """pingpong: wait for the other compute warpgroup to reach its matching point."""
+            if cfg.pingpong:
+                plgpu.barrier_arrive(sched)
+                plgpu.barrier_wait(sched)
 
         qk_scale = scale * _LOG2E
 
@@ -391,6 +410,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 plgpu.barrier_arrive(k_free.at[slot])
                 plgpu.barrier_wait(v_bar.at[slot])
                 plgpu.barrier_arrive(v_free.at[slot])
+                meet()      # fold()'s two rendezvous
+                meet()
                 return carry
 
             seen = flags_ref[b, blk, j - n_pre] > 0
@@ -418,7 +439,11 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 p = jnp.where(keep, p, 0.0)
             l_new = alpha * l_i + p.sum(axis=1)
             acc = acc * rowb(alpha, acc.shape)
+            if cfg.pingpong:
+                plgpu.barrier_arrive(sched)          # softmax done ...
             plgpu.barrier_wait(v_bar.at[slot])
+            if cfg.pingpong:
+                plgpu.barrier_wait(sched)            # ... and the other warpgroup's QK issued
             if ragged:
                 # V rows at or past cache_len may hold anything (NaN, inf): 0 * NaN is NaN.
                 vs = v_smem.at[slot]
@@ -433,6 +458,10 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         carry = (cast(jnp.zeros((BLOCK_M, dh), jnp.float32), layout),
                  cast(jnp.full((BLOCK_M,), _NEG, jnp.float32), row_layout),
                  cast(jnp.zeros((BLOCK_M,), jnp.float32), row_layout))
+        if cfg.pingpong:
+            # Warpgroup 1 runs one rendezvous behind: its QK waits for warpgroup 0's first issue.
+            pl.when(wg == 1)(meet)
+
         def steps(lo, hi, carry, **kind):
             """Steps j in [lo, hi) (split_keys: only this warpgroup's, j % nwg == wg)."""
             body = functools.partial(step, **kind)
@@ -446,6 +475,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         carry = steps(n_full, n_pre, carry, ragged=True, new=False)
         carry = steps(n_pre, n_pre + n_new, carry, ragged=False, new=True)
         acc, m_i, l_i = carry
+        if cfg.pingpong:
+            pl.when(wg == 0)(meet)   # warpgroup 1's last rendezvous
         if split:
             # Warpgroup 1 hands its (acc, max, sum) over; warpgroup 0 merges and stores.
             @pl.when(wg == 1)
@@ -522,6 +553,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
                 plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))) if cfg.split_keys else None,
             plgpu.SMEM((2, BLOCK_M), jnp.float32) if cfg.split_keys else None,
             plgpu.Barrier(num_barriers=1) if cfg.split_keys else None,
+            plgpu.Barrier(num_arrivals=2, num_barriers=1) if cfg.pingpong else None,
             collective_axes="wg",
         )
 

@@ -345,13 +345,19 @@ def test_debug_shows_traceback(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr and "UserError" in r.stderr
 
 
+def _default_sigint():
+    """In the child: Ctrl-C's default action. A suite started as a background job (`.ci/run &`)
+    inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_nothing(qwen3_pair, tmp_path, sig):
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "convert", "--target", str(qwen3_pair.hf_target), "--draft",
                           str(qwen3_pair.hf_draft), "--out", str(out)], cwd=ROOT,
                          env=_env(DDTREE_CONVERT_SLOWDOWN="0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=_default_sigint)
     tmp = out.with_name(f"out.tmp-{p.pid}")
     deadline = time.monotonic() + 60
     while not tmp.exists() and p.poll() is None and time.monotonic() < deadline:
