@@ -292,7 +292,7 @@ def test_merged_ranks_equal_the_pairwise_rank():
     from ddtree_jax.trees import ddtree
 
     rng = np.random.default_rng(7)
-    for trial in range(12):
+    for trial in range(6):      # trial 0: signed zeros and -inf; 3: zeros; 4: -inf
         widths = [int(w) for w in rng.integers(1, 30, size=int(rng.integers(1, 6)))]
         beams, keys = [], []
         for d, w in enumerate(widths):
@@ -387,18 +387,37 @@ def test_tree_settings_from_the_environment():
     assert r.stdout == ("False {'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
                         "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2 16 40 4 2000 "
                         "{'ti': 16, 'tj': 64, 'num_warps': 2}\n")
-    for name, value, why in [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
-                             ("DDTREE_VOCAB_STAGE2_MAX_K", "-1", "give a whole number"),
-                             ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
-                             ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
-                             ("DDTREE_VOCAB_STAGE1", "threshold:r3", "radix bits are one of 1, 2, 4"),
-                             ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain"),
-                             ("DDTREE_RANK_KERNEL_TILE", "32x100",
-                              "give TIxTJ[wWARPS] in powers of two, e.g. 32x128w4")]:
-        r = subprocess.run([sys.executable, "-c", code], env={**env, name: value},
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode != 0
-        assert r.stderr.strip().splitlines()[-1] == f"ValueError: {name}={value!r}: {why}, or unset it"
+    bad = [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
+           ("DDTREE_VOCAB_STAGE2_MAX_K", "-1", "give a whole number"),
+           ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
+           ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
+           ("DDTREE_VOCAB_STAGE1", "threshold:r3", "radix bits are one of 1, 2, 4"),
+           ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain"),
+           ("DDTREE_RANK_KERNEL_TILE", "32x100", "give TIxTJ[wWARPS] in powers of two, e.g. 32x128w4")]
+    # One process for the malformed values: each is set, then the two modules that read the
+    # settings are imported afresh (a process each cost ~3 s of imports).
+    check = ("import importlib, os, sys\n"
+             "from ddtree_jax.trees import base, ddtree\n"
+             "for name, value in [tuple(x.split('=', 1)) for x in sys.argv[1:]]:\n"
+             "    saved = os.environ.get(name)\n"
+             "    os.environ[name] = value\n"
+             "    try:\n"
+             "        importlib.reload(base); importlib.reload(ddtree)\n"
+             "        print('accepted')\n"
+             "    except ValueError as e:\n"
+             "        print(f'ValueError: {e}')\n"
+             "    os.environ.pop(name) if saved is None else os.environ.__setitem__(name, saved)\n")
+    r = subprocess.run([sys.executable, "-c", check, *[f"{n}={v}" for n, v, _ in bad]], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = r.stdout.strip().splitlines()
+    assert got == [f"ValueError: {n}={v!r}: {why}, or unset it" for n, v, why in bad]
+    # and as a user meets it: the import itself stops
+    name, value, why = bad[0]
+    r = subprocess.run([sys.executable, "-c", code], env={**env, name: value},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == f"ValueError: {name}={value!r}: {why}, or unset it"
 
 
 @pytest.mark.parametrize("stage1", ["xla", "pallas_interpret", "threshold_interpret"])
