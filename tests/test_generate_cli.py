@@ -45,14 +45,6 @@ def test_streaming_text_and_profile(qwen3_pair):
     assert "tok/s" in r.stderr and "stage ms/round" in r.stderr and "verify" in r.stderr
 
 
-def test_sampling_is_deterministic_per_seed(qwen3_pair):
-    args = ("--ckpt", qwen3_pair.out, "--prompt", "abc", "--max-new-tokens", 16, "--json", "--temperature", 1.0,
-            "--top-p", 0.95)
-    a, b = gen(*args, "--seed", 3), gen(*args, "--seed", 3)
-    assert a.returncode == 0, a.stderr
-    assert json.loads(a.stdout)["token_ids"] == json.loads(b.stdout)["token_ids"]
-
-
 def _fails(r, *needles):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = [line for line in r.stderr.splitlines() if line.strip()]

@@ -437,10 +437,10 @@ def test_closed_loop_callbacks_during_a_failed_restore_print_nothing(tmp_path, m
 
 
 def test_seeded_sampling_is_identical_across_processes(tmp_path):
-    """Three processes, seeds 7, 7 and 8. The first runs alone and fills a compilation cache of
+    """Three processes, seeds 7, 7 and 8 (temperature 1, top-p 0.95). The first runs alone and fills a compilation cache of
     its own; the other two run together from it (as a user's later runs do), so the programs
     compile once instead of three times at once (48 -> 30 CPU seconds)."""
-    args = ("--json", "--temperature", 1, "--max-new-tokens", 32, "--prompt", "def fib(n):")
+    args = ("--json", "--temperature", 1, "--top-p", 0.95, "--max-new-tokens", 32, "--prompt", "def fib(n):")
     e = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), DDTREE_COMPILE_CACHE=str(tmp_path / "xla"),
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
