@@ -7,7 +7,7 @@
 The CPU tests run the Pallas kernels in interpret mode only; this runs the compiled kernels where
 they will run (attention, fused norms, whatever `attn_impl` switches) inside `target.forward`
 on a few layers of the Qwen3-8B shape in bf16, with norm weights that are not all ones, for
-tree sizes T = 1, 16, 65, 257, 264 over committed prefixes, and compares final hidden states, tapped
+tree sizes T = 1, 16, 65, 257, 264, 1032 over committed prefixes, and compares final hidden states, tapped
 states and the new K/V with attn_impl="xla". Exits non-zero on a NaN or an error above --tol.
 """
 from __future__ import annotations
@@ -54,9 +54,10 @@ def main(argv=None) -> int:
     else:
         dims = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_heads=32, num_kv_heads=8,
                     head_dim=128)
-        # T = 264: a DDTree-256 verify padded to 8 rows, which "auto" gives the Mosaic GPU kernel on
-        # Hopper (pallas_kernels/tree_attention_mgpu.py); run with --impl auto to check that path
-        cases = [(1, 0), (1, 600), (1, 8192), (16, 600), (65, 600), (65, 8192), (257, 1000), (264, 1000), (264, 4001)]
+        # T = 264 / 1032: DDTree-256 / -1024 verifies padded to 8 rows, which "auto" gives the Mosaic
+        # GPU kernel on Hopper (pallas_kernels/tree_attention_mgpu.py); --impl auto checks that path
+        cases = [(1, 0), (1, 600), (1, 8192), (16, 600), (65, 600), (65, 8192), (257, 1000), (264, 1000), (264, 4001),
+                 (1032, 600)]
     cfg = TargetConfig(family="qwen3", rms_eps=1e-6, qk_norm=True, qkv_bias=False, rope=RopeConfig(theta=1e6),
                        num_layers=args.layers, max_position=40960, tie_embeddings=False, **dims)
     dtype = jnp.bfloat16
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
     worst = 0.0
     rng = np.random.default_rng(0)
     for t, prefix in cases:
-        size = prefix + t + 64
+        size = -(-(prefix + t + 64) // 128) * 128      # the engine's caches: multiples of 128
         cache = KVCache.zeros(cfg.num_layers, 1, cfg.num_kv_heads, size, cfg.head_dim, dtype)
         if prefix:
             toks = jnp.asarray(rng.integers(0, cfg.vocab_size, (1, prefix)), jnp.int32)

@@ -72,20 +72,23 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 
 # Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's
 # padding to a multiple of 8) in [lo, hi], on GPUs of compute capability 9.0 (wgmma is sm_90a
-# only). Measured on the H200 (session 19, bench/RESULTS.md; 8B pair, prompt 512, same-start
+# only). Measured on the H200 (bench/RESULTS.md, sessions 19-20; 8B pair, prompt 512, same-start
 # A/Bs): DDTree-256 (T = 264) 9.634 / 9.549 ms a call against 9.718 / 9.619 with the Triton
-# kernel; DDTree-64 (T = 72) and DDTree-128 (T = 136) were slower in the round (6.275 vs 6.077,
-# 7.049 vs 6.908) although the kernel alone beat Triton's there too (T = 72: 9.8 vs 12.4 us), so
-# they stay on Triton. Up to 520: beyond it Triton's empty-step skip takes most of a large
-# tree's steps (this kernel's skip_empty is not measured on the GPU yet).
-AUTO_T_RANGE: tuple[int, int] | None = (257, 520)
+# kernel (session 19), and 9.501 against 9.649 with skip_empty (session 20); DDTree-1024
+# (T = 1032): alone 58.4 us a layer with skip_empty against Triton's 172.1 (session 20). At
+# T = 72 (DDTree-64) the round's attention is ~10 us a layer either way (session 20 profiles) and
+# at T = 16 (the drafter) this kernel is slower (8 CTAs), so small trees stay on Triton.
+AUTO_T_RANGE: tuple[int, int] | None = (257, 1032)
 # Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
 CONFIG_ENV = "DDTREE_MGPU_CONFIG"
-# Measured configs by T (None: any other T, the defaults: fastest at T = 264); see config_for.
+# Measured configs by T (None: any other T, 64x3w2s: fastest at T = 264 and 1032); see config_for.
 # s19_2, alone, prefix 512, us a call: T = 72: 64x4w2k 9.76, 64x2w2k 9.91, 128x2w1 10.73,
 # 64x4w1 11.09, 64x3w1 11.30, 64x3w2 14.38 (Triton 12.39); T = 264: 64x3w2 18.87, 64x4w2k 21.65,
-# 64x2w2k 22.43, 64x4w1 25.87, 64x3w1 / 128x2w1 26.08 (Triton 27.47).
+# 64x2w2k 22.43, 64x4w1 25.87, 64x3w1 / 128x2w1 26.08 (Triton 27.47). s20_2: T = 264: 64x3w2s
+# 17.98, 64x3w2 18.99 (Triton 26.90); T = 1032: 64x3w2s 58.4, 64x3w2 68.1, 64x4w2ks 69.7, 64x2w1
+# 96.0 (Triton 172.1). FlashAttention-3's ping-pong schedule between the two compute warpgroups
+# (a rendezvous around each product) was 2-5 % slower at every T (s20_2) and was dropped.
 AUTO_CONFIGS: dict[int | None, "MgpuConfig"] = {}
 
 
@@ -106,11 +109,6 @@ class MgpuConfig:
     # (bench/RESULTS.md, session 12: 42-53 % of them hold a visible key at T = 257, 21-28 % at
     # 1025); the per-(block, step) flags are one small XLA reduction of the folded mask.
     skip_empty: bool = False
-    # Two compute warpgroups (each its own row block) take turns on the tensor cores: a
-    # rendezvous after each QK issue and before each PV keeps one warpgroup's softmax under the
-    # other's products (FlashAttention-3's ping-pong schedule) instead of leaving their order to
-    # the warp schedulers.
-    pingpong: bool = False
 
     @property
     def blocks_per_cta(self) -> int:
@@ -127,6 +125,7 @@ class MgpuConfig:
 
 
 AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
+AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True)
 
 
 def auto_t_range() -> tuple[int, int] | None:
@@ -144,15 +143,14 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k][s][p]`` -> MgpuConfig (k: split_keys, s: skip_empty, p: pingpong), e.g.
-    64x3w2, 64x4w2ks or 64x3w2sp."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(p?)", spec.strip())
+    """``BKxSTAGESwWGS[k][s]`` -> MgpuConfig (k: split_keys, s: skip_empty), e.g. 64x3w2 or
+    64x4w2ks."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][p] entries (k: split the keys, s: skip empty "
-                         "new-key steps, p: ping-pong), each optionally T: prefixed, e.g. 72:64x4w2k,64x3w2s")
-    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
-                      pingpong=bool(m[6]))
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s] entries (k: split the keys, s: skip empty "
+                         "new-key steps), each optionally T: prefixed, e.g. 72:64x4w2k,64x3w2s")
+    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]))
 
 
 def config_for(t: int) -> MgpuConfig:
@@ -221,11 +219,11 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
     if cfg.split_keys and (cfg.compute_wgs != 2 or cfg.stages % 2):
         # A ring slot must always serve the same warpgroup: each tracks its barriers' phases.
         return f"config {cfg} (split_keys takes 2 compute warpgroups and an even number of stages)"
-    if cfg.pingpong and (cfg.compute_wgs != 2 or cfg.split_keys):
-        # Both warpgroups must meet at every rendezvous: the same steps, each its own block.
-        return f"config {cfg} (pingpong takes 2 compute warpgroups without split_keys)"
     if cfg.smem_bytes(dh) > 220 * 1024:
         return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
+    if k_cache.shape[2] % 8:
+        return (f"a cache of {k_cache.shape[2]} positions (TMA boxes of the tiled K / V need a multiple of 8; "
+                "the engine's caches are multiples of 128)")
     if t < 8 or t % 8:
         return (f"T = {t} new tokens (TMA boxes of the tiled q / K / V need T to be a multiple of 8; "
                 "the engine pads a tree's verify rows to one: verify_rows)")
@@ -268,11 +266,10 @@ def step_flags(mask, cfg: MgpuConfig):
 
 def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref,
             q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
-            part_acc, part_ml, part_bar, sched, *, t: int, g: int, scale: float, cfg: MgpuConfig,
+            part_acc, part_ml, part_bar, *, t: int, g: int, scale: float, cfg: MgpuConfig,
             interpret: bool):
     """One CTA: (row-block group n, kv head h, batch row b), warpgroups 0..compute_wgs-1 compute,
-    warpgroup compute_wgs loads. part_*: split_keys' merge; sched: pingpong's rendezvous (None
-    otherwise)."""
+    warpgroup compute_wgs loads. part_*: split_keys' merge (None otherwise)."""
     bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
     split, per = cfg.split_keys, cfg.blocks_per_cta
     seq, dh = k_ref.shape[2], k_ref.shape[3]
@@ -366,14 +363,11 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
 
         def qk(slot):
             if interpret:
-                s = lax.dot_general(qs[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
-                                    preferred_element_type=jnp.float32)
-                meet()
-                return s
+                return lax.dot_general(qs[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
+                                       preferred_element_type=jnp.float32)
 
             def body(acc):
                 plgpu.wgmma(acc, qs, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
-                meet()      # issued: the other warpgroup's softmax may end, its PV go
                 return acc[...]
             return pl.run_scoped(body, plgpu.ACC((BLOCK_M, bk), jnp.float32))
 
@@ -388,12 +382,6 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
 
         def rowb(x, shape):
             return lax.broadcast_in_dim(x, shape, [0])
-
-        def meet():
-            """pingpong: wait for the other compute warpgroup to reach its matching point."""
-            if cfg.pingpong:
-                plgpu.barrier_arrive(sched)
-                plgpu.barrier_wait(sched)
 
         qk_scale = scale * _LOG2E
 
@@ -410,8 +398,6 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 plgpu.barrier_arrive(k_free.at[slot])
                 plgpu.barrier_wait(v_bar.at[slot])
                 plgpu.barrier_arrive(v_free.at[slot])
-                meet()      # fold()'s two rendezvous
-                meet()
                 return carry
 
             seen = flags_ref[b, blk, j - n_pre] > 0
@@ -439,11 +425,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 p = jnp.where(keep, p, 0.0)
             l_new = alpha * l_i + p.sum(axis=1)
             acc = acc * rowb(alpha, acc.shape)
-            if cfg.pingpong:
-                plgpu.barrier_arrive(sched)          # softmax done ...
             plgpu.barrier_wait(v_bar.at[slot])
-            if cfg.pingpong:
-                plgpu.barrier_wait(sched)            # ... and the other warpgroup's QK issued
             if ragged:
                 # V rows at or past cache_len may hold anything (NaN, inf): 0 * NaN is NaN.
                 vs = v_smem.at[slot]
@@ -458,10 +440,6 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         carry = (cast(jnp.zeros((BLOCK_M, dh), jnp.float32), layout),
                  cast(jnp.full((BLOCK_M,), _NEG, jnp.float32), row_layout),
                  cast(jnp.zeros((BLOCK_M,), jnp.float32), row_layout))
-        if cfg.pingpong:
-            # Warpgroup 1 runs one rendezvous behind: its QK waits for warpgroup 0's first issue.
-            pl.when(wg == 1)(meet)
-
         def steps(lo, hi, carry, **kind):
             """Steps j in [lo, hi) (split_keys: only this warpgroup's, j % nwg == wg)."""
             body = functools.partial(step, **kind)
@@ -475,8 +453,6 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         carry = steps(n_full, n_pre, carry, ragged=True, new=False)
         carry = steps(n_pre, n_pre + n_new, carry, ragged=False, new=True)
         acc, m_i, l_i = carry
-        if cfg.pingpong:
-            pl.when(wg == 0)(meet)   # warpgroup 1's last rendezvous
         if split:
             # Warpgroup 1 hands its (acc, max, sum) over; warpgroup 0 merges and stores.
             @pl.when(wg == 1)
@@ -553,7 +529,6 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
                 plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))) if cfg.split_keys else None,
             plgpu.SMEM((2, BLOCK_M), jnp.float32) if cfg.split_keys else None,
             plgpu.Barrier(num_barriers=1) if cfg.split_keys else None,
-            plgpu.Barrier(num_arrivals=2, num_barriers=1) if cfg.pingpong else None,
             collective_axes="wg",
         )
 

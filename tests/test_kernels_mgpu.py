@@ -34,15 +34,15 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
 
 
 @pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison", [
-    # two row blocks in one CTA, their warpgroups taking turns (pingpong); batch row 0 with a
-    # ragged prefix block, row 1 with no prefix at all (every key a tree key); inf past cache_len
-    (24, 200, 2, 4, 64, (37, 0), MgpuConfig(pingpong=True), np.inf),
+    # two row blocks in one CTA; batch row 0 with a ragged prefix block, row 1 with no prefix at
+    # all (every key a tree key); inf past cache_len
+    (24, 200, 2, 4, 64, (37, 0), MgpuConfig(), np.inf),
     # one compute warpgroup, two stages: the ring wraps; a whole number of prefix blocks
-    (24, 300, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
+    (24, 304, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
     # G = 8 (8 tokens a block), Dh 128, a full cache (no stale tail)
-    (40, 100, 1, 8, 128, (100,), MgpuConfig(), np.nan),
+    (40, 104, 1, 8, 128, (104,), MgpuConfig(), np.nan),
     # G = 1 (64 tokens a block), 128-key steps
-    (64, 100, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan),
+    (64, 104, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
     got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
@@ -69,26 +69,26 @@ def test_fold_mask_layout():
 
 def test_unsupported_inputs_are_named():
     q = jax.ShapeDtypeStruct((1, 24, 8, 64), jnp.bfloat16)
-    kc = jax.ShapeDtypeStruct((1, 2, 100, 64), jnp.bfloat16)
+    kc = jax.ShapeDtypeStruct((1, 2, 104, 64), jnp.bfloat16)
     assert mgpu.mgpu_unsupported(q, kc) is None
     assert "multiple of 8" in mgpu.mgpu_unsupported(jax.ShapeDtypeStruct((1, 25, 8, 64), jnp.bfloat16), kc)
     assert "kv_start" in mgpu.mgpu_unsupported(q, kc, kv_start=jnp.zeros((1,), jnp.int32))
+    assert "cache of 101 positions" in mgpu.mgpu_unsupported(q, jax.ShapeDtypeStruct((1, 2, 101, 64), jnp.bfloat16))
     assert "dtype" in mgpu.mgpu_unsupported(jax.ShapeDtypeStruct((1, 24, 8, 64), jnp.float32), kc)
     assert "query heads" in mgpu.mgpu_unsupported(
         jax.ShapeDtypeStruct((1, 24, 32, 64), jnp.bfloat16), jax.ShapeDtypeStruct((1, 2, 100, 64), jnp.bfloat16))
     assert "shared memory" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(block_k=128, stages=4))
-    assert "pingpong" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(stages=4, split_keys=True, pingpong=True))
     with pytest.raises(ValueError, match="cannot take these inputs.*multiple of 8"):
         attention_mgpu(jnp.zeros((1, 25, 8, 64), jnp.bfloat16), jnp.zeros((1, 25, 2, 64), jnp.bfloat16),
-                       jnp.zeros((1, 25, 2, 64), jnp.bfloat16), jnp.zeros((1, 2, 100, 64), jnp.bfloat16),
-                       jnp.zeros((1, 2, 100, 64), jnp.bfloat16), jnp.zeros((1,), jnp.int32),
+                       jnp.zeros((1, 25, 2, 64), jnp.bfloat16), jnp.zeros((1, 2, 104, 64), jnp.bfloat16),
+                       jnp.zeros((1, 2, 104, 64), jnp.bfloat16), jnp.zeros((1,), jnp.int32),
                        jnp.ones((1, 25, 25), bool), scale=0.125, interpret=True)
 
 
 @pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
                                    (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1)),
                                    (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True)),
-                                   (264, MgpuConfig(skip_empty=True, pingpong=True))])
+                                   (264, MgpuConfig(skip_empty=True))])
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -122,9 +122,9 @@ def test_settings_from_the_environment(monkeypatch):
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 1) and mgpu.config_for(264) == MgpuConfig(64, 3, 2)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1")
     assert mgpu.config_for(264) == MgpuConfig()
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2k,64x3w2sp")
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2k,64x3w2s")
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True)
-    assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True, pingpong=True)
+    assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
         mgpu.config_for(72)
@@ -155,7 +155,7 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     monkeypatch.setattr(mgpu, "wanted", lambda t, device=None: True)
     monkeypatch.setattr(mgpu, "attention_mgpu", lambda *a, **k: calls.append(k) or "mgpu")
     args = [jnp.zeros(s, jnp.bfloat16) for s in ((1, 24, 8, 64), (1, 24, 2, 64), (1, 24, 2, 64),
-                                                 (1, 2, 50, 64), (1, 2, 50, 64))]
+                                                 (1, 2, 56, 64), (1, 2, 56, 64))]
     assert ta.attention(*args, jnp.zeros((1,), jnp.int32), jnp.ones((1, 24, 24), bool), scale=0.1) == "mgpu"
     assert calls and calls[0]["interpret"] is False
     assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 264
@@ -193,9 +193,7 @@ def test_skipping_empty_new_key_steps_is_exact():
     run both here."""
     t, s, hkv, g, dh = 72, 40, 1, 8, 64
     args, jargs = make_inputs(11, bt=1, t=t, s=s, hkv=hkv, g=g, dh=dh, dtype=jnp.bfloat16, cache_len=(33,))
-    # pingpong too: the two warpgroups' blocks skip different steps and must still meet at
-    # every rendezvous (a skipped step makes fold()'s two)
-    skip = MgpuConfig(stages=2, compute_wgs=2, skip_empty=True, pingpong=True)
+    skip = MgpuConfig(stages=2, compute_wgs=2, skip_empty=True)
     flags = np.asarray(mgpu.step_flags(mgpu.fold_mask(jargs["new_mask"], g, skip), skip))
     assert flags.shape == (1, 10, 2) and (flags == 0).any() and flags[:, :9, 0].all()
     out = np.asarray(attention_mgpu(**jargs, scale=0.125, config=skip, interpret=True), np.float32)
