@@ -12,7 +12,7 @@ warpgroups share one row block instead and take alternate key steps, then merge 
 (acc, max, sum) through shared memory: twice the warpgroups on a small tree's few row blocks.
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
-in AUTO_T_RANGE (measured faster in the round at DDTree-256 only; see there), and the engine
+in AUTO_T_RANGE (DDTree-256 and -1024; small trees stay on Triton, see there), and the engine
 pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
 boxes of q / K / V need T % 8 == 0.
 
