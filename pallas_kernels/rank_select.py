@@ -117,21 +117,31 @@ def rank_select(scores: jax.Array, n: int, *payloads: jax.Array, impl: str = "pa
         raise ValueError(f"rank_select: n={n} for rows of {p} entries; give 0 < n <= P")
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module; use impl='xla'")
-    interpret = impl == "pallas_interpret"
-    row = lambda w: pl.BlockSpec((None, w), lambda b, t: (b, 0))
+    return select_call(_kernel, scores, payloads, n, ti=ti, num_warps=num_warps, num_stages=2,
+                       interpret=impl == "pallas_interpret", name="rank_select", p=p, tj=tj)
+
+
+def select_call(kernel, scores: jax.Array, payloads, n: int, *, ti: int, num_warps: int, num_stages: int,
+                interpret: bool, name: str, **static) -> tuple[jax.Array, ...]:
+    """The pallas_call the ranking selections share (rank_select, runs_select): a
+    Bt x ceil(T / ti) grid whose programs see whole rows of scores float32[Bt, T] and the int32
+    payloads, and write the kept width (kept_width) of scores, positions and payloads; the outputs
+    cut to n. kernel(refs..., n=, spare=, ti=, num_payloads=, **static)."""
+    bt, t = scores.shape
     width = kept_width(n, interpret)
+    row = lambda w: pl.BlockSpec((None, w), lambda b, i: (b, 0))  # noqa: E731
     out_shape = ([jax.ShapeDtypeStruct((bt, width), jnp.float32)]
                  + [jax.ShapeDtypeStruct((bt, width), jnp.int32)] * (1 + len(payloads)))
-    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=2)
+    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
     outs = pl.pallas_call(
-        functools.partial(_kernel, p=p, n=n, spare=width - 1 if interpret else 0, ti=ti, tj=tj,
-                          num_payloads=len(payloads)),
-        grid=(bt, -(-p // ti)),
-        in_specs=[row(p)] * (1 + len(payloads)),
+        functools.partial(kernel, n=n, spare=width - 1 if interpret else 0, ti=ti, num_payloads=len(payloads),
+                          **static),
+        grid=(bt, -(-t // ti)),
+        in_specs=[row(t)] * (1 + len(payloads)),
         out_specs=[row(width)] * len(out_shape),
         out_shape=out_shape,
         compiler_params=params,
         interpret=interpret,
-        name="rank_select",
+        name=name,
     )(scores.astype(jnp.float32), *(x.astype(jnp.int32) for x in payloads))
     return tuple(x[:, :n] for x in outs)

@@ -38,14 +38,12 @@ separate copy kernel, ~4 us with two payloads, nearly as long as this kernel.)
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from .norms import _pow2_at_least, pltriton
-from .rank_select import kept_width, rank_select_reference, store_kept
+from .rank_select import rank_select_reference, select_call, store_kept
 
 __all__ = ["runs_select", "IMPLS"]
 
@@ -122,21 +120,5 @@ def runs_select(scores: jax.Array, n: int, widths: tuple[int, ...], *payloads: j
         raise ValueError(f"runs_select: ti={ti}; give a power of two (a Triton block)")
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module; use impl='xla'")
-    interpret = impl == "pallas_interpret"
-    width = kept_width(n, interpret)
-    row = lambda w: pl.BlockSpec((None, w), lambda b, i: (b, 0))
-    out_shape = ([jax.ShapeDtypeStruct((bt, width), jnp.float32)]
-                 + [jax.ShapeDtypeStruct((bt, width), jnp.int32)] * (1 + len(payloads)))
-    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=1)
-    outs = pl.pallas_call(
-        functools.partial(_kernel, widths=widths, n=n, spare=width - 1 if interpret else 0, ti=ti,
-                          num_payloads=len(payloads)),
-        grid=(bt, -(-t // ti)),
-        in_specs=[row(t)] * (1 + len(payloads)),
-        out_specs=[row(width)] * len(out_shape),
-        out_shape=out_shape,
-        compiler_params=params,
-        interpret=interpret,
-        name="runs_select",
-    )(scores.astype(jnp.float32), *(x.astype(jnp.int32) for x in payloads))
-    return tuple(x[:, :n] for x in outs)
+    return select_call(_kernel, scores, payloads, n, ti=ti, num_warps=num_warps, num_stages=1,
+                       interpret=impl == "pallas_interpret", name="runs_select", widths=widths)
