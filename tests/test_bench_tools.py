@@ -171,7 +171,18 @@ def test_check_gpu_smoke(capsys):
 
     assert main(["--impl", "pallas_interpret", "--layers", "1", "--small"]) == 0
     out = capsys.readouterr().out
-    assert "T=   5 prefix=   21" in out and "(ok, tol" in out
+    assert "T=   5 prefix=   21" in out and "T=  16 prefix=   21" in out and "(ok, tol" in out
+
+
+def test_check_gpu_smoke_mosaic_interpret(capsys):
+    """The Mosaic GPU kernel (interpret mode) inside target.forward, fed by the model's own cache
+    and tree mask, against XLA; the T it cannot take (not a multiple of 8) are skipped by name."""
+    from bench.check_gpu import main
+
+    assert main(["--impl", "mosaic_interpret", "--layers", "1", "--small"]) == 0
+    out = capsys.readouterr().out
+    assert "T=   5 prefix=   21 skipped" in out and "T=  16 prefix=   21 mosaic_interpret vs xla" in out
+    assert "(ok, tol" in out
 
 
 def _args(s):
