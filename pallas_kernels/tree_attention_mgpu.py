@@ -109,19 +109,26 @@ class MgpuConfig:
     # (bench/RESULTS.md, session 12: 42-53 % of them hold a visible key at T = 257, 21-28 % at
     # 1025); the per-(block, step) flags are one small XLA reduction of the folded mask.
     skip_empty: bool = False
+    # CTAs a row block's keys are split over (N > 1): CTA c of a row block takes the c-th
+    # contiguous share of the key steps (prefix then new keys) and writes its normalized partial
+    # output (in q's dtype) and its rows' log2-sum-exp; an XLA fusion outside the kernel merges
+    # the N partials. N times the CTAs, each walking 1 / N of the steps: for grids too small to
+    # fill the GPU (a 16-token drafter block is 8 CTAs on the 8B shape, a 65-token tree 40).
+    key_splits: int = 1
 
     @property
     def blocks_per_cta(self) -> int:
         return 1 if self.split_keys else self.compute_wgs
 
     def smem_bytes(self, dh: int, itemsize: int = 2) -> int:
-        """Shared memory of one CTA: q/o tiles, the K/V ring, the mask ring and (split_keys)
-        the float32 partials the merge reads."""
+        """Shared memory of one CTA: q/o tiles, the K/V ring, the mask ring, (split_keys) the
+        float32 partials the merge reads and (key_splits) the rows' log2-sum-exp2."""
         q = self.blocks_per_cta * BLOCK_M * dh * itemsize
         kv = 2 * self.stages * self.block_k * dh * itemsize
         mask = self.stages * self.blocks_per_cta * BLOCK_M * self.block_k * itemsize
         merge = (self.compute_wgs - 1) * BLOCK_M * (dh + 2) * 4 if self.split_keys else 0
-        return q + kv + mask + merge
+        lse = self.blocks_per_cta * BLOCK_M * 4 if self.key_splits > 1 else 0
+        return q + kv + mask + merge + lse
 
 
 AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
@@ -143,14 +150,16 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k][s]`` -> MgpuConfig (k: split_keys, s: skip_empty), e.g. 64x3w2 or
-    64x4w2ks."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)", spec.strip())
+    """``BKxSTAGESwWGS[k][s][cN]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN: key_splits N),
+    e.g. 64x3w2, 64x4w2ks or 64x4w2kc2."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s] entries (k: split the keys, s: skip empty "
-                         "new-key steps), each optionally T: prefixed, e.g. 72:64x4w2k,64x3w2s")
-    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]))
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN] entries (k: split the keys between the "
+                         "warpgroups, s: skip empty new-key steps, cN: split them over N CTAs), each optionally "
+                         "T: prefixed, e.g. 72:64x4w2kc2,64x3w2s")
+    return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
+                      key_splits=int(m[6] or 1))
 
 
 def config_for(t: int) -> MgpuConfig:
@@ -219,6 +228,8 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
     if cfg.split_keys and (cfg.compute_wgs != 2 or cfg.stages % 2):
         # A ring slot must always serve the same warpgroup: each tracks its barriers' phases.
         return f"config {cfg} (split_keys takes 2 compute warpgroups and an even number of stages)"
+    if not 1 <= cfg.key_splits <= 64:
+        return f"config {cfg} (key_splits 1 to 64)"
     if cfg.smem_bytes(dh) > 220 * 1024:
         return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
     if k_cache.shape[2] % 8:
@@ -264,26 +275,33 @@ def step_flags(mask, cfg: MgpuConfig):
     return (m > 0.5).any(axis=(2, 4)).astype(jnp.int32)
 
 
-def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref,
+def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref,
             q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
-            part_acc, part_ml, part_bar, *, t: int, g: int, scale: float, cfg: MgpuConfig,
+            part_acc, part_ml, part_bar, lse_smem, *, t: int, g: int, scale: float, cfg: MgpuConfig,
             interpret: bool):
-    """One CTA: (row-block group n, kv head h, batch row b), warpgroups 0..compute_wgs-1 compute,
-    warpgroup compute_wgs loads. part_*: split_keys' merge (None otherwise)."""
+    """One CTA: (row-block group n and key share c, kv head h, batch row b), warpgroups
+    0..compute_wgs-1 compute, warpgroup compute_wgs loads. part_*: split_keys' merge; lse_*:
+    key_splits' row log2-sum-exp2 (None otherwise)."""
     bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
-    split, per = cfg.split_keys, cfg.blocks_per_cta
+    split, per, nsplit = cfg.split_keys, cfg.blocks_per_cta, cfg.key_splits
     seq, dh = k_ref.shape[2], k_ref.shape[3]
     tb = BLOCK_M // g
     n, h, b = lax.axis_index("n"), lax.axis_index("h"), lax.axis_index("b")
+    c = lax.rem(n, nsplit)                         # this CTA's share of the keys
+    n = lax.div(n, nsplit)
     wg = lax.axis_index("wg")
     cache_len = jnp.clip(len_ref[b], 0, seq)
     n_pre = lax.div(cache_len + (bk - 1), bk)     # prefix steps (the last one may be ragged)
     n_full = lax.div(cache_len, bk)                # prefix steps with every key valid
     n_new = pl.cdiv(t, bk)
     dt = q_ref.dtype
+    # Key steps [lo, hi) of the n_pre + n_new: all of them, or share c of key_splits.
+    share = lax.div(n_pre + n_new + (nsplit - 1), nsplit)
+    lo = jnp.minimum(c * share, n_pre + n_new)
+    hi = jnp.minimum(lo + share, n_pre + n_new)
 
     def slot_of(j):
-        return lax.rem(j, jnp.int32(stages))
+        return lax.rem(j - lo, jnp.int32(stages))
 
     # --------------------------------------------------------------------- memory warpgroup
     @pl.when(wg == nwg)
@@ -294,7 +312,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         def fetch(j, slot, cache_ref, new_ref, smem, bar, free):
             """Step j's K (or V) tile into its ring slot, once step j - stages has freed it: the
             prefix block j, or new-key block j - n_pre."""
-            @pl.when(j >= stages)
+            @pl.when(j - lo >= stages)
             def _():
                 plgpu.barrier_wait(free.at[slot])
 
@@ -320,8 +338,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             fetch(j, slot, v_ref, vn_ref, v_smem, v_bar, v_free)
             return carry
 
-        total = n_pre + n_new
-        lax.fori_loop(0, total, issue, None)
+        lax.fori_loop(lo, hi, issue, None)
 
         # Wait out the last steps' releases too: a barrier phase nobody waits for is harmless on
         # the GPU, but the interpreter checks that every waiter saw every phase.
@@ -330,7 +347,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             plgpu.barrier_wait(v_free.at[slot_of(j)])
             return carry
 
-        lax.fori_loop(jnp.maximum(total - stages, 0), total, drain, None)
+        lax.fori_loop(jnp.maximum(hi - stages, lo), hi, drain, None)
 
     # -------------------------------------------------------------------- compute warpgroups
     @pl.when(wg < nwg)
@@ -440,13 +457,15 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         carry = (cast(jnp.zeros((BLOCK_M, dh), jnp.float32), layout),
                  cast(jnp.full((BLOCK_M,), _NEG, jnp.float32), row_layout),
                  cast(jnp.zeros((BLOCK_M,), jnp.float32), row_layout))
-        def steps(lo, hi, carry, **kind):
-            """Steps j in [lo, hi) (split_keys: only this warpgroup's, j % nwg == wg)."""
+        def steps(a, z, carry, **kind):
+            """Steps j in [a, z) that are this CTA's (in [lo, hi)) and, with split_keys, this
+            warpgroup's (j % nwg == wg)."""
+            a, z = jnp.maximum(a, lo), jnp.minimum(z, hi)
             body = functools.partial(step, **kind)
             if not split:
-                return lax.fori_loop(lo, hi, body, carry)
-            first = lo + lax.rem(wg - lax.rem(lo, nwg) + nwg, nwg)
-            count = lax.div(jnp.maximum(hi - first, 0) + (nwg - 1), nwg)
+                return lax.fori_loop(a, z, body, carry)
+            first = a + lax.rem(wg - lax.rem(a, nwg) + nwg, nwg)
+            count = lax.div(jnp.maximum(z - first, 0) + (nwg - 1), nwg)
             return lax.fori_loop(0, count, lambda i, c: body(first + i * nwg, c), carry)
 
         carry = steps(0, n_full, carry, ragged=False, new=False)
@@ -469,11 +488,15 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             m_new = jnp.maximum(m_i, m1)
             a0, a1 = jnp.exp2(m_i - m_new), jnp.exp2(m1 - m_new)
             acc = acc * rowb(a0, acc.shape) + acc1 * rowb(a1, acc.shape)
-            l_i = a0 * l_i + a1 * l1
+            l_i, m_i = a0 * l_i + a1 * l1, m_new
         l_safe = jnp.where(l_i > 0.0, l_i, 1.0)       # rows past T may see nothing
+
+        ob = b if nsplit == 1 else c * q_ref.shape[0] + b      # key_splits: share c's partial
 
         def store():
             qs[...] = (acc / rowb(l_safe, acc.shape)).astype(dt)
+            if nsplit > 1:   # the rows' log2-sum-exp2 (scaled scores), for the merge
+                lse_smem.at[qi][...] = jnp.where(l_i > 0.0, m_i + jnp.log2(l_safe), _NEG)
             plgpu.commit_smem()
             # Stores of 8 rows (T is a multiple of 8), each either inside the array or skipped:
             # no store relies on TMA clipping a box.
@@ -482,7 +505,9 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                     row0 = blk * tb + r
                     pl.when(row0 < t)(functools.partial(
                         plgpu.copy_smem_to_gmem, qs.at[pl.ds(gi * tb + r, 8)],
-                        o_ref.at[b, pl.ds(row0, 8), h * g + gi]))
+                        o_ref.at[ob, pl.ds(row0, 8), h * g + gi]))
+            if nsplit > 1:
+                plgpu.copy_smem_to_gmem(lse_smem.at[qi], lse_ref.at[ob, h, pl.ds(blk * BLOCK_M, BLOCK_M)])
             plgpu.wait_smem_to_gmem(0)
 
         if split:
@@ -510,10 +535,16 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
     kernel = functools.partial(_kernel, t=t, g=g, scale=float(scale), cfg=cfg,
                                interpret=interpret)
 
-    def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref):
+    nsplit = cfg.key_splits
+    out_type = jax.ShapeDtypeStruct((nsplit * bt, t, hq, dh), dtype)
+    if nsplit > 1:   # the shares' partial outputs and their rows' log2-sum-exp2 (folded order)
+        out_type = (out_type, jax.ShapeDtypeStruct((nsplit * bt, hkv, ng * cfg.blocks_per_cta * BLOCK_M),
+                                                   jnp.float32))
+
+    def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref=None):
         pl.run_scoped(
             lambda *scratch: kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref,
-                                    o_ref, *scratch),
+                                    o_ref, lse_ref, *scratch),
             plgpu.SMEM((cfg.blocks_per_cta, BLOCK_M, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
@@ -529,13 +560,14 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
                 plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))) if cfg.split_keys else None,
             plgpu.SMEM((2, BLOCK_M), jnp.float32) if cfg.split_keys else None,
             plgpu.Barrier(num_barriers=1) if cfg.split_keys else None,
+            plgpu.SMEM((cfg.blocks_per_cta, BLOCK_M), jnp.float32) if nsplit > 1 else None,
             collective_axes="wg",
         )
 
     return plgpu.kernel(
         entry,
-        out_type=jax.ShapeDtypeStruct((bt, t, hq, dh), dtype),
-        grid=(ng, hkv, bt),
+        out_type=out_type,
+        grid=(ng * nsplit, hkv, bt),
         grid_names=("n", "h", "b"),
         num_threads=nwg + 1,
         thread_name="wg",
@@ -566,5 +598,25 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
                          "use impl='pallas' (Triton) or 'xla'")
     mask = fold_mask(new_mask, q.shape[2] // k_cache.shape[1], cfg, q.dtype)
     flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
-    return _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask, flags,
-                       scale=float(scale), cfg=cfg, interpret=interpret)
+    out = _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask, flags,
+                      scale=float(scale), cfg=cfg, interpret=interpret)
+    if cfg.key_splits == 1:
+        return out
+    return merge_splits(*out, splits=cfg.key_splits, g=q.shape[2] // k_cache.shape[1])
+
+
+def merge_splits(parts, lse, *, splits: int, g: int):
+    """key_splits' merge (one XLA fusion): parts [N * Bt, T, Hq, Dh], share c's output normalized
+    over its keys at rows c * Bt + b; lse float32 [N * Bt, Hkv, rows], each row's log2-sum-exp2 of
+    its scaled scores in the kernel's folded row order (row gi * TB + tl of block m: token
+    m * TB + tl, head h * G + gi; -1e30 where the share saw no key). Returns [Bt, T, Hq, Dh] in
+    parts' dtype."""
+    nb, t, hq, dh = parts.shape
+    bt, hkv, rows = nb // splits, lse.shape[1], lse.shape[2]
+    tb = BLOCK_M // g
+    lse = lse.reshape(splits, bt, hkv, rows // BLOCK_M, g, tb)
+    lse = lse.transpose(0, 1, 3, 5, 2, 4).reshape(splits, bt, rows // BLOCK_M * tb, hq)[:, :, :t]
+    w = jnp.exp2(lse - lse.max(axis=0))                                   # [N, Bt, T, Hq]
+    den = w.sum(axis=0)
+    o = (w[..., None] * parts.reshape(splits, bt, t, hq, dh).astype(jnp.float32)).sum(axis=0)
+    return (o / jnp.where(den > 0.0, den, 1.0)[..., None]).astype(parts.dtype)

@@ -34,15 +34,18 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
 
 
 @pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison", [
-    # two row blocks in one CTA; batch row 0 with a ragged prefix block, row 1 with no prefix at
-    # all (every key a tree key); inf past cache_len
-    (24, 200, 2, 4, 64, (37, 0), MgpuConfig(), np.inf),
+    # two row blocks in one CTA, the keys split over two CTAs (key_splits: partials merged by
+    # XLA); batch row 0 with a ragged prefix block, row 1 with no prefix at all (every key a
+    # tree key); inf past cache_len
+    (24, 200, 2, 4, 64, (37, 0), MgpuConfig(key_splits=2), np.inf),
     # one compute warpgroup, two stages: the ring wraps; a whole number of prefix blocks
     (24, 304, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
     # G = 8 (8 tokens a block), Dh 128, a full cache (no stale tail)
     (40, 104, 1, 8, 128, (104,), MgpuConfig(), np.nan),
     # G = 1 (64 tokens a block), 128-key steps
     (64, 104, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan),
+    # 3 key steps over 5 CTAs (two have none), each CTA's share split between its warpgroups
+    (16, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, key_splits=5), np.nan),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
     got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
@@ -78,6 +81,7 @@ def test_unsupported_inputs_are_named():
     assert "query heads" in mgpu.mgpu_unsupported(
         jax.ShapeDtypeStruct((1, 24, 32, 64), jnp.bfloat16), jax.ShapeDtypeStruct((1, 2, 100, 64), jnp.bfloat16))
     assert "shared memory" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(block_k=128, stages=4))
+    assert "key_splits" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(key_splits=0))
     with pytest.raises(ValueError, match="cannot take these inputs.*multiple of 8"):
         attention_mgpu(jnp.zeros((1, 25, 8, 64), jnp.bfloat16), jnp.zeros((1, 25, 2, 64), jnp.bfloat16),
                        jnp.zeros((1, 25, 2, 64), jnp.bfloat16), jnp.zeros((1, 2, 104, 64), jnp.bfloat16),
@@ -87,7 +91,7 @@ def test_unsupported_inputs_are_named():
 
 @pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
                                    (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1)),
-                                   (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True)),
+                                   (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=2)),
                                    (264, MgpuConfig(skip_empty=True))])
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
@@ -122,8 +126,8 @@ def test_settings_from_the_environment(monkeypatch):
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 1) and mgpu.config_for(264) == MgpuConfig(64, 3, 2)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1")
     assert mgpu.config_for(264) == MgpuConfig()
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2k,64x3w2s")
-    assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2kc2,64x3w2s")
+    assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True, key_splits=2)
     assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
@@ -193,7 +197,8 @@ def test_skipping_empty_new_key_steps_is_exact():
     run both here."""
     t, s, hkv, g, dh = 72, 40, 1, 8, 64
     args, jargs = make_inputs(11, bt=1, t=t, s=s, hkv=hkv, g=g, dh=dh, dtype=jnp.bfloat16, cache_len=(33,))
-    skip = MgpuConfig(stages=2, compute_wgs=2, skip_empty=True)
+    # key_splits too: CTA 0 takes the prefix step and new-key step 0, CTA 1 new-key step 1
+    skip = MgpuConfig(stages=2, compute_wgs=2, skip_empty=True, key_splits=2)
     flags = np.asarray(mgpu.step_flags(mgpu.fold_mask(jargs["new_mask"], g, skip), skip))
     assert flags.shape == (1, 10, 2) and (flags == 0).any() and flags[:, :9, 0].all()
     out = np.asarray(attention_mgpu(**jargs, scale=0.125, config=skip, interpret=True), np.float32)
