@@ -5,6 +5,7 @@
 #     figures predate the padding, the kernel and the skip);
 # (2) the round at prompt 8192 (issue 4 asks for prefix 512 and 8k) and at batch 2, DDTree-256,
 #     the new defaults against DDTREE_MGPU_ATTENTION=off (the Triton kernel), same start.
+# (3) is gpu_next_s21b.sh (session 20's key_splits).
 # Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s21a.sh
 source bench/gpu_step.sh
 record_commit
