@@ -287,8 +287,9 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
     seq, dh = k_ref.shape[2], k_ref.shape[3]
     tb = BLOCK_M // g
     n, h, b = lax.axis_index("n"), lax.axis_index("h"), lax.axis_index("b")
-    c = lax.rem(n, nsplit)                         # this CTA's share of the keys
-    n = lax.div(n, nsplit)
+    c = 0
+    if nsplit > 1:
+        n, c = lax.div(n, nsplit), lax.rem(n, nsplit)  # c: this CTA's share of the keys
     wg = lax.axis_index("wg")
     cache_len = jnp.clip(len_ref[b], 0, seq)
     n_pre = lax.div(cache_len + (bk - 1), bk)     # prefix steps (the last one may be ragged)
@@ -296,9 +297,11 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
     n_new = pl.cdiv(t, bk)
     dt = q_ref.dtype
     # Key steps [lo, hi) of the n_pre + n_new: all of them, or share c of key_splits.
-    share = lax.div(n_pre + n_new + (nsplit - 1), nsplit)
-    lo = jnp.minimum(c * share, n_pre + n_new)
-    hi = jnp.minimum(lo + share, n_pre + n_new)
+    lo, hi = 0, n_pre + n_new
+    if nsplit > 1:
+        share = lax.div(hi + (nsplit - 1), nsplit)
+        lo = jnp.minimum(c * share, hi)
+        hi = jnp.minimum(lo + share, hi)
 
     def slot_of(j):
         return lax.rem(j - lo, jnp.int32(stages))
@@ -460,7 +463,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         def steps(a, z, carry, **kind):
             """Steps j in [a, z) that are this CTA's (in [lo, hi)) and, with split_keys, this
             warpgroup's (j % nwg == wg)."""
-            a, z = jnp.maximum(a, lo), jnp.minimum(z, hi)
+            if nsplit > 1:
+                a, z = jnp.maximum(a, lo), jnp.minimum(z, hi)
             body = functools.partial(step, **kind)
             if not split:
                 return lax.fori_loop(a, z, body, carry)
