@@ -8,8 +8,9 @@
 The CPU tests run the Pallas kernels in interpret mode only; this runs the compiled kernels where
 they will run (attention, fused norms, whatever `attn_impl` switches) inside `target.forward`
 on a few layers of the Qwen3-8B shape in bf16, with norm weights that are not all ones, for
-tree sizes T = 1, 16, 65, 257, 264, 1032 over committed prefixes (--small: 1, 5, 16), and compares final hidden states, tapped
-states and the new K/V with attn_impl="xla". Exits non-zero on a NaN or an error above --tol.
+tree sizes T = 1, 16, 65, 257, 264, 1032 over committed prefixes (--small: 1, 5, 16), and
+compares final hidden states, tapped states and the new K/V with attn_impl="xla". Exits non-zero
+on a NaN or an error above --tol.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 20, call 1 (~8 min; the first half of gpu_next_s20a.sh, which is over one call's 10 min).
+# Session 20, call 1 (~8 min): the first half of session 19's plan gpu_next_s20a.sh (removed; s20_2-3 ran the rest).
 # (1) Where the Mosaic GPU verify kernel loses its lead inside the round: two DDTree-64 profiles,
 # the kernel on (72:64x4w2k) and off: per-kernel device time and the idle gaps around
 # entry_mosaic_gpu_kernel (command buffers split by the Mosaic custom call are the suspect).

@@ -32,8 +32,9 @@ and Dh = 128 the prefix attention does 4*Hq*T*Dh FLOP per prefix key against 4*H
 so at T = 65 the FLOP floor already exceeds the byte floor on an H200.
 
 On Hopper (compute capability 9.0) "auto" hands the verify of larger trees (padded T in
-tree_attention_mgpu.AUTO_T_RANGE, bf16) to the Mosaic GPU kernel in tree_attention_mgpu.py (TMA, wgmma, warp specialization),
-and verify_rows tells the engine to pad those verifies to a multiple of 8 rows.
+tree_attention_mgpu.AUTO_T_RANGE, bf16) to the Mosaic GPU kernel in tree_attention_mgpu.py
+(TMA, wgmma, warp specialization), and verify_rows tells the engine to pad those verifies to a
+multiple of 8 rows.
 
 Backend: Pallas with the Triton lowering, selected explicitly through
 ``pallas.triton.CompilerParams`` (Mosaic GPU is the default lowering since jax 0.10; the
