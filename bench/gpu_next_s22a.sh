@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Prepared in session 21 for the next session (~7 min; one call). Session 21's DDTree-256 profile
+# (s21c, bench/RESULTS.md "Session 21"): the steady round (9.51 ms) is 0.65 ms above the kernels'
+# busy time (8.86). 0.38 ms of that are sub-5 us gaps between kernels, ~0.21 of them in front of
+# every gate_up GEMM (cuBLASLt's algorithm 1 issues a `Memset 0`, and the GEMM starts 4.4-5.5 us
+# after it). The other ~0.27 ms sit at the while loop's iteration boundary (XLA's while loop
+# copies its predicate to the host every round).
+# (1) The loop inside the command buffer (WHILE / CONDITIONAL commands: CUDA graph conditional
+#     nodes, no host round trip a round), against the default, and the GEMMs outside the command
+#     buffer (the memset then a stream memset, not a graph node), interleaved twice, DDTree-256.
+# (2) A profile with (1)'s first variant: did the loop enter the graph, did the memset gap go?
+# (3) DDTree-64 at prompt 4096, the Mosaic GPU kernel with key_splits 2 at T = 72 (s21b alone:
+#     24.8 us against Triton's 29.4 over a 4096-token prefix) against the default (Triton).
+# Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s22a.sh
+source bench/gpu_step.sh
+record_commit
+r256() {  # NAME SECS [--xla-option K=V...]
+  local name=$1 secs=$2; shift 2
+  step "$name" "$secs" env DDTREE_X=0 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
+    --methods ddtree --budgets 256 --rounds 32 --repeats 3 --stage-repeats 0 "$@" --out "$R/$name"
+}
+CBW="--xla-option xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+NOGEMM="--xla-option xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,CUDNN"
+r256 cbw1 60 $CBW
+r256 base1 60
+r256 nogemm1 60 $NOGEMM
+r256 cbw2 60 $CBW
+r256 base2 60
+r256 nogemm2 60 $NOGEMM
+step prof_cbw 80 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 \
+  --rounds 16 $CBW --out "$R/prof_cbw"
+long64() {  # NAME [env...]: DDTree-64 at prompt 4096
+  local name=$1; shift
+  step "$name" 70 env "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 4096 --methods ddtree \
+    --budgets 64 --rounds 32 --repeats 3 --stage-repeats 0 --out "$R/$name"
+}
+long64 p4k_ks2 DDTREE_MGPU_ATTENTION=72-1032 DDTREE_MGPU_CONFIG=72:64x4w2kc2,64x3w2s
+long64 p4k_tri DDTREE_X=0
+finish s22a
