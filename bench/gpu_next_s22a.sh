@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21 for the next session (~7 min; one call). Session 21's DDTree-256 profile
+# Prepared in session 21 for the next session (~8 min; one call). Session 21's DDTree-256 profile
 # (s21c, bench/RESULTS.md "Session 21"): the steady round (9.51 ms) is 0.65 ms above the kernels'
 # busy time (8.86). 0.38 ms of that are sub-5 us gaps between kernels, ~0.21 of them in front of
 # every gate_up GEMM (cuBLASLt's algorithm 1 issues a `Memset 0`, and the GEMM starts 4.4-5.5 us
@@ -8,6 +8,8 @@
 # (1) The loop inside the command buffer (WHILE / CONDITIONAL commands: CUDA graph conditional
 #     nodes, no host round trip a round), against the default, and the GEMMs outside the command
 #     buffer (the memset then a stream memset, not a graph node), interleaved twice, DDTree-256.
+#     Also 2 rounds a loop iteration (--unroll 2: half the boundaries; session 2 found unrolling
+#     slower, but on 8-round calls and before the Pallas kernels).
 # (2) A profile with (1)'s first variant: did the loop enter the graph, did the memset gap go?
 # (3) DDTree-64 at prompt 4096, the Mosaic GPU kernel with key_splits 2 at T = 72 (s21b alone:
 #     24.8 us against Triton's 29.4 over a 4096-token prefix) against the default (Triton).
@@ -27,6 +29,7 @@ r256 nogemm1 60 $NOGEMM
 r256 cbw2 60 $CBW
 r256 base2 60
 r256 nogemm2 60 $NOGEMM
+r256 unroll2 90 --unroll 2
 step prof_cbw 80 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 \
   --rounds 16 $CBW --out "$R/prof_cbw"
 long64() {  # NAME [env...]: DDTree-64 at prompt 4096
