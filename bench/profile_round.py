@@ -193,6 +193,9 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     # idle gaps between consecutive kernels, bucketed: small ones are launch latency inside a
     # graph, large ones host round-trips (loop predicate, relaunch)
     gaps = {"<5us": 0.0, "5-50us": 0.0, ">50us": 0.0}
+    # the idle under 50 us in front of each kernel, by kernel name: which launches wait (session
+    # 21: a cuBLASLt memset node delayed every gate_up GEMM by 4.5 us)
+    idle_before = collections.defaultdict(lambda: [0.0, 0])
     end = events[0]["start"] if events else 0
     n_big = 0
     for e in events:
@@ -201,7 +204,11 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
             b = "<5us" if g < 5e3 else "5-50us" if g < 5e4 else ">50us"
             gaps[b] += g
             n_big += b == ">50us"
+            if g < 5e4:
+                idle_before[e["name"][:48]][0] += g
+                idle_before[e["name"][:48]][1] += 1
         end = max(end, e["start"] + e["dur"])
+    idle_top = sorted(idle_before.items(), key=lambda kv: -kv[1][0])[:10]
     t0 = events[0]["start"] if events else 0
     timeline = [(e["name"][:48], round((e["start"] - t0) / 1e3, 2), round(e["dur"] / 1e3, 2), st)
                 for e, st in zip(events[:4000], stages)]
@@ -217,6 +224,8 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
         "kinds_kernels": {k: v[1] / rounds for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
         "gaps_ms_per_round": {k: per(v) for k, v in gaps.items()},
         "gaps_over_50us_per_round": n_big / rounds,
+        "idle_before_ms_per_round": {k: per(v[0]) for k, v in idle_top},
+        "idle_before_count_per_round": {k: v[1] / rounds for k, v in idle_top},
         "timeline": timeline,
         "top_ops": [dict(op=k, ms_per_round=per(v[0]), count_per_round=v[1] / rounds, what=v[2]) for k, v in top],
     }
@@ -293,6 +302,8 @@ def main(argv=None) -> int:
               f"command_buffer mentions {r['command_buffers']}", flush=True)
         print(f"    gaps ms/round: {r.get('gaps_ms_per_round')} ({r.get('gaps_over_50us_per_round', 0):.1f} over 50us); "
               f"{r.get('stage_inferred_kernels_per_round', 0):.0f} kernels/round without scope took the stage around them")
+        for k, v in list(r.get("idle_before_ms_per_round", {}).items())[:6]:
+            print(f"    idle  {v:8.3f} ms in front of {r['idle_before_count_per_round'][k]:6.1f} x {k}")
         for k, v in r.get("stages_ms", {}).items():
             print(f"    stage {k:8s} {v:8.3f} ms  {r['stages_kernels'][k]:7.1f} kernels")
         for k, v in list(r.get("kinds_ms", {}).items())[:14]:

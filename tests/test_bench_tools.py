@@ -31,6 +31,12 @@ def test_profile_parser_pieces():
     s = pr.summarize(events, scopes, rounds=1)
     assert s["stages_ms"] == {"tree": 0.001, "verify": 0.004}
     assert s["gaps_over_50us_per_round"] == 1 and s["kernels_per_round"] == 2
+    # idle under 50 us is charged to the kernel that waits; the 96 us host gap is not
+    events.insert(1, dict(name="Memset 0", start=6000, dur=500, hlo_op=""))
+    events.insert(2, dict(name="nvjet_sm90_tst_128x136", start=11000, dur=2000, hlo_op=""))
+    s = pr.summarize(events, scopes, rounds=2)
+    assert s["idle_before_ms_per_round"] == {"nvjet_sm90_tst_128x136": 0.00225, "Memset 0": 0.001}
+    assert s["idle_before_count_per_round"] == {"nvjet_sm90_tst_128x136": 0.5, "Memset 0": 0.5}
 
 
 def test_untagged_kernels_take_the_stage_around_them():
