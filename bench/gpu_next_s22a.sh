@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21 for the next session (~8 min; one call). Session 21's DDTree-256 profile
+# Prepared in session 21 for the next session (~9 min; one call). Session 21's DDTree-256 profile
 # (s21c, bench/RESULTS.md "Session 21"): the steady round (9.51 ms) is 0.65 ms above the kernels'
 # busy time (8.86). 0.38 ms of that are sub-5 us gaps between kernels, ~0.21 of them in front of
 # every gate_up GEMM (cuBLASLt's algorithm 1 issues a `Memset 0`, and the GEMM starts 4.4-5.5 us
@@ -30,6 +30,10 @@ r256 cbw2 60 $CBW
 r256 base2 60
 r256 nogemm2 60 $NOGEMM
 r256 unroll2 90 --unroll 2
+# XLA converts a while loop into the command buffer only if every thunk of its body is
+# convertible: the same with the Triton kernel in place of the Mosaic GPU custom call.
+step cbw_tri 60 env DDTREE_MGPU_ATTENTION=off python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
+  --methods ddtree --budgets 256 --rounds 32 --repeats 3 --stage-repeats 0 $CBW --out "$R/cbw_tri"
 step prof_cbw 80 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 \
   --rounds 16 $CBW --out "$R/prof_cbw"
 long64() {  # NAME [env...]: DDTree-64 at prompt 4096
