@@ -181,11 +181,11 @@ def every(x) -> jax.Array:
     return sum(jnp.sum(leaf, dtype=jnp.float32) for leaf in jax.tree_util.tree_leaves(x))
 
 
-def tree_pass(acc, logp, state, *, spec) -> jax.Array:
+def tree_pass(acc, logp, state, vocab=None, *, spec) -> jax.Array:
     """One tree-stage pass of stage_loop_times: the whole tree. Until session 9 the pass used one
     token of it and XLA dropped the ancestor mask (4 x 48 us a round at B = 1024 on the H200)."""
     logp, acc = jax.lax.optimization_barrier((logp, acc))
-    return acc + every(jax.lax.optimization_barrier(engine.tree_stage(logp, state, spec=spec)))
+    return acc + every(jax.lax.optimization_barrier(engine.tree_stage(logp, state, vocab, spec=spec)))
 
 
 def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: int,
@@ -206,7 +206,8 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     names = [n for n in (("draft", "tree") if spec.speculative else ()) + ("verify", "walk", "commit")
              if only is None or n in only]
     logp = fns["draft"](gen.tparams, gen.dparams, state) if spec.speculative else None
-    tree = fns["tree"](logp, state) if spec.speculative else engine.root_tree(state)
+    vocab = engine.draft_vocab(gen.dparams)
+    tree = fns["tree"](logp, state, vocab) if spec.speculative else engine.root_tree(state)
     if "walk" in names or "commit" in names:  # their inputs: one verify, token choice and walk
         logits, tapped, new_kv = fns["verify"](gen.tparams, state, tree)
         target_tokens = fns["choose"](logits, state.key, knobs)
@@ -238,7 +239,7 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     zero = jnp.float32(0)
     setups = {  # name: (one pass, the loop's initial carry, the loop-invariant inputs)
         "draft": lambda: (draft, zero, (gen.tparams, gen.dparams, state)),
-        "tree": lambda: (tree_, zero, (logp, state)),
+        "tree": lambda: (tree_, zero, (logp, state, vocab)),
         "verify": lambda: (verify, zero, (gen.tparams, state, tree, knobs)),
         "walk": lambda: (walk_, zero, (tree, target_tokens)),
         "commit": lambda: (commit, state, (gen.dparams, new_kv, tapped, result, knobs)),
@@ -286,7 +287,7 @@ def stage_times(gen: Generator, spec, fresh_state, knobs, repeats: int) -> dict:
 
         if spec.speculative:
             logp = timed("draft", fns["draft"], gen.tparams, gen.dparams, state)
-            tree = timed("tree", fns["tree"], logp, state)
+            tree = timed("tree", fns["tree"], logp, state, engine.draft_vocab(gen.dparams))
         else:
             tree = engine.root_tree(state)
         logits, tapped, new_kv = timed("verify", fns["verify"], gen.tparams, state, tree)
@@ -323,6 +324,9 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--drafter-quant", default="none", help="drafter weights, comma-separated: none,int8")
+    ap.add_argument("--draft-vocab", type=int, default=0,
+                    help="draft over a token map of this many ids (the first N; timing only: random weights "
+                         "have no frequent tokens); 0: the whole vocabulary")
     ap.add_argument("--unroll", type=int, default=0, help="rounds per loop iteration (0: the default)")
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
@@ -332,6 +336,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.batch < 1:
         ap.error(f"--batch must be >= 1 (got {args.batch})")
+    if args.draft_vocab < 0:
+        ap.error(f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
 
     dtype = jnp.dtype(args.dtype)
     t_start = time.perf_counter()
@@ -347,6 +353,7 @@ def main(argv=None) -> int:
     out = {
         "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
         "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant, "batch": args.batch,
+        "draft_vocab": args.draft_vocab or None,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
         "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
@@ -367,9 +374,10 @@ def main(argv=None) -> int:
                 if quant != "none" and method == "ar":
                     continue  # AR has no drafter
                 t0 = time.perf_counter()
+                vocab = list(range(args.draft_vocab)) if args.draft_vocab and method != "ar" else None
                 gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                 matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
-                                compiler_options=opts)
+                                compiler_options=opts, draft_vocab=vocab)
                 try:
                     r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch,
                                 verify_loop=args.verify_loop, stage_loop=args.stage_loop)
@@ -381,10 +389,12 @@ def main(argv=None) -> int:
                     save()
                     continue
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
-                         attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=args.batch)
+                         attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=args.batch,
+                         draft_vocab=gen.draft_vocab_size)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
-                print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
+                print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}"
                       + (f", verify alone {r['verify_ms_steady']:.3f} (beyond it "
                          f"{r['round_ms_steady'] - r['verify_ms_steady']:.3f} = "

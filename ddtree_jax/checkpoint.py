@@ -433,6 +433,19 @@ def _read_json(p: Path) -> dict[str, Any]:
     return read_json_file(p, missing="the checkpoint is incomplete, convert it again", invalid="; convert it again")
 
 
+def read_target_config(path: str | Path) -> TargetConfig:
+    """A converted checkpoint's target config alone (no weights read): cheap checks first."""
+    path = Path(path).absolute()
+    read_meta(path)
+    return TargetConfig.from_hf(_read_json(path / "target" / "config.json"))
+
+
+def tokenizer_dir(path: str | Path) -> Path | None:
+    """A converted checkpoint's tokenizer folder, or None where it has no tokenizer files."""
+    tok = Path(path).absolute() / "tokenizer"
+    return tok if any((tok / n).is_file() for n in _TOKENIZER_CORE) else None
+
+
 def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool = True) -> Checkpoint:
     """Load a converted checkpoint as host numpy param trees; `dtype` casts every param."""
     from convert.names import check_params
@@ -453,6 +466,4 @@ def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool =
     if drafter_cfg is not None:
         drafter_params = load_params(path / "draft" / "params", dtype)
         check_params(drafter_cfg, drafter_params, where=f"{path} drafter")
-    tok = path / "tokenizer"
-    tokenizer_dir = tok if any((tok / n).is_file() for n in _TOKENIZER_CORE) else None
-    return Checkpoint(target_cfg, target_params, drafter_cfg, drafter_params, tokenizer_dir, meta, path)
+    return Checkpoint(target_cfg, target_params, drafter_cfg, drafter_params, tokenizer_dir(path), meta, path)

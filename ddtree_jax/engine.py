@@ -147,7 +147,8 @@ def _products(spec: DecodeSpec, dcfg: DrafterConfig | None):
 
 
 def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
-    """Drafter pass over [root, MASK x D]: log-probs [Bt, D, V] for the D future positions."""
+    """Drafter pass over [root, MASK x D]: log-probs [Bt, D, V] for the D future positions (V' of
+    a token map's ids, in its order, for a drafter restricted to one: see `tree_stage`)."""
     if spec.drafter == "oracle":
         return oracle_logp(dparams, state.length, dcfg.depth, tcfg.vocab_size)
     with _products(spec, dcfg):
@@ -161,15 +162,26 @@ def _draft(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterC
     pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
     h = dmodel.draft_hidden(dparams, dcfg, tmodel.embed(tparams, block), pos, state.dcache, state.length,
                             attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
-    if "lm_head" in dparams:  # a quantized drafter drafts through its own copy of the head
+    if "lm_head" in dparams:  # its own copy of the head: quantized, or a token map's columns
         logits = matmul(h[:, 1:], dparams["lm_head"], out_dtype=jnp.float32, impl=spec.matmul_impl)
     else:
         logits = tmodel.lm_head(tparams, tcfg, h[:, 1:], impl=spec.matmul_impl)
     return jax.nn.log_softmax(logits, axis=-1)
 
 
-def tree_stage(logp: jax.Array, state: State, *, spec: DecodeSpec) -> DraftTree:
-    return make_policy(spec.policy).build(logp, spec.budget).with_root_token(state.root)
+def tree_stage(logp: jax.Array, state: State, vocab: jax.Array | None = None, *, spec: DecodeSpec) -> DraftTree:
+    """The policy's tree over the drafter's log-probs. vocab (int32 [V'], a drafter restricted to a
+    token map: `draft_vocab`) turns the policy's indices into V' back into token ids."""
+    tree = make_policy(spec.policy).build(logp, spec.budget)
+    if vocab is not None:
+        tree = dataclasses.replace(tree, tokens=jnp.take(vocab, tree.tokens, mode="clip"))
+    return tree.with_root_token(state.root)
+
+
+def draft_vocab(dparams) -> jax.Array | None:
+    """The token map of a drafter restricted to part of the vocabulary (models.drafter.
+    restrict_vocab: its LM head holds those columns only), else None."""
+    return dparams.get("draft_vocab") if isinstance(dparams, dict) else None
 
 
 def root_tree(state: State) -> DraftTree:
@@ -277,7 +289,7 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         with jax.named_scope("draft"):
             logp = draft_stage(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
         with jax.named_scope("tree"):
-            tree = tree_stage(logp, state, spec=spec)
+            tree = tree_stage(logp, state, draft_vocab(dparams), spec=spec)
         depth = dcfg.depth
     else:
         tree, depth = root_tree(state), 0

@@ -62,6 +62,33 @@ def run_script(main: Callable[[Sequence[str] | None], int | None], prog: str) ->
     sys.exit(code)
 
 
+def read_text_file(path: str | Path, what: str, *, missing: str = "") -> str:
+    """The text of `path`, or one UserError line: "{what} PATH not found{missing}" or "cannot
+    read {what} PATH: reason"."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} {path} not found{missing}")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read {what} {path}: {e}") from None
+
+
+def json_line_text(line: str, where: str, fields: tuple[str, ...] = ("prompt", "text")) -> str:
+    """The first of `fields` that a JSONL line's object has, as a string; one UserError line naming
+    `where` (e.g. "FILE:LINE") for a line that does not parse or has no such string field."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        raise UserError(f"{where} looks like JSON but does not parse; one text per line, or one JSON object "
+                        f"with a \"{fields[0]}\" or \"{fields[1]}\" field per line") from None
+    for name in fields:
+        value = obj.get(name) if isinstance(obj, dict) else None
+        if isinstance(value, str):
+            return value
+    raise UserError(f"{where} needs a string \"{fields[0]}\" or \"{fields[1]}\" field")
+
+
 def read_json_file(path: str | Path, *, missing: str, invalid: str = "", error: type[Exception] = UserError) -> Any:
     """The JSON in `path`, or one line as `error`: "PATH not found; {missing}" or
     "PATH is not valid JSON (reason at line N){invalid}"."""

@@ -9,6 +9,7 @@ and timed without compilation; streaming runs a few rounds per call and prints b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -23,10 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import compile_cache, engine
-from ddtree_jax.errors import ArgumentParser, UserError, run_script
+from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file, run_script
 from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.sampling import SamplingConfig
+from ddtree_jax.token_map import check_token_map, read_token_map
 
 DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
 METHODS = ("ar", "dflash", "ddtree")
@@ -89,7 +91,8 @@ class Generator:
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
                  executables: Executables | None = None, prefill_chunk: int = 0,
-                 matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none"):
+                 matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none",
+                 draft_vocab: Sequence[int] | None = None):
         """oracle: params of the synthetic drafter of models/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
@@ -103,7 +106,10 @@ class Generator:
         commit's cache writes' (engine.DecodeSpec.cache_impl). drafter_quant: "none", or "int8"
         (the drafter's weight matrices and its own copy of the LM head as int8 with per-column
         scales, models.drafter.quantize_params: half the bytes a draft reads; lossless, since the
-        target verifies every token, but acceptance may change a little)."""
+        target verifies every token, but acceptance may change a little). draft_vocab: a token map
+        (token_map.read_token_map): the drafter drafts over those ids only, through its own copy
+        of the LM head cut to them (models.drafter.restrict_vocab; lossless, acceptance may drop a
+        little)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -122,10 +128,18 @@ class Generator:
             policy, budget = "chain", self.dcfg.depth
         elif budget == 0:
             raise UserError("--method ddtree needs --budget >= 1 (budget 0 is --method ar)")
+        if draft_vocab is not None:
+            if method == "ar" or oracle is not None:
+                raise UserError("--draft-vocab needs a DFlash drafter (method dflash or ddtree)")
+            draft_vocab = [int(t) for t in draft_vocab]
+            if len(set(draft_vocab)) != len(draft_vocab) or any(t < 0 for t in draft_vocab):
+                raise UserError("a token map's ids must be distinct and >= 0 (token_map.read_token_map checks a file)")
+            check_token_map(draft_vocab, self.tcfg.vocab_size)
+        draft_v = self.tcfg.vocab_size if draft_vocab is None else len(draft_vocab)
         try:
             self.policy = make_policy(policy)
             if budget:  # a policy that cannot build for this drafter fails here, not mid-trace
-                logp = jax.ShapeDtypeStruct((1, self.dcfg.depth, self.tcfg.vocab_size), jnp.float32)
+                logp = jax.ShapeDtypeStruct((1, self.dcfg.depth, draft_v), jnp.float32)
                 jax.eval_shape(lambda x: self.policy.build(x, budget), logp)
         except ValueError as e:
             raise UserError(f"tree policy {policy!r}: {e}") from None
@@ -161,9 +175,13 @@ class Generator:
         self.dparams = None
         if method != "ar":
             self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
-            if drafter_quant == "int8":  # on the device, once
-                head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
+            head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
+            if draft_vocab is not None:  # on the device, once
+                restrict = functools.partial(dmodel.restrict_vocab, quantize=drafter_quant == "int8")
+                self.dparams = jax.jit(restrict)(self.dparams, head, jnp.asarray(draft_vocab, jnp.int32))
+            elif drafter_quant == "int8":
                 self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
+        self.draft_vocab_size = None if draft_vocab is None else len(draft_vocab)
         self._compiled = Executables() if executables is None else executables
         self._state_shapes: dict = {}  # prefill key -> the state's shapes (the rounds' input)
         self.log = log
@@ -368,7 +386,7 @@ class Generator:
             key, sub = jax.random.split(state.key)
             if spec.speculative:
                 logp = timed("draft", fns["draft"], self.tparams, self.dparams, state)
-                tree = timed("tree", fns["tree"], logp, state)
+                tree = timed("tree", fns["tree"], logp, state, engine.draft_vocab(self.dparams))
             else:
                 tree = engine.root_tree(state)
             logits, tapped, new_kv = timed("verify", fns["verify"], self.tparams, state, tree)
@@ -391,26 +409,13 @@ def _load_prompts(args) -> list[str]:
         prompts = [args.prompt]
     elif args.prompt_file is not None:
         path = Path(args.prompt_file)
-        if not path.is_file():
-            raise UserError(f"prompt file {path} not found")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f"cannot read prompt file {path}: {e}") from None
+        text = read_text_file(path, "prompt file")
         prompts = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             if line.lstrip().startswith("{"):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserError(f"{path}:{n} looks like JSON but does not parse; one prompt per line, "
-                                    "or one JSON object with a \"prompt\" or \"text\" field per line") from None
-                value = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
-                if not isinstance(value, str):
-                    raise UserError(f"{path}:{n} needs a string \"prompt\" or \"text\" field")
-                prompts.append(value)
+                prompts.append(json_line_text(line, f"{path}:{n}"))
             else:
                 prompts.append(line.replace("\\n", "\n"))
         if not prompts:
@@ -451,6 +456,9 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--drafter-quant", default="none", choices=DRAFTER_QUANTS,
                     help="int8: the drafter's weights and its copy of the LM head as int8 (fewer bytes a "
                          "draft; lossless, acceptance may change a little)")
+    ap.add_argument("--draft-vocab", metavar="FILE",
+                    help="token map: the drafter drafts over these ids only (a JSON list; build one with "
+                         "python -m ddtree_jax.token_map); fewer bytes a draft, lossless, acceptance may drop a little")
     ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
                     help="the commit's KV-cache writes: auto (= xla for now), xla, pallas (all layers in one kernel)")
     ap.add_argument("--rounds-per-call", type=int, default=4,
@@ -518,6 +526,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ckpt_path.exists():
         hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
         raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
+    draft_vocab = None
+    if args.draft_vocab is not None:
+        if args.method == "ar":
+            raise UserError("--draft-vocab needs a drafter (method dflash or ddtree)")
+        from ddtree_jax.checkpoint import read_target_config
+
+        draft_vocab = read_token_map(args.draft_vocab)
+        check_token_map(draft_vocab, read_target_config(ckpt_path).vocab_size, where=f"token map {args.draft_vocab}")
     dtype = args.dtype
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
         dtype = "float32" if jax.default_backend() == "cpu" else None
@@ -525,7 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
                     matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
-                    unroll=args.unroll, log=lambda line: print(line, file=sys.stderr, flush=True))
+                    draft_vocab=draft_vocab, unroll=args.unroll,
+                    log=lambda line: print(line, file=sys.stderr, flush=True))
     tok = load_tokenizer(ckpt)
     stop = stop_ids_for(tok, ckpt.tokenizer_dir)
     encoded = []

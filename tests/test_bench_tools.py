@@ -413,14 +413,16 @@ def test_bench_round_a_failing_row_does_not_stop_the_others(tmp_path, monkeypatc
 
 
 def test_bench_round_stage_loop(tmp_path):
-    """--stage-loop: every stage alone in a device loop, the breakdown the row reports."""
+    """--stage-loop: every stage alone in a device loop, the breakdown the row reports (with a
+    token map: the draft's head cut to 32 columns, the tree's indices mapped back)."""
     from bench import bench_round
 
     assert bench_round.main(["--model", "tiny", "--prompt-len", "24", "--methods", "ddtree", "--budgets", "4",
-                             "--rounds", "2", "--repeats", "1", "--stage-loop", "--out", str(tmp_path)]) == 0
+                             "--rounds", "2", "--repeats", "1", "--stage-loop", "--draft-vocab", "32",
+                             "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "round_tiny_auto.json").read_text())["rows"]
-    assert [(r["method"], sorted(r["stage_ms"]), r["stage_timing"]) for r in rows] == [
-        ("ddtree", ["commit", "draft", "tree", "verify", "walk"], "device loop")]
+    assert [(r["method"], sorted(r["stage_ms"]), r["stage_timing"], r["draft_vocab"]) for r in rows] == [
+        ("ddtree", ["commit", "draft", "tree", "verify", "walk"], "device loop", 32)]
     for r in rows:
         assert r["verify_ms_steady"] == r["stage_ms"]["verify"]
         assert all(math.isfinite(v) for v in r["stage_ms"].values())

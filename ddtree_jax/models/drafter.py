@@ -83,6 +83,19 @@ def quantize_params(dparams: dict, lm_head: jax.Array) -> dict:
     return {**dparams, **top, "layers": layers, "lm_head": quantize_int8(lm_head)}
 
 
+def restrict_vocab(dparams: dict, lm_head: jax.Array, ids: jax.Array, *, quantize: bool = False) -> dict:
+    """The drafter drafting over a token map only (FR-Spec's frequency-ranked vocabulary, SGLang's
+    `--speculative-token-map`): its own copy of the target's LM head [H, V] cut to the columns
+    `ids` (int32 [V'], distinct token ids) under "lm_head", and `ids` under "draft_vocab"
+    (engine.tree_stage maps the policy's indices back through it). A draft reads V'/V of the
+    head's bytes; tokens outside the map are never proposed, so acceptance may drop a little,
+    the output never changes (the target verifies every token, with its full head).
+    quantize: also the int8 drafter (quantize_params) with the cut head."""
+    head = jnp.take(lm_head, ids, axis=1)
+    out = quantize_params(dparams, head) if quantize else {**dparams, "lm_head": head}
+    return {**out, "draft_vocab": ids}
+
+
 def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, mm: str):
     k, v = linear(x, p["k"], p.get("k_bias"), impl=mm), linear(x, p["v"], p.get("v_bias"), impl=mm)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)

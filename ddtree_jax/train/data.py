@@ -25,7 +25,8 @@ from ddtree_jax.errors import UserError
 SPLITS = ("train", "eval")
 
 
-def _open(path: Path):
+def open_text(path: Path):
+    """A text file, or an .xz / .gz compressed one, opened for reading as UTF-8."""
     if path.suffix == ".xz":
         return lzma.open(path, "rt", encoding="utf-8")
     if path.suffix == ".gz":
@@ -54,7 +55,7 @@ def iter_texts(path: str | Path, split: str | None = None) -> Iterator[str]:
     """The `text` of every document of `split` (None: all), in file order."""
     p = check_data_file(path)
     try:
-        with _open(p) as f:
+        with open_text(p) as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
