@@ -495,3 +495,19 @@ def test_pick_mgpu_takes_the_fastest_exact_config_per_t():
             dict(t=264, config="64x3w1", busy_us=26.1, rel_err=2e-3, nan=False)]
     assert pick(rows) == "72:64x4w2k,264:64x3w1"
     assert pick([]) == ""
+
+
+def test_draft_vocab_bench_smoke(tmp_path):
+    """bench.draft_vocab on a small corpus: maps from the train split, acceptance per map size on
+    the eval prompts, the tokens checked equal to the full vocabulary's."""
+    from bench import draft_vocab
+
+    code = "import os\n\n\ndef read(path):\n    with open(path) as f:\n        return f.read()\n"
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps({"split": s, "text": code * (3 + i)})
+                                for i, s in enumerate(["train"] * 4 + ["eval"] * 2)) + "\n")
+    assert draft_vocab.main(["--data", str(corpus), "--sizes", "40", "--budgets", "8", "--prompts", "2",
+                             "--prompt-tokens", "24", "--max-new-tokens", "8", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "draft_vocab.json").read_text())["rows"]
+    assert [(r["budget"], r["size"], r["tokens_equal"]) for r in rows] == [(8, 40, True), (8, 8192, True)]
+    assert rows[1]["eval_coverage"] == 1.0 and 0 < rows[0]["eval_coverage"] <= 1.0
