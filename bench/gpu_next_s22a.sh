@@ -21,8 +21,9 @@ r256() {  # NAME SECS [--xla-option K=V...]
   step "$name" "$secs" env DDTREE_X=0 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
     --methods ddtree --budgets 256 --rounds 32 --repeats 3 --stage-repeats 0 "$@" --out "$R/$name"
 }
-CBW="--xla-option xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
-NOGEMM="--xla-option xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,CUDNN"
+# XLA's default set is FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION: the variants add to / take from it
+CBW="--xla-option xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL"
+NOGEMM="--xla-option xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION"
 r256 cbw1 60 $CBW
 r256 base1 60
 r256 nogemm1 60 $NOGEMM
