@@ -506,8 +506,8 @@ def test_draft_vocab_bench_smoke(tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(json.dumps({"split": s, "text": code * (3 + i)})
                                 for i, s in enumerate(["train"] * 4 + ["eval"] * 2)) + "\n")
-    assert draft_vocab.main(["--data", str(corpus), "--sizes", "40", "--budgets", "8", "--prompts", "2",
-                             "--prompt-tokens", "24", "--max-new-tokens", "8", "--out", str(tmp_path)]) == 0
+    assert draft_vocab.main(["--data", str(corpus), "--sizes", "40", "--budgets", "4", "--prompts", "2",
+                             "--prompt-tokens", "24", "--max-new-tokens", "6", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "draft_vocab.json").read_text())["rows"]
-    assert [(r["budget"], r["size"], r["tokens_equal"]) for r in rows] == [(8, 40, True), (8, 8192, True)]
+    assert [(r["budget"], r["size"], r["tokens_equal"]) for r in rows] == [(4, 40, True), (4, 8192, True)]
     assert rows[1]["eval_coverage"] == 1.0 and 0 < rows[0]["eval_coverage"] <= 1.0
