@@ -53,7 +53,8 @@ def test_a_part_of_the_vocabulary_is_lossless(pair, ar_tokens, budget, quant):
     ids = np.random.default_rng(budget).choice(pair.target_cfg.vocab_size, 40, replace=False).tolist()
     gen = Generator(pair, method="ddtree", budget=budget, draft_vocab=ids, drafter_quant=quant)
     assert run(gen)[0] == ar_tokens
-    assert run(Generator(pair, method="dflash", draft_vocab=ids))[0] == ar_tokens
+    if quant == "none":  # DFlash (the chain policy) with the same map
+        assert run(Generator(pair, method="dflash", draft_vocab=ids))[0] == ar_tokens
 
 
 @pytest.mark.parametrize("policy,ids", [("ddtree", [5]), ("beam:width=4", [3, 4, 5])])
