@@ -10,6 +10,7 @@ draft_vocab.json (and draft_vocab.png where matplotlib is installed) under --out
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -20,20 +21,13 @@ import numpy as np
 from bench import prompts as bp
 from ddtree_jax.errors import UserError, run_script
 from ddtree_jax.token_map import most_frequent
-from ddtree_jax.train.data import open_text
+from ddtree_jax.train.data import iter_texts
 
 
 def corpus_ids(tok, path: Path, split: str, limit: int) -> list[list[int]]:
     """The token ids of the corpus' files of one split (the first `limit`; 0: all)."""
-    out = []
-    with open_text(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("split") == split:
-                out.append(tok.encode(rec["text"], add_special_tokens=False))
-                if limit and len(out) >= limit:
-                    break
-    return out
+    texts = itertools.islice(iter_texts(path, split), limit or None)
+    return [tok.encode(text, add_special_tokens=False) for text in texts]
 
 
 def main(argv=None) -> int:

@@ -16,32 +16,23 @@
 # Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s22a.sh
 source bench/gpu_step.sh
 record_commit
-r256() {  # NAME SECS [--xla-option K=V...]
-  local name=$1 secs=$2; shift 2
-  step "$name" "$secs" env DDTREE_X=0 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
-    --methods ddtree --budgets 256 --rounds 32 --repeats 3 --stage-repeats 0 "$@" --out "$R/$name"
-}
 # XLA's default set is FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION: the variants add to / take from it
 CBW="--xla-option xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL"
 NOGEMM="--xla-option xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION"
-r256 cbw1 60 $CBW
-r256 base1 60
-r256 nogemm1 60 $NOGEMM
-r256 cbw2 60 $CBW
-r256 base2 60
-r256 nogemm2 60 $NOGEMM
-r256 unroll2 90 --unroll 2
+export SECS=60
+ddtree_rounds cbw1 ddtree 256 $CBW
+ddtree_rounds base1 ddtree 256
+ddtree_rounds nogemm1 ddtree 256 $NOGEMM
+ddtree_rounds cbw2 ddtree 256 $CBW
+ddtree_rounds base2 ddtree 256
+ddtree_rounds nogemm2 ddtree 256 $NOGEMM
+SECS=90 ddtree_rounds unroll2 ddtree 256 --unroll 2
 # XLA converts a while loop into the command buffer only if every thunk of its body is
 # convertible: the same with the Triton kernel in place of the Mosaic GPU custom call.
-step cbw_tri 60 env DDTREE_MGPU_ATTENTION=off python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
-  --methods ddtree --budgets 256 --rounds 32 --repeats 3 --stage-repeats 0 $CBW --out "$R/cbw_tri"
+ddtree_rounds cbw_tri ddtree 256 DDTREE_MGPU_ATTENTION=off $CBW
 step prof_cbw 80 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 \
   --rounds 16 $CBW --out "$R/prof_cbw"
-long64() {  # NAME [env...]: DDTree-64 at prompt 4096
-  local name=$1; shift
-  step "$name" 70 env "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 4096 --methods ddtree \
-    --budgets 64 --rounds 32 --repeats 3 --stage-repeats 0 --out "$R/$name"
-}
-long64 p4k_ks2 DDTREE_MGPU_ATTENTION=72-1032 DDTREE_MGPU_CONFIG=72:64x4w2kc2,64x3w2s
-long64 p4k_tri DDTREE_X=0
+# DDTree-64 at prompt 4096
+SECS=70 PROMPT=4096 ddtree_rounds p4k_ks2 ddtree 64 DDTREE_MGPU_ATTENTION=72-1032 DDTREE_MGPU_CONFIG=72:64x4w2kc2,64x3w2s
+SECS=70 PROMPT=4096 ddtree_rounds p4k_tri ddtree 64
 finish s22a

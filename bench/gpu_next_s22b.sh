@@ -8,27 +8,15 @@
 # Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s22b.sh
 source bench/gpu_step.sh
 record_commit
-rounds() {  # NAME BUDGET SECS [bench_round args...]
-  local name=$1 budget=$2 secs=$3; shift 3
-  step "$name" "$secs" env DDTREE_X=0 python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
-    --methods ddtree --budgets "$budget" --rounds 32 --repeats 3 --stage-repeats 0 "$@" --out "$R/$name"
-}
-rounds dv64 64 60 --draft-vocab 32768
-rounds full64 64 60
-rounds dv256 256 60 --draft-vocab 32768
-rounds full256 256 60
-long() {  # NAME [env...]: DDTree-256 at prompt 8192, 16 rounds
-  local name=$1; shift
-  step "$name" 90 env "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 8192 --methods ddtree \
-    --budgets 256 --rounds 16 --repeats 3 --stage-repeats 0 --out "$R/$name"
-}
-long long_new DDTREE_X=0
-long long_old DDTREE_MGPU_ATTENTION=off
-batch() {  # NAME [env...]: DDTree-256 at batch 2, prompt 512
-  local name=$1; shift
-  step "$name" 90 env "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods ddtree \
-    --budgets 256 --rounds 16 --repeats 3 --stage-repeats 0 --batch 2 --out "$R/$name"
-}
-batch b2_new DDTREE_X=0
-batch b2_old DDTREE_MGPU_ATTENTION=off
+export SECS=60
+ddtree_rounds dv64 ddtree 64 --draft-vocab 32768
+ddtree_rounds full64 ddtree 64
+ddtree_rounds dv256 ddtree 256 --draft-vocab 32768
+ddtree_rounds full256 ddtree 256
+# DDTree-256 at prompt 8192 and at batch 2, 16 rounds
+export SECS=90 ROUNDS=16
+PROMPT=8192 ddtree_rounds long_new ddtree 256
+PROMPT=8192 ddtree_rounds long_old ddtree 256 DDTREE_MGPU_ATTENTION=off
+ddtree_rounds b2_new ddtree 256 --batch 2
+ddtree_rounds b2_old ddtree 256 DDTREE_MGPU_ATTENTION=off --batch 2
 finish s22b

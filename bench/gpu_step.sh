@@ -20,14 +20,17 @@ finish() {
   echo "=== done ($(date +%T))"
 }
 
-# ddtree_rounds NAME METHODS BUDGETS [env NAME=VALUE...]: one bench_round run of the 8B-shaped pair
-# (prompt 512, $ROUNDS rounds (32), 3 repeats, no stage loop, $SECS (110) s at most) under the given
-# environment, as the A/B scripts interleave them (session 11 on; the older scripts spell it out).
+# ddtree_rounds NAME METHODS BUDGETS [NAME=VALUE...] [--bench_round-option...]: one bench_round run of the
+# 8B-shaped pair (prompt $PROMPT (512), $ROUNDS rounds (32), 3 repeats, no stage loop, $SECS (110)
+# s at most) under the given environment, with any further bench_round options (from the first
+# argument that starts with --), as the A/B scripts interleave them (session 11 on).
 ddtree_rounds() {
   local name=$1 methods=$2 budgets=$3; shift 3
-  step "$name" "${SECS:-110}" env DDTREE_X=0 "$@" python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 \
-    --methods "$methods" --budgets "$budgets" --rounds "${ROUNDS:-32}" --repeats 3 --stage-repeats 0 \
-    --out "$R/$name"
+  local envs=()
+  while [ $# -gt 0 ] && [[ $1 != --* ]]; do envs+=("$1"); shift; done
+  step "$name" "${SECS:-110}" env DDTREE_X=0 ${envs[@]+"${envs[@]}"} python3 -m bench.bench_round --model qwen3-8b \
+    --prompt-len "${PROMPT:-512}" --methods "$methods" --budgets "$budgets" --rounds "${ROUNDS:-32}" --repeats 3 \
+    --stage-repeats 0 "$@" --out "$R/$name"
 }
 
 # record_commit: the tree's commit to $R/commit.txt. The device copy's git directory can be

@@ -132,8 +132,6 @@ class Generator:
             if method == "ar" or oracle is not None:
                 raise UserError("--draft-vocab needs a DFlash drafter (method dflash or ddtree)")
             draft_vocab = [int(t) for t in draft_vocab]
-            if len(set(draft_vocab)) != len(draft_vocab) or any(t < 0 for t in draft_vocab):
-                raise UserError("a token map's ids must be distinct and >= 0 (token_map.read_token_map checks a file)")
             check_token_map(draft_vocab, self.tcfg.vocab_size)
         draft_v = self.tcfg.vocab_size if draft_vocab is None else len(draft_vocab)
         try:
@@ -181,11 +179,16 @@ class Generator:
                 self.dparams = jax.jit(restrict)(self.dparams, head, jnp.asarray(draft_vocab, jnp.int32))
             elif drafter_quant == "int8":
                 self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
-        self.draft_vocab_size = None if draft_vocab is None else len(draft_vocab)
         self._compiled = Executables() if executables is None else executables
         self._state_shapes: dict = {}  # prefill key -> the state's shapes (the rounds' input)
         self.log = log
         self._stage_warm: dict = {}
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        """The size of the token map the drafter drafts over (None: the whole vocabulary)."""
+        vocab = engine.draft_vocab(self.dparams)
+        return None if vocab is None else int(vocab.shape[0])
 
     # ------------------------------------------------------------------ sizes and checks
 

@@ -34,7 +34,7 @@ from ddtree_jax.train.data import open_text
 
 def read_token_map(path: str | Path) -> list[int]:
     """The ids of a token-map file, in its order; UserError (one line) for a file that is missing,
-    unreadable, empty, or holds anything but distinct non-negative integers."""
+    unreadable, or holds anything but distinct non-negative integers (check_token_map)."""
     path = Path(path)
     text = read_text_file(path, "token map", missing="; build one with python -m ddtree_jax.token_map")
     if text.lstrip().startswith("["):
@@ -47,35 +47,31 @@ def read_token_map(path: str | Path) -> list[int]:
         items = text.split()
     ids = []
     for n, item in enumerate(items):
-        if isinstance(item, bool) or not isinstance(item, (int, str)):
-            raise UserError(f"token map {path}: entry {n} is {item!r}, not a token id")
         try:
-            tid = int(item)
+            if isinstance(item, bool) or not isinstance(item, (int, str)):
+                raise ValueError
+            ids.append(int(item))
         except ValueError:
             raise UserError(f"token map {path}: entry {n} is {item!r}, not a token id") from None
-        if tid < 0:
-            raise UserError(f"token map {path}: entry {n} is {tid}, token ids are >= 0")
-        ids.append(tid)
-    if not ids:
-        raise UserError(f"token map {path} is empty; it needs the token ids to draft over")
-    seen = set()
-    for n, tid in enumerate(ids):
-        if tid in seen:
-            raise UserError(f"token map {path}: token {tid} appears twice (again at entry {n}); "
-                            "each id may appear once")
-        seen.add(tid)
+    check_token_map(ids, where=f"token map {path}")
     return ids
 
 
-def check_token_map(ids: Sequence[int], vocab_size: int, *, need: int = 1, where: str = "the token map") -> None:
-    """UserError unless every id is below vocab_size and there are at least `need` of them (a
-    tree policy ranks that many candidates at one depth)."""
-    bad = [t for t in ids if t >= vocab_size]
+def check_token_map(ids: Sequence[int], vocab_size: int | None = None, *, where: str = "the token map") -> None:
+    """UserError unless `ids` is a non-empty list of distinct ids >= 0 (and < vocab_size if given)."""
+    if not len(ids):
+        raise UserError(f"{where} is empty; it needs the token ids to draft over")
+    seen = set()
+    for n, tid in enumerate(ids):
+        if tid < 0:
+            raise UserError(f"{where}: entry {n} is {tid}, token ids are >= 0")
+        if tid in seen:
+            raise UserError(f"{where}: token {tid} appears twice (again at entry {n}); the ids must be distinct")
+        seen.add(tid)
+    bad = [t for t in ids if vocab_size is not None and t >= vocab_size]
     if bad:
         raise UserError(f"{where} has token id {bad[0]} (and {len(bad) - 1} more) beyond the target's vocabulary "
                         f"of {vocab_size}; build it with this checkpoint's tokenizer")
-    if len(ids) < need:
-        raise UserError(f"{where} has {len(ids)} tokens; this tree policy and budget need at least {need}")
 
 
 # ---------------------------------------------------------------------- building one from a corpus
