@@ -168,7 +168,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             yield [t for t in ids if t < vocab]
 
     ids = most_frequent(encoded(), min(args.size, vocab), keep=special)
-    check_token_map(ids, vocab)
     write_token_map(out, ids, force=args.force)
     print(f"[token_map] {len(ids)} tokens of {vocab} from {docs} documents ({tokens} tokens) -> {out}",
           file=sys.stderr, flush=True)
