@@ -7,9 +7,16 @@ R="$OUT/r"; mkdir -p "$R"
 
 # step NAME SECONDS CMD...: run CMD under a time limit, log to $R/NAME.log, line-buffered so that
 # a killed step keeps what it printed.
+# The whole script keeps within $BUDGET_S (570) seconds of sourcing this file, so that `finish`
+# still runs inside the device tool's 600 s a call: a step gets at most what is left (less 15 s
+# for the archive) and is skipped when under 20 s are left.
+START_S=$(date +%s)
 step() {
   local name=$1 secs=$2; shift 2
-  echo "=== $name ($(date +%T))"
+  local left=$(( START_S + ${BUDGET_S:-570} - 15 - $(date +%s) ))
+  if [ "$left" -lt 20 ]; then echo "=== $name skipped: ${left} s left of the call"; return 0; fi
+  [ "$secs" -gt "$left" ] && secs=$left
+  echo "=== $name ($(date +%T), ${secs} s at most)"
   timeout "$secs" "$@" 2>&1 | grep --line-buffered -v "^WARNING\|^I0000\|^W0000\|DeprecationWarning\|st = dict" \
     | tee "$R/$name.log"
 }
