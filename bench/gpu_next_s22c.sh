@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran in session 22 (bench/RESULTS.md "Session 22"). $DDTREE_GATE_UP existed in commits b8c8840-65ed021
+# only: the layouts lost (AR +0.29 ms, DDTree-64 +0.10, DDTree-256 a tie) and the knob was removed.
 # Session 22: the gate/up GEMM's memset (s21c: cuBLASLt's algorithm for the fused
 # [264, 4096] @ [4096, 24576] product zeroes a workspace first and starts ~5 us late, 36 times a
 # round, ~0.27 ms of DDTree-256's 9.5). The same round with the other gate/up layouts of

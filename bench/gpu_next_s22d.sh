@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran in session 22 (bench/RESULTS.md "Session 22"). $DDTREE_GATE_UP existed in commits b8c8840-65ed021
+# only: the layouts lost (AR +0.29 ms, DDTree-64 +0.10, DDTree-256 a tie) and the knob was removed.
 # Session 22, after s22c: gate and up as two GEMMs ($DDTREE_GATE_UP=pair) took the memset and its
 # gap away (s22c profiles: busy 8.719 ms against 8.858-8.861 fused, gaps under 5 us 0.22 against
 # 0.38-0.40), but one run of each was within the machine's run-to-run noise (+-0.2 ms). Here:

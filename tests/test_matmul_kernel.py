@@ -373,29 +373,22 @@ def test_triton_lowering_of_the_fusions(monkeypatch, m, k, n, prologue, residual
     assert len(modules) == 1 and modules[0].operation.verify()
 
 
-def _verify_inputs(tc, rng, t: int, lengths: list[int]):
-    """A 2-row, 2-layer cache of 32 slots and t causal new tokens after per-row lengths: a
-    target.forward call's (cache, tokens, positions, lengths, mask)."""
-    from ddtree_jax.models.layers import KVCache
-
-    cache = KVCache([jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2,
-                    [jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2)
-    tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (2, t)), jnp.int32)
-    length = jnp.asarray(lengths, jnp.int32)
-    pos = length[:, None] + jnp.arange(t, dtype=jnp.int32)
-    mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (2, t, t))
-    return cache, tokens, pos, length, mask
-
-
 def test_fused_layers_match_the_unfused_forward():
     """target.forward with every projection in the kernel runs the fused layers (norms and
     residual adds inside the products); in float32 it matches the XLA forward: hidden, taps, K/V."""
     from ddtree_jax.models import target as tmodel
+    from ddtree_jax.models.layers import KVCache
     from tiny import tiny_pair
 
     pair = tiny_pair(layers=2)
     tc, tp = pair.target_cfg, tmodel.fuse_params(pair.target_params)
-    cache, tokens, pos, length, mask = _verify_inputs(tc, np.random.default_rng(0), 9, [5, 11])
+    rng = np.random.default_rng(0)
+    cache = KVCache([jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2,
+                    [jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2)
+    tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (2, 9)), jnp.int32)
+    length = jnp.asarray([5, 11], jnp.int32)
+    pos = length[:, None] + jnp.arange(9, dtype=jnp.int32)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((9, 9), bool)), (2, 9, 9))
     assert tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), "pallas_interpret")
     assert not tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), "xla")
     assert not tmodel._fused_layers(tp, tc, (2, 200, tc.hidden_size), "pallas_interpret")   # a prompt's rows
@@ -403,31 +396,6 @@ def test_fused_layers_match_the_unfused_forward():
             for impl in ("xla", "pallas_interpret")]
     for a, b in zip(jax.tree_util.tree_leaves(outs[0]), jax.tree_util.tree_leaves(outs[1])):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize("layout", ["pair", "stacked", "fused_t"])
-def test_gate_up_layouts_match_the_fused_one(layout, monkeypatch):
-    """Every gate/up layout of target.fuse_params (the verify GEMM's A/B knob) computes the same
-    forward as the fused default, on the XLA path and on the kernel path (which takes the unfused
-    layers for them); a layout not in the list is a one-line error, from the argument or the env."""
-    from ddtree_jax.models import target as tmodel
-    from tiny import tiny_pair
-
-    pair = tiny_pair(layers=2)
-    tc = pair.target_cfg
-    base, other = tmodel.fuse_params(pair.target_params), tmodel.fuse_params(pair.target_params, layout)
-    assert "gate_up" in base["layers"][0] and "gate_up" not in other["layers"][0]
-    cache, tokens, pos, length, mask = _verify_inputs(tc, np.random.default_rng(2), 7, [4, 12])
-    for impl in ("xla", "pallas_interpret"):
-        want, got = (tmodel.forward(p, tc, tokens, pos, cache, length, mask, taps=(0, 1), matmul_impl=impl)
-                     for p in (base, other))
-        for a, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
-            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-5)
-    monkeypatch.setenv(tmodel.GATE_UP_ENV, layout)
-    assert tmodel.fuse_params(pair.target_params)["layers"][0].keys() == other["layers"][0].keys()
-    monkeypatch.setenv(tmodel.GATE_UP_ENV, "bogus")
-    with pytest.raises(ValueError, match="bogus.*DDTREE_GATE_UP.*fused, pair"):
-        tmodel.fuse_params(pair.target_params)
 
 
 def test_fused_drafter_layers_match_the_unfused_pass():

@@ -36,19 +36,6 @@ def mlp(p: dict, x: jax.Array, *, impl: str = "xla") -> jax.Array:
         if impl != "xla":  # the kernel computes silu(gate) * up as it loads: one kernel fewer
             return matmul(gate_up, p["down"], impl=impl, prologue="swiglu")
         gate, up = jnp.split(gate_up, 2, axis=-1)
-    elif "gate_up_stacked" in p:  # [2, in, out]: one batched GEMM (target.GATE_UP_LAYOUTS)
-        w = p["gate_up_stacked"]
-        if impl == "xla":
-            gate, up = jnp.einsum("g...i,gio->g...o", jnp.broadcast_to(x, (2, *x.shape)), w.astype(x.dtype))
-        else:
-            gate, up = linear(x, w[0], impl=impl), linear(x, w[1], impl=impl)
-    elif "gate_up_t" in p:  # [2 * out, in]: the transposed operand (target.GATE_UP_LAYOUTS)
-        w = p["gate_up_t"]
-        if impl == "xla":
-            gate_up = jnp.einsum("...i,oi->...o", x, w.astype(x.dtype))
-        else:
-            gate_up = linear(x, w.T, impl=impl)
-        gate, up = jnp.split(gate_up, 2, axis=-1)
     else:
         gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
     return linear(jax.nn.silu(gate) * up, p["down"], impl=impl)

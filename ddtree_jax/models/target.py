@@ -13,8 +13,6 @@ kernels' launches, not their bytes, are what they cost (pallas_kernels/norms.py)
 """
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 
@@ -36,34 +34,10 @@ from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
 
 
-# The gate/up layouts fuse_params can build (an A/B knob for the verify GEMM, session 22: cuBLASLt's
-# algorithm for the fused [264, 4096] @ [4096, 24576] product zeroes a workspace first, and the
-# GEMM then starts ~5 us late, 36 times a round). "fused": one [H, 2I] matrix, the default and the
-# only one the skinny-matmul kernel's fused layers take; "pair": gate and up apart (two GEMMs);
-# "stacked": [2, H, I] (one batched GEMM); "fused_t": [2I, H] (the transposed operand, so cuBLAS
-# picks among other kernels). Same math in every layout.
-GATE_UP_ENV = "DDTREE_GATE_UP"
-GATE_UP_LAYOUTS = ("fused", "pair", "stacked", "fused_t")
-
-
-def fuse_params(params: dict, gate_up: str | None = None) -> dict:
-    """The inference layout: q/k/v fused per layer (see layers.fuse_layer_weights), and gate/up in
-    the `gate_up` layout (GATE_UP_LAYOUTS; default $DDTREE_GATE_UP, else "fused")."""
-    layout = gate_up or os.environ.get(GATE_UP_ENV) or "fused"
-    if layout not in GATE_UP_LAYOUTS:
-        raise ValueError(f"gate/up layout {layout!r} (${GATE_UP_ENV}) is not one of {', '.join(GATE_UP_LAYOUTS)}")
-    groups = {"qkv": ("q", "k", "v")}
-    if layout == "fused":
-        groups["gate_up"] = ("gate", "up")
-    layers = []
-    for p in params["layers"]:
-        p = fuse_layer_weights(p, groups)
-        if layout == "stacked":
-            p["gate_up_stacked"] = jnp.stack([p.pop("gate"), p.pop("up")])
-        elif layout == "fused_t":
-            p["gate_up_t"] = jnp.concatenate([p.pop("gate"), p.pop("up")], axis=1).T
-        layers.append(p)
-    return {**params, "layers": layers}
+def fuse_params(params: dict) -> dict:
+    """The inference layout: q/k/v and gate/up fused per layer (see layers.fuse_layer_weights)."""
+    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+    return {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
 
 
 def _heads(p: dict, cfg: TargetConfig, qkv: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
