@@ -6,7 +6,8 @@
 # the ~5 us gap after each gate_up memset, may not be there in an unprofiled (graph) run.
 # (1) Are the command buffers re-recorded every round? VLOG(3) of command_buffer_thunk counts
 #     executions and updates ("Update command buffer ... updated_allocs=N") over an 8-round call.
-# (2) A profile with the graphs on (CUPTI traces the graphs' kernels): where the idle really is.
+# (2) A profile with the graphs on (profile_round --graphs; CUPTI traces the graphs' kernels): where
+#     the idle really is. Compare with s22d's op-by-op prof_base.
 # (3) The XLA command-buffer options that target update and launch cost, interleaved with the
 #     default: update mode SKIP_TEMP (fixed VMM addresses for temporaries), graphs from 1 op,
 #     CONCURRENT_REGIONS scheduling. An unknown flag fails its step at once (the XLA in JAX
@@ -23,8 +24,8 @@ step vlog 90 bash -c 'env DDTREE_X=0 TF_CPP_VMODULE=command_buffer_thunk=3 TF_CP
   grep "Updated command buffer in" "$f" | sed "s/.*Updated/Updated/" | sort | uniq -c | sort -rn | head -8
   grep "Update command buffer" "$f" | sed "s/.*after/after/" | sort | uniq -c | sort -rn | head -8
   xz -T2 "$f"' "$R"
-step prof_graph 80 env XLA_FLAGS=--xla_enable_command_buffers_during_profiling=true python3 -m bench.profile_round \
-  --model qwen3-8b --prompt-len 512 --methods ddtree:256 --rounds 16 --out "$R/prof_graph"
+step prof_graph 80 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 \
+  --rounds 16 --graphs --out "$R/prof_graph"
 export SECS=55
 ddtree_rounds base1 ddtree 256
 ddtree_rounds skiptemp ddtree 256 XLA_FLAGS=--xla_gpu_command_buffer_update_mode=SKIP_TEMP

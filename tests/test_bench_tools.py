@@ -64,6 +64,15 @@ def test_profile_round_smoke(tmp_path):
         assert r["wall_ms_per_round"] > 0 and r["rounds"] == 2
         assert r["busy_ms_per_round"] > 0 and set(r["stages_ms"]) <= set(pr.STAGES) | {"other"}
     assert (tmp_path / "hlo_ar_u1.txt.xz").stat().st_size > 1000
+    assert [r["traced"] for r in res] == ["op by op"] * 2
+
+
+def test_profile_round_graphs_option(tmp_path):
+    """--graphs compiles the round with XLA's keep-command-buffers-while-profiling option (an
+    option this XLA knows: an unknown one fails the compile) and says so in the results."""
+    assert pr.main(["--model", "tiny", "--methods", "ar", "--rounds", "2", "--graphs", "--out", str(tmp_path)]) == 0
+    (r,) = json.loads((tmp_path / "profile_tiny.json").read_text())["results"]
+    assert r["traced"] == "graphs" and r["rounds"] == 2 and r["busy_ms_per_round"] > 0
 
 
 def test_bench_tree_and_probe_smoke(tmp_path):
