@@ -151,7 +151,8 @@ def _tail_mask(block: int, n: int, ndim: int):
 
 
 def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
-    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w. Refs are [BR, Hp] tiles."""
+    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w. Refs are [BR, Hp] tiles;
+    delta's is [P, BR, Hp] for split-K partials (summed in float32 first)."""
     if residual:
         x_ref, d_ref, w_ref, s_ref, y_ref = refs
     else:
@@ -163,7 +164,11 @@ def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
     fill = None if mask is None else 0.0
     x = pltriton.load(x_ref, mask=mask, other=fill).astype(y_ref.dtype)
     if residual:  # in the activation dtype, as x + delta
-        x = x + pltriton.load(d_ref, mask=mask, other=fill).astype(y_ref.dtype)
+        if len(d_ref.shape) == 3:  # the product's split-K partials: their sum, rounded as XLA's reduce does
+            d = pltriton.load(d_ref, mask=None if mask is None else mask[None], other=fill).sum(axis=0)
+        else:
+            d = pltriton.load(d_ref, mask=mask, other=fill)
+        x = x + d.astype(y_ref.dtype)
         pltriton.store(s_ref, x, mask=mask)
     x32 = x.astype(jnp.float32)
     ms = jnp.sum(x32 * x32, axis=1, keepdims=True) / hidden
@@ -181,21 +186,27 @@ def _norm_unsupported(x) -> str | None:
 
 
 def _norm_pallas(x, delta, w, eps, *, interpret: bool):
-    """Rows [..., H] -> (s or None, y); one pallas_call."""
+    """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x, or [P, ...] partials."""
     h = x.shape[-1]
-    dtype = x.dtype if delta is None else jnp.result_type(x, delta)
+    parts = delta is not None and delta.ndim == x.ndim + 1
+    dtype = x.dtype if delta is None or parts else jnp.result_type(x, delta)
     x2 = x.reshape(-1, h)
     n = x2.shape[0]
     hp = _pow2_at_least(h)
-    br = min(max(1, _TILE // hp), _pow2_at_least(n))
+    # the partials' tile holds P rows of the others': fewer rows a program keep it as large
+    br = min(max(1, _TILE // (hp * (delta.shape[0] if parts else 1))), _pow2_at_least(n))
     row = pl.BlockSpec((br, hp), lambda i: (i, 0))    # wider than H: masked in the kernel
-    ins = [x2] if delta is None else [x2, delta.reshape(-1, h)]
+    specs = [row]
+    ins = [x2]
+    if delta is not None:
+        ins.append(delta.reshape(delta.shape[0], -1, h) if parts else delta.reshape(-1, h))
+        specs.append(pl.BlockSpec((delta.shape[0], br, hp), lambda i: (0, i, 0)) if parts else row)
     out_shape = jax.ShapeDtypeStruct((n, h), dtype)
     outs = pl.pallas_call(
         lambda *refs: _norm_kernel(*refs, n_rows=n, hidden=h, eps=eps,
                                    residual=delta is not None),
         grid=(pl.cdiv(n, br),),
-        in_specs=[row] * len(ins) + [pl.BlockSpec((hp,), lambda i: (0,))],
+        in_specs=specs + [pl.BlockSpec((hp,), lambda i: (0,))],
         out_specs=[row] * (1 if delta is None else 2),
         out_shape=[out_shape] * (1 if delta is None else 2),
         compiler_params=_compiler_params(interpret, br * hp),
@@ -219,13 +230,19 @@ def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
     """(s, rms_norm(s, w, eps)) with s = x + delta: a residual add and the norm after it.
 
     s is the new residual stream, added in the activation dtype as ``x + delta`` is; one kernel
-    on Pallas.
+    on Pallas. delta may also be [P, ...x's shape] float32: a product's split-K partials
+    (layers.linear_partials), whose sum, rounded to x's dtype, is the delta; the kernel then
+    sums them as it loads them, in place of XLA's reduce kernel after its own split-K GEMMs.
     """
-    if x.shape != delta.shape:
-        raise ValueError(f"x {x.shape} and delta {delta.shape} must have the same shape")
-    impl = _resolve(impl, _norm_unsupported(x))
+    parts = delta.ndim == x.ndim + 1
+    if (delta.shape[1:] if parts else delta.shape) != x.shape or (parts and delta.dtype != jnp.float32):
+        raise ValueError(f"x {x.shape} and delta {delta.shape} {delta.dtype} must have the same shape, or delta "
+                         "be float32 partials [P, *x.shape]")
+    n_parts = delta.shape[0] if parts else 1
+    impl = _resolve(impl, _norm_unsupported(x) or (
+        f"{n_parts} partials (a power of two, for the kernel's tiles)" if n_parts & (n_parts - 1) else None))
     if impl == "xla":
-        return add_rms_norm_reference(x, delta, w, eps)
+        return add_rms_norm_reference(x, delta.sum(0).astype(x.dtype) if parts else delta, w, eps)
     return _norm_pallas(x, delta, w, eps, interpret=impl == "pallas_interpret")
 
 

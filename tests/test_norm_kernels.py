@@ -80,6 +80,41 @@ def test_norms_match_xla(rows, hidden, dtype):
     assert_close(y1, y1_ref, dtype, "rms_norm")
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("parts,shape", [(2, (257, 96)), (4, (2, 3, 32)), (2, (1, 4096)), (8, (5, 48))])
+def test_add_rms_norm_sums_split_k_partials(parts, shape, dtype):
+    """delta as float32 split-K partials [P, ...]: both paths add their sum rounded to x's dtype
+    (what XLA's reduce after its own split-K GEMM writes), so s is x + that; y as the plain add +
+    norm of it. Exactly (for two float32 partials; more sum in another order), except the
+    bfloat16 kernel in interpret mode: XLA runs its body as one
+    fusion and elides the sum's rounding (excess precision, see the module doc), a bfloat16 ulp
+    of s or of the sum apart; Triton rounds where the kernel says. Shapes that are not float32 partials of x's
+    shape are a one-line error."""
+    rng = np.random.default_rng(parts * 11 + len(shape))
+    x = rand(rng, shape, dtype, 3.0)
+    d = rand(rng, (parts, *shape), jnp.float32)
+    w = rand(rng, (shape[-1],), jnp.float32)
+    delta = d.sum(0).astype(dtype)
+    for impl in ("pallas_interpret", "xla"):
+        s, y = norms.add_rms_norm(x, d, w, EPS, impl=impl)
+        s_ref, y_ref = norms.add_rms_norm(x, delta, w, EPS, impl=impl)
+        assert s.dtype == y.dtype == dtype and s.shape == y.shape == x.shape
+        if dtype == jnp.bfloat16 and impl == "pallas_interpret":
+            big = np.maximum(np.abs(np.asarray(s_ref, np.float32)), np.abs(np.asarray(delta, np.float32)))
+            ulp = 2.0 ** (np.floor(np.log2(big + 1e-30)) - 7)  # of the sum's rounding or of s's
+            assert np.all(np.abs(np.asarray(s, np.float32) - np.asarray(s_ref, np.float32)) <= ulp)
+        elif parts == 2 or dtype == jnp.bfloat16:
+            np.testing.assert_array_equal(np.asarray(s, np.float32), np.asarray(s_ref, np.float32))
+        else:  # more than two float32 partials: the kernel's summation order is not XLA's
+            np.testing.assert_allclose(np.asarray(s), np.asarray(s_ref), rtol=1e-6, atol=1e-6)
+        assert_close(y, y_ref, dtype, impl)
+    for bad in (d[:, :-1], d.astype(jnp.bfloat16)):
+        with pytest.raises(ValueError, match="float32 partials"):
+            norms.add_rms_norm(x, bad, w, EPS, impl="xla")
+    with pytest.raises(ValueError, match="3 partials"):  # the Triton kernel's tiles are powers of two
+        norms.add_rms_norm(x, jnp.concatenate([d[:1]] * 3), w, EPS, impl="pallas_interpret")
+
+
 def test_norm_leading_dims_and_xla_path_is_the_models_math():
     rng = np.random.default_rng(0)
     x, d = rand(rng, (2, 5, 48), jnp.bfloat16), rand(rng, (2, 5, 48), jnp.bfloat16)
@@ -186,6 +221,10 @@ def test_triton_lowering_one_kernel_each():
         x = sds((1, t, h), bf)
         assert triton_calls(lambda a, b, w: norms.add_rms_norm(a, b, w, EPS, impl="pallas"), x, x, sds((h,), bf)) == 1
         assert triton_calls(lambda a, w: norms.rms_norm(a, w, EPS, impl="pallas"), x, sds((h,), bf)) == 1
+    for t, p in [(264, 2), (1032, 4), (5, 8)]:  # split-K partials: the o / down products of a verify
+        x = sds((1, t, 4096), bf)
+        assert triton_calls(lambda a, b, w: norms.add_rms_norm(a, b, w, EPS, impl="pallas"), x,
+                            sds((p, 1, t, 4096), f32), sds((4096,), bf)) == 1
     for hq, hkv, dh, t in [(32, 8, 128, 1), (32, 8, 128, 257), (40, 8, 128, 3), (0, 8, 128, 16), (4, 2, 16, 65)]:
         tab = sds((1, t, dh), f32)
         w = sds((dh,), bf)
@@ -219,17 +258,23 @@ def tiny_models(qk_norm=True, fused=True):
     return tc, tp, dc, (dmodel.fuse_params(dp) if fused else dp)
 
 
-@pytest.mark.parametrize("qk_norm", [True, False], ids=["qwen3", "llama"])
-def test_target_forward_pallas_interpret_matches_xla(qk_norm):
-    tc, tp, _, _ = tiny_models(qk_norm)
-    bt, t, s = 2, 5, 24
-    rng = np.random.default_rng(0)
+def forward_inputs(tc, seed: int, cache_len: list[int], t: int = 5, s: int = 24):
+    """A target.forward call's (tokens, positions, 2-layer float32 cache of s slots, cache_len,
+    causal mask) for len(cache_len) rows of t new tokens after the given prefixes."""
+    bt = len(cache_len)
+    rng = np.random.default_rng(seed)
     tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (bt, t)), jnp.int32)
-    cache_len = jnp.array([9, 17], jnp.int32)
+    cache_len = jnp.array(cache_len, jnp.int32)
     pos = cache_len[:, None] + jnp.arange(t, dtype=jnp.int32)
     cache = KVCache([rand(rng, (bt, 2, s, 16), jnp.float32) for _ in range(2)],
                     [rand(rng, (bt, 2, s, 16), jnp.float32) for _ in range(2)])
-    mask = tmodel.causal_mask(bt, t)
+    return tokens, pos, cache, cache_len, tmodel.causal_mask(bt, t)
+
+
+@pytest.mark.parametrize("qk_norm", [True, False], ids=["qwen3", "llama"])
+def test_target_forward_pallas_interpret_matches_xla(qk_norm):
+    tc, tp, _, _ = tiny_models(qk_norm)
+    tokens, pos, cache, cache_len, mask = forward_inputs(tc, 0, [9, 17])
 
     # Qwen3: the whole forward in interpret mode; Llama: only the norm kernels (keeps it fast).
     impls = dict(attn_impl="pallas_interpret") if qk_norm else dict(attn_impl="xla", norm_impl="pallas_interpret")
@@ -248,6 +293,35 @@ def test_target_forward_pallas_interpret_matches_xla(qk_norm):
                                norm_impl="pallas_interpret"))
     assert sorted(names) == sorted(["ddtree_rms_norm"] + ["ddtree_qk_norm_rope", "ddtree_add_rms_norm",
                                                           "ddtree_add_rms_norm"] * tc.num_layers)
+
+
+@pytest.mark.parametrize("norm_impl", ["xla", "pallas_interpret"])
+def test_target_forward_with_split_k_partials(norm_impl, monkeypatch):
+    """$DDTREE_SPLIT_K: for forwards over the rows it names, the o and down products come as
+    float32 split-K partials and the add + norm kernels after them sum them. Same forward as
+    without (float32); rows outside the range, or a product whose inputs the parts do not divide,
+    keep the plain products; a malformed value is a one-line error."""
+    tc, tp, _, _ = tiny_models()
+    tokens, pos, cache, cache_len, mask = forward_inputs(tc, 3, [4, 19])
+    bt, t = tokens.shape
+
+    def run():
+        return tmodel.forward(tp, tc, tokens, pos, cache, cache_len, mask, taps=(0, 1), attn_impl="xla",
+                              norm_impl=norm_impl)
+
+    want = run()
+    for spec, parts in (("10-10:2", 2), ("1-64:4", 4), ("11-20:2", 1), ("10-10:128", 1)):
+        monkeypatch.setenv(tmodel.SPLIT_K_ENV, spec)
+        assert tmodel._split_parts(tp, tc, (bt, t, tc.hidden_size), "xla") == parts, spec
+        for a, b in zip(jax.tree_util.tree_leaves(run()), jax.tree_util.tree_leaves(want)):
+            assert_close(a, b, jnp.float32, spec)
+    monkeypatch.setenv(tmodel.SPLIT_K_ENV, "10-10:2")
+    jaxpr = str(jax.make_jaxpr(run)())
+    assert jaxpr.count("preferred_element_type=float32") >= 2 * tc.num_layers  # o and down as partials
+    for bad in ("2", "a-b:2", "1-9:0", "1-9:3"):
+        monkeypatch.setenv(tmodel.SPLIT_K_ENV, bad)
+        with pytest.raises(ValueError, match="DDTREE_SPLIT_K"):
+            run()
 
 
 def test_drafter_pallas_interpret_matches_xla():

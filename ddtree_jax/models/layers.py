@@ -30,7 +30,28 @@ def linear(x: jax.Array, w, b: jax.Array | None = None, *, impl: str = "xla") ->
     return y if b is None else y + b.astype(y.dtype)
 
 
-def mlp(p: dict, x: jax.Array, *, impl: str = "xla") -> jax.Array:
+def linear_partials(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
+    """x [..., in] @ w [in, out] as `parts` float32 partial products over consecutive slices of
+    `in`: [parts, ..., out], whose sum is the product. One batched dot: the split-K form XLA gives
+    a wide product itself (then sums the partials in a reduce kernel of its own), made explicit so
+    that the kernel after the product can sum them as it reads them (norms.add_rms_norm)."""
+    k = x.shape[-1]
+    if parts < 2 or k % parts:
+        raise ValueError(f"{parts} partials of a product over {k} inputs: parts must be >= 2 and divide it")
+    xs = x.reshape(*x.shape[:-1], parts, k // parts)
+    return jnp.einsum("...si,sio->s...o", xs, w.astype(x.dtype).reshape(parts, k // parts, w.shape[1]),
+                      preferred_element_type=jnp.float32)
+
+
+def mlp(p: dict, x: jax.Array, *, impl: str = "xla", parts: int = 1) -> jax.Array:
+    """The gated MLP's output; parts > 1: its down projection as float32 split-K partials
+    (linear_partials) on the XLA path."""
+    if parts > 1:
+        if "gate_up" in p:
+            gate, up = jnp.split(linear(x, p["gate_up"], impl=impl), 2, axis=-1)
+        else:
+            gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
+        return linear_partials(jax.nn.silu(gate) * up, p["down"], parts)
     if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
         gate_up = linear(x, p["gate_up"], impl=impl)
         if impl != "xla":  # the kernel computes silu(gate) * up as it loads: one kernel fewer

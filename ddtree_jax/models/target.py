@@ -13,6 +13,8 @@ kernels' launches, not their bytes, are what they cost (pallas_kernels/norms.py)
 """
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 
@@ -22,6 +24,7 @@ from ddtree_jax.models.layers import (
     apply_rope,
     fuse_layer_weights,
     linear,
+    linear_partials,
     masked_attention,
     mlp,
     rms_norm,
@@ -32,6 +35,31 @@ from pallas_kernels import attention
 from pallas_kernels.matmul import kernel_path, matmul
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
+
+
+# The o and down products as explicit split-K partials, summed by the add + norm kernel after
+# them (layers.linear_partials, norms.add_rms_norm): for verify rows where XLA splits those
+# products itself and sums the partials in a reduce kernel of its own (the H200 at 264 rows:
+# f32[2, 264, 4096] from cuBLASLt, then a 2.6 us reduce, 72 times a round; session 22). An A/B
+# knob until measured: "LO-HI:P" (rows of one forward, batch x tokens) or unset (never).
+SPLIT_K_ENV = "DDTREE_SPLIT_K"
+
+
+def split_k_parts(rows: int) -> int:
+    """The partials the o and down products are split into for a forward over `rows` rows
+    ($DDTREE_SPLIT_K), 1 for none."""
+    spec = os.environ.get(SPLIT_K_ENV, "").strip()
+    if not spec:
+        return 1
+    try:
+        span, parts = spec.split(":")
+        lo, hi = (int(v) for v in span.split("-"))
+        parts = int(parts)
+    except ValueError:
+        raise ValueError(f"${SPLIT_K_ENV}={spec!r}: expected LO-HI:PARTS, e.g. 257-264:2") from None
+    if parts < 1 or parts & (parts - 1):
+        raise ValueError(f"${SPLIT_K_ENV}={spec!r}: PARTS must be a power of two (1, 2, 4, ...)")
+    return parts if lo <= rows <= hi else 1
 
 
 def fuse_params(params: dict) -> dict:
@@ -115,19 +143,35 @@ def forward(
         return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, attn_impl=attn_impl,
                               norm_impl=norm_impl, mm=mm)
     h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
+    parts = _split_parts(params, cfg, x.shape, mm)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
             q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
             new_k.append(k)
             new_v.append(v)
             o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
-            x, h = add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), impl=mm),
-                                p["mlp_norm"], eps, impl=norm_impl)
-            x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
+            o = o.reshape(*o.shape[:2], -1)
+            o = linear_partials(o, p["o"], parts) if parts > 1 else linear(o, p["o"], p.get("o_bias"), impl=mm)
+            x, h = add_rms_norm(x, o, p["mlp_norm"], eps, impl=norm_impl)
+            x, h = add_rms_norm(x, mlp(p, h, impl=mm, parts=parts), norm_ws[i + 1], eps, impl=norm_impl)
             if i in taps:
                 tapped[i] = x
     tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
     return h, tap_out, (new_k, new_v)
+
+
+def _split_parts(params: dict, cfg: TargetConfig, x_shape, mm: str) -> int:
+    """split_k_parts for these rows where the o and down products can take it: XLA's dots (not
+    the skinny-matmul kernel), no o bias, the inputs divisible into the parts; else 1."""
+    parts = split_k_parts(x_shape[0] * x_shape[1])
+    if parts < 2 or not params["layers"]:
+        return 1
+    p = params["layers"][0]
+    lead = x_shape[:-1]
+    for w in (p["o"], p["down"]):
+        if w.shape[0] % parts or kernel_path((*lead, w.shape[0]), w, impl=mm) != "xla":
+            return 1
+    return 1 if "o_bias" in p else parts
 
 
 def _fused_layers(params: dict, cfg: TargetConfig, x_shape, mm: str) -> bool:
