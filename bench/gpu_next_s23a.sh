@@ -32,4 +32,8 @@ ddtree_rounds skiptemp ddtree 256 XLA_FLAGS=--xla_gpu_command_buffer_update_mode
 ddtree_rounds minsize1 ddtree 256 XLA_FLAGS=--xla_gpu_graph_min_graph_size=1
 ddtree_rounds concur ddtree 256 XLA_FLAGS=--xla_gpu_command_buffer_scheduling_mode=CONCURRENT_REGIONS
 ddtree_rounds base2 ddtree 256
+# a call's fixed cost (a call minus 32 steady rounds: ~3.5 ms at DDTree-64) is where re-recorded
+# graphs would show first: the update modes at DDTree-64 too
+ddtree_rounds skiptemp64 ddtree 64 XLA_FLAGS=--xla_gpu_command_buffer_update_mode=SKIP_TEMP
+ddtree_rounds base64 ddtree 64
 finish s23a
