@@ -9,7 +9,7 @@
 # (2) A profile with the graphs on (profile_round --graphs; CUPTI traces the graphs' kernels): where
 #     the idle really is. Compare with s22d's op-by-op prof_base.
 # (3) The XLA command-buffer options that target update and launch cost, interleaved with the
-#     default: update mode SKIP_TEMP (fixed VMM addresses for temporaries), graphs from 1 op,
+#     default: update modes SKIP_PROFILED / SKIP_TEMP (fixed VMM addresses), graphs from 1 op,
 #     CONCURRENT_REGIONS scheduling. An unknown flag fails its step at once (the XLA in JAX
 #     0.11.2 may not have them all).
 # Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s23a.sh
@@ -26,14 +26,19 @@ step vlog 90 bash -c 'env DDTREE_X=0 TF_CPP_VMODULE=command_buffer_thunk=3 TF_CP
   xz -T2 "$f"' "$R"
 step prof_graph 80 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:256 \
   --rounds 16 --graphs --out "$R/prof_graph"
+# A call costs more than its rounds: (a call's ms - steady ms) x 32 rounds = ~15 ms at DDTree-256
+# and ~3.5 ms at DDTree-64 (s22d). Each call's state is new buffers (donated), so every graph
+# that touches it is updated on the call's first iteration, and cuBLAS's traced captures are
+# redone for new addresses (XLA's trace cache). SKIP_PROFILED gives the stable arguments fixed
+# virtual addresses (VMM), SKIP_TEMP only the temporaries. In order of priority (steps that no
+# longer fit are skipped):
 export SECS=55
 ddtree_rounds base1 ddtree 256
+ddtree_rounds skipprof ddtree 256 XLA_FLAGS=--xla_gpu_command_buffer_update_mode=SKIP_PROFILED
 ddtree_rounds skiptemp ddtree 256 XLA_FLAGS=--xla_gpu_command_buffer_update_mode=SKIP_TEMP
+ddtree_rounds base64 ddtree 64
+ddtree_rounds skipprof64 ddtree 64 XLA_FLAGS=--xla_gpu_command_buffer_update_mode=SKIP_PROFILED
+ddtree_rounds base2 ddtree 256
 ddtree_rounds minsize1 ddtree 256 XLA_FLAGS=--xla_gpu_graph_min_graph_size=1
 ddtree_rounds concur ddtree 256 XLA_FLAGS=--xla_gpu_command_buffer_scheduling_mode=CONCURRENT_REGIONS
-ddtree_rounds base2 ddtree 256
-# a call's fixed cost (a call minus 32 steady rounds: ~3.5 ms at DDTree-64) is where re-recorded
-# graphs would show first: the update modes at DDTree-64 too
-ddtree_rounds skiptemp64 ddtree 64 XLA_FLAGS=--xla_gpu_command_buffer_update_mode=SKIP_TEMP
-ddtree_rounds base64 ddtree 64
 finish s23a
