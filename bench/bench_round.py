@@ -150,6 +150,7 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         compiler_options=gen.round_options(spec))
 
     fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
+    call_fixed = [(f - s) * rounds for f, s in zip(fused, steady)]
     loops = {}
     if stage_loop or verify_loop:
         loops = stage_loop_times(gen, spec, prefill(*pre_args()), knobs, rounds, repeats,
@@ -165,6 +166,10 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         "round_ms_all": fused,
         "round_ms_steady": statistics.median(steady),
         "round_ms_steady_all": steady,
+        # what a call costs beyond its rounds (a call - rounds x steady; session 22: 1-24 ms at
+        # the 8B DDTree-256, the largest part of the per-call figure's spread between runs)
+        "call_fixed_ms": statistics.median(call_fixed),
+        "call_fixed_ms_all": call_fixed,
         "prefill_ms": prefill_ms[1],
         "prefill_first_ms": prefill_ms[0],
         "stage_ms": stages,
@@ -395,7 +400,8 @@ def main(argv=None) -> int:
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
                 print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
-                      f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}"
+                      f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}, a call's fixed "
+                      f"{r['call_fixed_ms']:.1f} ms"
                       + (f", verify alone {r['verify_ms_steady']:.3f} (beyond it "
                          f"{r['round_ms_steady'] - r['verify_ms_steady']:.3f} = "
                          f"{100 * (1 - r['verify_ms_steady'] / r['round_ms_steady']):.0f} %)"

@@ -285,6 +285,9 @@ def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
     data = json.loads((tmp_path / "round_tiny_auto.json").read_text())
     assert [(r["method"], r["budget"]) for r in data["rows"]] == [("ar", 0), ("ddtree", 4)]
     assert all(r["round_ms_median"] > 0 for r in data["rows"])
+    for r in data["rows"]:  # a call = its rounds at the steady rate + its fixed cost
+        assert len(r["call_fixed_ms_all"]) == 1
+        assert r["call_fixed_ms"] == pytest.approx((r["round_ms_median"] - r["round_ms_steady"]) * 2)
     assert (tmp_path / "round_latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
