@@ -312,7 +312,7 @@ def test_target_forward_with_split_k_partials(norm_impl, monkeypatch):
     want = run()
     for spec, parts in (("10-10:2", 2), ("1-64:4", 4), ("11-20:2", 1), ("10-10:128", 1)):
         monkeypatch.setenv(tmodel.SPLIT_K_ENV, spec)
-        assert tmodel._split_parts(tp, tc, (bt, t, tc.hidden_size), "xla") == parts, spec
+        assert tmodel._split_parts(tp, (bt, t, tc.hidden_size), "xla") == parts, spec
         for a, b in zip(jax.tree_util.tree_leaves(run()), jax.tree_util.tree_leaves(want)):
             assert_close(a, b, jnp.float32, spec)
     monkeypatch.setenv(tmodel.SPLIT_K_ENV, "10-10:2")

@@ -46,20 +46,15 @@ def linear_partials(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
 def mlp(p: dict, x: jax.Array, *, impl: str = "xla", parts: int = 1) -> jax.Array:
     """The gated MLP's output; parts > 1: its down projection as float32 split-K partials
     (linear_partials) on the XLA path."""
-    if parts > 1:
-        if "gate_up" in p:
-            gate, up = jnp.split(linear(x, p["gate_up"], impl=impl), 2, axis=-1)
-        else:
-            gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
-        return linear_partials(jax.nn.silu(gate) * up, p["down"], parts)
     if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
         gate_up = linear(x, p["gate_up"], impl=impl)
-        if impl != "xla":  # the kernel computes silu(gate) * up as it loads: one kernel fewer
+        if impl != "xla" and parts == 1:  # the kernel computes silu(gate) * up as it loads: one kernel fewer
             return matmul(gate_up, p["down"], impl=impl, prologue="swiglu")
         gate, up = jnp.split(gate_up, 2, axis=-1)
     else:
         gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
-    return linear(jax.nn.silu(gate) * up, p["down"], impl=impl)
+    act = jax.nn.silu(gate) * up
+    return linear_partials(act, p["down"], parts) if parts > 1 else linear(act, p["down"], impl=impl)
 
 
 def fuse_layer_weights(p: dict, groups: dict[str, tuple[str, ...]]) -> dict:

@@ -143,7 +143,7 @@ def forward(
         return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, attn_impl=attn_impl,
                               norm_impl=norm_impl, mm=mm)
     h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
-    parts = _split_parts(params, cfg, x.shape, mm)
+    parts = _split_parts(params, x.shape, mm)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
             q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
@@ -160,7 +160,7 @@ def forward(
     return h, tap_out, (new_k, new_v)
 
 
-def _split_parts(params: dict, cfg: TargetConfig, x_shape, mm: str) -> int:
+def _split_parts(params: dict, x_shape, mm: str) -> int:
     """split_k_parts for these rows where the o and down products can take it: XLA's dots (not
     the skinny-matmul kernel), no o bias, the inputs divisible into the parts; else 1."""
     parts = split_k_parts(x_shape[0] * x_shape[1])
