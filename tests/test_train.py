@@ -218,6 +218,42 @@ def test_interrupt_keeps_last_checkpoint(tmp_path, capsys):
     assert sorted(p.name for p in run.out.iterdir()) == ["ckpt"]  # no temporary leftovers
 
 
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_signal_stops_the_loop_at_a_step_boundary(signals, tmp_path, capsys):
+    """One SIGINT (or SIGTERM) in a step: the step finishes, its checkpoint is written, and the loop
+    raises before the next step. A second one raises at once, inside the step."""
+    import os
+    import signal
+
+    from ddtree_jax.train import LoopConfig, RunDir, Schedule, train_loop
+
+    run = RunDir(tmp_path / "out", resume=False, force=False)
+    seen = []
+
+    def step_fn(p, o, batch, lr):
+        seen.append(batch)
+        if batch == 3:
+            for s in (signal.SIGINT, signal.SIGTERM)[:signals]:
+                os.kill(os.getpid(), s)
+        return p, o, jnp.float32(1.0)
+
+    def checkpoint(p, o, step, planned):
+        run.save(p, o, {"kind": "target", "step": step})
+
+    cfg = LoopConfig(steps=10, time_budget=None, schedule=Schedule(1e-3, 1, 0.1), log_every=1, eval_every=0,
+                     ckpt_every=2, tokens_per_step=1)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        train_loop(cfg=cfg, params={"w": jnp.ones((3,))}, opt_state=(), start_step=0, step_fn=step_fn,
+                   batch_at=lambda s: s, evaluate=None, checkpoint=checkpoint, metrics={"train": [], "eval": []},
+                   write_metrics=lambda: None, last_ckpt_step=None, ckpt_dir=run.ckpt)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+    err = capsys.readouterr().err
+    stopped, ckpt = (4, 4) if signals == 1 else (3, 2)
+    assert seen == [0, 1, 2, 3] and f"interrupted at step {stopped}" in err and f"(step {ckpt})" in err, err
+    assert json.loads((run.ckpt / "meta.json").read_text())["step"] == ckpt
+
+
 @pytest.mark.parametrize("case", ["no_data", "empty_data", "no_tokenizer", "not_qwen3", "no_target"])
 def test_cli_errors_are_one_line(case, tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"

@@ -183,7 +183,12 @@ def test_sigint_keeps_the_last_good_checkpoint(files, tmp_path):
             time.sleep(0.02)  # a second checkpoint: the interrupt now lands mid-run, often mid-save
         time.sleep(0.05)
         p.send_signal(signal.SIGINT)
-        so, err = p.communicate(timeout=60)
+        try:
+            so, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, err = p.communicate()
+            pytest.fail(f"the run did not stop within 60 s of SIGINT; its stderr:\n{err[-4000:]}")
     finally:
         if p.poll() is None:
             p.kill()

@@ -196,6 +196,34 @@ class SigtermAsInterrupt:
         return False
 
 
+class StopAtStepBoundary:
+    """SIGINT / SIGTERM during the loop ask it to stop at the next step boundary; a second one
+    raises at once (for a step or a compilation that hangs).
+
+    A KeyboardInterrupt raised from the signal handler lands wherever the main thread happens to
+    be, and some places swallow it: a finalizer (`__del__`, a weakref or GC callback) reports it as
+    "Exception ignored" and the loop carries on, and library code can be left holding a lock. The
+    loop then never stops. Raising at the step boundary only leaves neither to chance.
+    """
+
+    def __enter__(self):
+        self.requested = False
+        self.old = {}
+        if on_main_thread():
+            self.old = {s: signal.signal(s, self._request) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _request(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)
+        return False
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -228,52 +256,55 @@ def train_loop(
     pending: list = []
     tokens_here = 0
     try:
-        while step < planned:
-            lr = cfg.schedule(step, planned)
-            params, opt_state, loss = step_fn(params, opt_state, batch_at(step), jnp.float32(lr))
-            pending.append(loss)
-            step += 1
-            tokens_here += cfg.tokens_per_step
-            if cfg.time_budget is not None and time.time() - t_start >= cfg.time_budget:
-                planned = step
-            last = step >= planned
-            if step % cfg.log_every == 0 or last or step == start_step + 1:
-                loss_v = float(jnp.mean(jnp.stack(pending)))
-                pending = []
-                now = time.time()
-                elapsed = now - t_start
-                if t_mark is None:
-                    t_mark, step_mark, rate = now, step, None
-                elif step > step_mark:
-                    rate = (now - t_mark) / (step - step_mark)  # seconds per step, evals included
-                else:
-                    rate = None
-                if cfg.time_budget is not None and rate:
-                    fit = step + int((cfg.time_budget - elapsed) / rate)
-                    planned = max(step, min(cfg.steps, fit))
-                tok_s = float("nan")  # pure training throughput over the last window
-                if window is not None and step > window[1]:
-                    busy = (now - window[0]) - (overhead - window[2])
-                    tok_s = cfg.tokens_per_step * (step - window[1]) / max(busy, 1e-9)
-                window = (now, step, overhead)
-                metrics["train"].append({"step": step, "loss": loss_v, "lr": lr, "tokens_per_s": tok_s,
-                                         "elapsed_s": round(elapsed, 2)})
-                log(f"step {step}/{planned} loss {loss_v:.4f} lr {lr:.2e} tok/s {tok_s:,.0f} elapsed {elapsed:.0f}s")
-                if not math.isfinite(loss_v):
-                    raise RuntimeError(f"the loss is {loss_v} at step {step}; lower --lr or check the data")
-            if cfg.eval_every and step % cfg.eval_every == 0 and not last:
-                t0 = time.time()
-                ev = evaluate(params, step)
-                metrics["eval"].append({"step": step, **ev})
-                log(f"eval step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in ev.items()))
-                write_metrics()
-                overhead += time.time() - t0
-            if cfg.ckpt_every and step % cfg.ckpt_every == 0 and not last:
-                t0 = time.time()
-                with InterruptsDeferred():  # an interrupt now is raised once the checkpoint is complete
-                    checkpoint(params, opt_state, step, planned)
-                    last_ckpt_step = step
-                overhead += time.time() - t0
+        with StopAtStepBoundary() as stop:
+            while step < planned:
+                if stop.requested:
+                    raise KeyboardInterrupt
+                lr = cfg.schedule(step, planned)
+                params, opt_state, loss = step_fn(params, opt_state, batch_at(step), jnp.float32(lr))
+                pending.append(loss)
+                step += 1
+                tokens_here += cfg.tokens_per_step
+                if cfg.time_budget is not None and time.time() - t_start >= cfg.time_budget:
+                    planned = step
+                last = step >= planned
+                if step % cfg.log_every == 0 or last or step == start_step + 1:
+                    loss_v = float(jnp.mean(jnp.stack(pending)))
+                    pending = []
+                    now = time.time()
+                    elapsed = now - t_start
+                    if t_mark is None:
+                        t_mark, step_mark, rate = now, step, None
+                    elif step > step_mark:
+                        rate = (now - t_mark) / (step - step_mark)  # seconds per step, evals included
+                    else:
+                        rate = None
+                    if cfg.time_budget is not None and rate:
+                        fit = step + int((cfg.time_budget - elapsed) / rate)
+                        planned = max(step, min(cfg.steps, fit))
+                    tok_s = float("nan")  # pure training throughput over the last window
+                    if window is not None and step > window[1]:
+                        busy = (now - window[0]) - (overhead - window[2])
+                        tok_s = cfg.tokens_per_step * (step - window[1]) / max(busy, 1e-9)
+                    window = (now, step, overhead)
+                    metrics["train"].append({"step": step, "loss": loss_v, "lr": lr, "tokens_per_s": tok_s,
+                                             "elapsed_s": round(elapsed, 2)})
+                    log(f"step {step}/{planned} loss {loss_v:.4f} lr {lr:.2e} tok/s {tok_s:,.0f} elapsed {elapsed:.0f}s")
+                    if not math.isfinite(loss_v):
+                        raise RuntimeError(f"the loss is {loss_v} at step {step}; lower --lr or check the data")
+                if cfg.eval_every and step % cfg.eval_every == 0 and not last:
+                    t0 = time.time()
+                    ev = evaluate(params, step)
+                    metrics["eval"].append({"step": step, **ev})
+                    log(f"eval step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+                    write_metrics()
+                    overhead += time.time() - t0
+                if cfg.ckpt_every and step % cfg.ckpt_every == 0 and not last:
+                    t0 = time.time()
+                    with InterruptsDeferred():  # an interrupt now is raised once the checkpoint is complete
+                        checkpoint(params, opt_state, step, planned)
+                        last_ckpt_step = step
+                    overhead += time.time() - t0
     except KeyboardInterrupt:
         where = (f"the last good checkpoint (step {last_ckpt_step}) is in {ckpt_dir}; --resume continues from it"
                  if last_ckpt_step is not None else "no checkpoint was written yet")
