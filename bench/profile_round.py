@@ -22,11 +22,13 @@ graphs that unprofiled runs execute (XLA calls the option experimental).
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import glob
 import json
 import lzma
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -114,6 +116,39 @@ def device_events(xspace_path: str) -> list[dict]:
                         cpu.append(dict(name=e.name, start=e.start_ns, dur=e.duration_ns,
                                         hlo_op=str(st["hlo_op"]), line=line.name))
     return gpu or cpu
+
+
+def host_in_gaps(xspace_path: str, events: list[dict], rounds: int, top: int = 16) -> list[dict]:
+    """What the host does while the device idles > 50 us (the loop's predicate round trip, graph
+    launches): every host event (all threads of /host:CPU) that overlaps such a gap, with its
+    overlap summed by thread and name, ms per round, largest first. Nested events (a thunk inside
+    the while loop's execute) each count their own overlap."""
+    gaps, end = [], events[0]["start"] if events else 0
+    for e in events:
+        if e["start"] - end > 5e4:
+            gaps.append((end, e["start"]))
+        end = max(end, e["start"] + e["dur"])
+    if not gaps:
+        return []
+    data = jax.profiler.ProfileData.from_file(xspace_path)
+    acc = collections.defaultdict(lambda: [0.0, 0])
+    for plane in data.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            for e in line.events:
+                a, b = e.start_ns, e.start_ns + e.duration_ns
+                i = bisect.bisect_right(gaps, (b, b)) - 1
+                while i >= 0 and gaps[i][1] > a:
+                    lap = min(b, gaps[i][1]) - max(a, gaps[i][0])
+                    if lap > 0:
+                        k = (line.name[:24], e.name[:80])
+                        acc[k][0] += lap
+                        acc[k][1] += 1
+                    i -= 1
+    rows = sorted(acc.items(), key=lambda kv: -kv[1][0])[:top]
+    return [dict(thread=k[0], name=k[1], ms_per_round=v[0] / 1e6 / rounds, count_per_round=v[1] / rounds)
+            for k, v in rows]
 
 
 def traced_events(run) -> list[dict]:
@@ -269,8 +304,13 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
             jax.block_until_ready(st.out)
         paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
         events = device_events(paths[-1]) if paths else []
-    n = max(int(st.rounds[0]), 1)
+        n = max(int(st.rounds[0]), 1)
+        host = host_in_gaps(paths[-1], sorted(events, key=lambda e: e["start"]), n) if events else []
+        if out is not None and paths:  # the raw trace, for what the summary leaves out
+            with open(paths[-1], "rb") as f, lzma.open(out / f"trace_{label}.xplane.pb.xz", "wb") as g:
+                shutil.copyfileobj(f, g)
     res = summarize(events, scopes, n) if events else {}
+    res["host_in_gaps"] = host
     res.update(label=label, wall_ms_per_round=wall, wall_ms_all=walls,
                steady_ms_per_round=sorted(steady)[1], steady_ms_all=steady, compile_s=compile_s, unroll=spec.unroll,
                rounds=n, hlo_instructions=hlo.count("\n"), traced="graphs" if graphs else "op by op")
@@ -321,6 +361,8 @@ def main(argv=None) -> int:
             print(f"    stage {k:8s} {v:8.3f} ms  {r['stages_kernels'][k]:7.1f} kernels")
         for k, v in list(r.get("kinds_ms", {}).items())[:14]:
             print(f"    kind  {k:28s} {v:8.3f} ms  {r['kinds_kernels'][k]:7.1f} kernels")
+        for h in r.get("host_in_gaps", [])[:10]:
+            print(f"    host in gaps {h['ms_per_round']:7.3f} ms x{h['count_per_round']:6.1f} {h['thread']:24s} {h['name']}")
         for t in r.get("top_ops", [])[:12]:
             print(f"    op {t['ms_per_round']:7.3f} ms x{t['count_per_round']:5.1f} {t['op'][:40]:40s} {t['what']}")
         if out:

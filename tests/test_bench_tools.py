@@ -65,6 +65,9 @@ def test_profile_round_smoke(tmp_path):
         assert r["busy_ms_per_round"] > 0 and set(r["stages_ms"]) <= set(pr.STAGES) | {"other"}
     assert (tmp_path / "hlo_ar_u1.txt.xz").stat().st_size > 1000
     assert [r["traced"] for r in res] == ["op by op"] * 2
+    assert (tmp_path / "trace_ar_u1.xplane.pb.xz").stat().st_size > 1000
+    for r in res:  # host events in the device's idle gaps (on CPU the "device" is the CPU client's ops)
+        assert all(h["ms_per_round"] > 0 and h["count_per_round"] > 0 and h["name"] for h in r["host_in_gaps"])
 
 
 def test_profile_round_graphs_option(tmp_path):
@@ -523,3 +526,27 @@ def test_draft_vocab_bench_smoke(tmp_path):
     rows = json.loads((tmp_path / "draft_vocab.json").read_text())["rows"]
     assert [(r["budget"], r["size"], r["tokens_equal"]) for r in rows] == [(4, 40, True), (4, 8192, True)]
     assert rows[1]["eval_coverage"] == 1.0 and 0 < rows[0]["eval_coverage"] <= 1.0
+
+
+def test_host_in_gaps_sums_host_events_inside_device_idle(tmp_path):
+    """host_in_gaps: host events that overlap a device gap over 50 us, summed by thread and name;
+    none outside a gap."""
+    import glob
+
+    f = jax.jit(lambda x: x * 2 + 1)
+    f(jnp.ones(8)).block_until_ready()
+    with jax.profiler.trace(str(tmp_path)):
+        for _ in range(3):
+            f(jnp.ones(8)).block_until_ready()
+    (path,) = glob.glob(f"{tmp_path}/**/*.xplane.pb", recursive=True)
+    data = jax.profiler.ProfileData.from_file(path)
+    spans = [(e.start_ns, e.start_ns + e.duration_ns) for p in data.planes if p.name == "/host:CPU"
+             for line in p.lines for e in line.events]
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    whole = pr.host_in_gaps(path, [dict(start=lo - 1, dur=0), dict(start=hi + 1, dur=0)], rounds=1, top=1000)
+    assert whole and all(h["ms_per_round"] > 0 for h in whole)
+    assert sum(h["ms_per_round"] for h in whole) >= (hi - lo) / 1e6 * 0.5  # the busiest thread at least
+    # one device "kernel" covering everything: no gap, nothing reported
+    assert pr.host_in_gaps(path, [dict(start=lo - 1, dur=hi - lo + 2)], rounds=1) == []
+    # a 40 us gap is below the threshold
+    assert pr.host_in_gaps(path, [dict(start=lo, dur=0), dict(start=lo + 40_000, dur=hi - lo)], rounds=1) == []
