@@ -54,6 +54,9 @@ class DecodeSpec:
     # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
     # body, so unrolling was slower there (bench/RESULTS.md) and 1 is the default.
     unroll: int = 1
+    # unroll > 1 as an inner loop (one copy of the round, trip count known to XLA) instead of
+    # unrolled copies; the Generator takes it from $DDTREE_UNROLL_AS_LOOP=1 (an A/B knob)
+    unroll_as_loop: bool = False
     # Longest prompt piece one target forward takes: a longer prompt is prefilled in chunks of
     # this many tokens (a lax.scan; each chunk sees the cache of the ones before it). Bounds the
     # attention's T: the Pallas kernel unrolls its new-key steps (T = 8192 compiled for minutes
@@ -306,6 +309,10 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
     return dataclasses.replace(state, key=key)
 
 
+# DecodeSpec.unroll_as_loop from the environment (the Generator reads it)
+UNROLL_AS_LOOP_ENV = "DDTREE_UNROLL_AS_LOOP"
+
+
 def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
     def cond(carry):
         s, i = carry
@@ -313,6 +320,13 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
 
     def body(carry):
         s, i = carry
+        if spec.unroll > 1 and spec.unroll_as_loop:
+            # one copy of the round in an inner loop of known trip count: XLA's while thunk then
+            # runs it without the predicate's device-to-host copy, so the host can launch the
+            # next round's graph while the device runs this one (an A/B knob, session 23)
+            step = lambda j, s: round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec,  # noqa: E731
+                                           enabled=i + j < max_rounds)
+            return jax.lax.fori_loop(0, spec.unroll, step, s), i + spec.unroll
         for j in range(spec.unroll):  # with one step per iteration, cond already checked i
             enabled = None if spec.unroll == 1 else i + j < max_rounds
             s = round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=enabled)

@@ -197,6 +197,7 @@ class Generator:
                                  attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
                                  cache_impl=self.cache_impl, drafter=self.drafter,
                                  unroll=self.unroll,
+                                 unroll_as_loop=os.environ.get(engine.UNROLL_AS_LOOP_ENV) == "1",
                                  prefill_chunk=self.prefill_chunk)
         n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0

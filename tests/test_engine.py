@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ddtree_jax.generate import Generator
+from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.trees import available_policies
 from tiny import oracle_params, tiny_pair
 
@@ -193,10 +194,15 @@ def test_streaming_calls_grow(pair, ar_tokens):
     assert len(sizes) < MAX_NEW // 4
 
 
-@pytest.mark.parametrize("method", ["ar", "ddtree"])
-def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
+@pytest.mark.parametrize("method,as_loop", [("ar", False), ("ddtree", False), ("ddtree", True)])
+def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method, as_loop, monkeypatch):
     """unroll=3 with 4 rounds per call (not a multiple): disabled steps commit nothing, the
-    round count and acceptance history match, and sampled output keeps its key sequence."""
+    round count and acceptance history match, and sampled output keeps its key sequence. As an
+    inner loop ($DDTREE_UNROLL_AS_LOOP=1) too."""
+    from ddtree_jax import engine
+
+    if as_loop:
+        monkeypatch.setenv(engine.UNROLL_AS_LOOP_ENV, "1")
     base = Generator(pair, method=method, budget=16, unroll=1)
     unrolled = Generator(pair, method=method, budget=16, unroll=3)
     for temperature in (0.0, 1.0):
@@ -207,6 +213,7 @@ def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
                                    on_tokens=lambda i, ids, got=got: got[i].extend(ids), rounds_per_call=4)
             assert [got[i] for i in range(len(PROMPTS))] == [r.token_ids for r in res]
             runs.append([(r.token_ids, r.rounds, r.acceptance_lengths) for r in res])
+        assert unrolled.spec_for(8, 8, SamplingConfig()).unroll_as_loop is as_loop
         assert runs[0] == runs[1]
         if temperature == 0.0:
             assert [r[0] for r in runs[1]] == ar_tokens
