@@ -8,12 +8,11 @@
 # Usage (device tool, carry bench/.device_commit): bash bench/gpu_next_s23e.sh
 source bench/gpu_step.sh
 record_commit
-export SECS=50
+export SECS=45
 ddtree_rounds loop4 ddtree 256 DDTREE_UNROLL_AS_LOOP=1 --unroll 4
 ddtree_rounds base1 ddtree 256
-ddtree_rounds loop2 ddtree 256 DDTREE_UNROLL_AS_LOOP=1 --unroll 2
 ddtree_rounds loop4_64 ddtree 64 DDTREE_UNROLL_AS_LOOP=1 --unroll 4
 ddtree_rounds base64 ddtree 64
-step prof_loop4 80 env DDTREE_UNROLL_AS_LOOP=1 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 \
+step prof_loop4 75 env DDTREE_UNROLL_AS_LOOP=1 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 \
   --methods ddtree:256/4 --rounds 16 --graphs --out "$R/prof_loop4"
 finish s23e
