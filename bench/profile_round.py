@@ -120,9 +120,10 @@ def device_events(xspace_path: str) -> list[dict]:
 
 def host_in_gaps(xspace_path: str, events: list[dict], rounds: int, top: int = 16) -> list[dict]:
     """What the host does while the device idles > 50 us (the loop's predicate round trip, graph
-    launches): every host event (all threads of /host:CPU) that overlaps such a gap, with its
-    overlap summed by thread and name, ms per round, largest first. Nested events (a thunk inside
-    the while loop's execute) each count their own overlap."""
+    launches): every host event (all threads of /host:CPU) that starts inside such a gap, with
+    its overlap summed by thread and name, ms per round, largest first. Events begun before the
+    gap (the call, the while thunk) are left out; nested ones that start in it (the command
+    buffer's execute and its cuGraphLaunch, session 23) each count their own overlap."""
     gaps, end = [], events[0]["start"] if events else 0
     for e in events:
         if e["start"] - end > 5e4:
@@ -140,8 +141,8 @@ def host_in_gaps(xspace_path: str, events: list[dict], rounds: int, top: int = 1
                 a, b = e.start_ns, e.start_ns + e.duration_ns
                 i = bisect.bisect_right(gaps, (b, b)) - 1
                 while i >= 0 and gaps[i][1] > a:
-                    lap = min(b, gaps[i][1]) - max(a, gaps[i][0])
-                    if lap > 0:
+                    lap = min(b, gaps[i][1]) - a
+                    if lap > 0 and a >= gaps[i][0]:
                         k = (line.name[:24], e.name[:80])
                         acc[k][0] += lap
                         acc[k][1] += 1
