@@ -311,8 +311,7 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
             with open(paths[-1], "rb") as f, lzma.open(out / f"trace_{label}.xplane.pb.xz", "wb") as g:
                 shutil.copyfileobj(f, g)
     res = summarize(events, scopes, n) if events else {}
-    res["host_in_gaps"] = host
-    res.update(label=label, wall_ms_per_round=wall, wall_ms_all=walls,
+    res.update(host_in_gaps=host, label=label, wall_ms_per_round=wall, wall_ms_all=walls,
                steady_ms_per_round=sorted(steady)[1], steady_ms_all=steady, compile_s=compile_s, unroll=spec.unroll,
                rounds=n, hlo_instructions=hlo.count("\n"), traced="graphs" if graphs else "op by op")
     return res

@@ -320,16 +320,19 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
 
     def body(carry):
         s, i = carry
+
+        def step(j, s):  # with one step per iteration, cond already checked i
+            enabled = None if spec.unroll == 1 else i + j < max_rounds
+            return round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=enabled)
+
         if spec.unroll > 1 and spec.unroll_as_loop:
             # one copy of the round in an inner loop of known trip count: XLA's while thunk then
             # runs it without the predicate's device-to-host copy, so the host can launch the
             # next round's graph while the device runs this one (an A/B knob, session 23)
-            step = lambda j, s: round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec,  # noqa: E731
-                                           enabled=i + j < max_rounds)
-            return jax.lax.fori_loop(0, spec.unroll, step, s), i + spec.unroll
-        for j in range(spec.unroll):  # with one step per iteration, cond already checked i
-            enabled = None if spec.unroll == 1 else i + j < max_rounds
-            s = round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=enabled)
+            s = jax.lax.fori_loop(0, spec.unroll, step, s)
+        else:
+            for j in range(spec.unroll):
+                s = step(j, s)
         return s, i + spec.unroll
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.int32(0)))
@@ -431,8 +434,9 @@ prefill = jax.jit(_prefill, static_argnames=("tcfg", "dcfg", "spec"), donate_arg
 
 def prefill_spec(spec: DecodeSpec) -> DecodeSpec:
     """The part of `spec` the prefill reads: specs that differ in the tree alone (policy, a budget
-    above 0, unroll) share one prefill executable."""
-    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll)
+    above 0, the loop's unroll) share one prefill executable."""
+    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll,
+                               unroll_as_loop=DecodeSpec.unroll_as_loop)
 
 
 def stage_functions(tcfg, dcfg, spec: DecodeSpec, options: dict | None = None) -> dict[str, Any]:
@@ -456,14 +460,15 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
     their defaults."""
     default = DecodeSpec()
     tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
-                                    sampling=default.sampling, prefill_chunk=default.prefill_chunk)
+                                    unroll_as_loop=default.unroll_as_loop, sampling=default.sampling,
+                                    prefill_chunk=default.prefill_chunk)
     if name in ("draft", "verify"):
         return tcfg, dcfg, tree_free, None
     if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
         return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
     if name == "tree":
-        return None, None, dataclasses.replace(spec, unroll=default.unroll, sampling=default.sampling,
-                                               prefill_chunk=default.prefill_chunk), None
+        return None, None, dataclasses.replace(spec, unroll=default.unroll, unroll_as_loop=default.unroll_as_loop,
+                                               sampling=default.sampling, prefill_chunk=default.prefill_chunk), None
     if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
         return None, None, DecodeSpec(sampling=spec.sampling), None
     if name == "walk":  # extra: the tree depth, all the walk reads

@@ -163,6 +163,7 @@ class Generator:
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
         self.unroll = unroll or DEFAULT_UNROLL
+        self.unroll_as_loop = os.environ.get(engine.UNROLL_AS_LOOP_ENV) == "1"  # an A/B knob
         if prefill_chunk < 0:
             raise UserError(f"prefill_chunk must be >= 0 (got {prefill_chunk}); 0 picks the default "
                             f"({engine.DecodeSpec.prefill_chunk})")
@@ -197,7 +198,7 @@ class Generator:
                                  attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
                                  cache_impl=self.cache_impl, drafter=self.drafter,
                                  unroll=self.unroll,
-                                 unroll_as_loop=os.environ.get(engine.UNROLL_AS_LOOP_ENV) == "1",
+                                 unroll_as_loop=self.unroll_as_loop,
                                  prefill_chunk=self.prefill_chunk)
         n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0

@@ -529,8 +529,8 @@ def test_draft_vocab_bench_smoke(tmp_path):
 
 
 def test_host_in_gaps_sums_host_events_inside_device_idle(tmp_path):
-    """host_in_gaps: host events that overlap a device gap over 50 us, summed by thread and name;
-    none outside a gap."""
+    """host_in_gaps: host events that start inside a device gap over 50 us, their overlap summed
+    by thread and name; none outside a gap."""
     import glob
 
     f = jax.jit(lambda x: x * 2 + 1)
