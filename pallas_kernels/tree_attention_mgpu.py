@@ -341,7 +341,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             fetch(j, slot, v_ref, vn_ref, v_smem, v_bar, v_free)
             return carry
 
-        lax.fori_loop(lo, hi, issue, None)
+        with jax.named_scope("loads"):
+            lax.fori_loop(lo, hi, issue, None)
 
         # Wait out the last steps' releases too: a barrier phase nobody waits for is harmless on
         # the GPU, but the interpreter checks that every waiter saw every phase.
@@ -350,7 +351,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             plgpu.barrier_wait(v_free.at[slot_of(j)])
             return carry
 
-        lax.fori_loop(jnp.maximum(hi - stages, lo), hi, drain, None)
+        with jax.named_scope("drain"):
+            lax.fori_loop(jnp.maximum(hi - stages, lo), hi, drain, None)
 
     # -------------------------------------------------------------------- compute warpgroups
     @pl.when(wg < nwg)
@@ -362,13 +364,14 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         qi = 0 if split else wg                  # split_keys: one q tile, loaded by warpgroup 0
         qs = q_smem.at[qi]
 
-        @pl.when(wg == qi)
-        def _():
+        with jax.named_scope("q"):
+            @pl.when(wg == qi)
+            def _():
+                for gi in range(g):
+                    plgpu.copy_gmem_to_smem(q_ref.at[b, pl.ds(blk * tb, tb), h * g + gi],
+                                            qs.at[pl.ds(gi * tb, tb)], q_bar.at[qi * g + gi])
             for gi in range(g):
-                plgpu.copy_gmem_to_smem(q_ref.at[b, pl.ds(blk * tb, tb), h * g + gi],
-                                        qs.at[pl.ds(gi * tb, tb)], q_bar.at[qi * g + gi])
-        for gi in range(g):
-            plgpu.barrier_wait(q_bar.at[qi * g + gi])
+                plgpu.barrier_wait(q_bar.at[qi * g + gi])
 
         if interpret:
             layout = row_layout = None
@@ -413,11 +416,12 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
 
             def passed(carry):
                 slot = slot_of(j)
-                plgpu.barrier_wait(k_bar.at[slot])      # every phase is waited, as fold() does
-                plgpu.barrier_wait(m_bar.at[slot])
-                plgpu.barrier_arrive(k_free.at[slot])
-                plgpu.barrier_wait(v_bar.at[slot])
-                plgpu.barrier_arrive(v_free.at[slot])
+                with jax.named_scope("skip"):
+                    plgpu.barrier_wait(k_bar.at[slot])      # every phase is waited, as fold() does
+                    plgpu.barrier_wait(m_bar.at[slot])
+                    plgpu.barrier_arrive(k_free.at[slot])
+                    plgpu.barrier_wait(v_bar.at[slot])
+                    plgpu.barrier_arrive(v_free.at[slot])
                 return carry
 
             seen = flags_ref[b, blk, j - n_pre] > 0
@@ -426,34 +430,40 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         def fold(j, carry, *, ragged: bool, new: bool):
             acc, m_i, l_i = carry
             slot = slot_of(j)
-            plgpu.barrier_wait(k_bar.at[slot])
-            if new:
-                plgpu.barrier_wait(m_bar.at[slot])
-                keep = load(m_smem.at[slot, pl.ds(mrow, BLOCK_M)]) > 0.5
-            s = qk(slot) * qk_scale
+            # The named scopes are the ranges of profile_mgpu's in-kernel traces (profile_dir).
+            with jax.named_scope("wait_k"):
+                plgpu.barrier_wait(k_bar.at[slot])
+                if new:
+                    plgpu.barrier_wait(m_bar.at[slot])
+                    keep = load(m_smem.at[slot, pl.ds(mrow, BLOCK_M)]) > 0.5
+            with jax.named_scope("qk"):
+                s = qk(slot) * qk_scale
             plgpu.barrier_arrive(k_free.at[slot])
-            if new:
-                s = jnp.where(keep, s, _NEG)
-            elif ragged:
-                cols = iota(jnp.int32, (BLOCK_M, bk), 1)
-                s = jnp.where(cols < cache_len - j * bk, s, _NEG)
-            m_new = jnp.maximum(m_i, s.max(axis=1))
-            alpha = jnp.exp2(m_i - m_new)
-            p = jnp.exp2(s - rowb(m_new, s.shape))
-            if new:
-                # A tile may hold no key some row sees: then m_new can be _NEG too.
-                p = jnp.where(keep, p, 0.0)
-            l_new = alpha * l_i + p.sum(axis=1)
-            acc = acc * rowb(alpha, acc.shape)
-            plgpu.barrier_wait(v_bar.at[slot])
-            if ragged:
-                # V rows at or past cache_len may hold anything (NaN, inf): 0 * NaN is NaN.
-                vs = v_smem.at[slot]
-                vrows = iota(jnp.int32, (bk, dh), 0)
-                vals = load(vs)
-                vs[...] = jnp.where(vrows < cache_len - j * bk, vals, jnp.zeros_like(vals))
-                plgpu.commit_smem()
-            acc = pv(acc, p.astype(dt), slot)
+            with jax.named_scope("softmax"):
+                if new:
+                    s = jnp.where(keep, s, _NEG)
+                elif ragged:
+                    cols = iota(jnp.int32, (BLOCK_M, bk), 1)
+                    s = jnp.where(cols < cache_len - j * bk, s, _NEG)
+                m_new = jnp.maximum(m_i, s.max(axis=1))
+                alpha = jnp.exp2(m_i - m_new)
+                p = jnp.exp2(s - rowb(m_new, s.shape))
+                if new:
+                    # A tile may hold no key some row sees: then m_new can be _NEG too.
+                    p = jnp.where(keep, p, 0.0)
+                l_new = alpha * l_i + p.sum(axis=1)
+                acc = acc * rowb(alpha, acc.shape)
+            with jax.named_scope("wait_v"):
+                plgpu.barrier_wait(v_bar.at[slot])
+                if ragged:
+                    # V rows at or past cache_len may hold anything (NaN, inf): 0 * NaN is NaN.
+                    vs = v_smem.at[slot]
+                    vrows = iota(jnp.int32, (bk, dh), 0)
+                    vals = load(vs)
+                    vs[...] = jnp.where(vrows < cache_len - j * bk, vals, jnp.zeros_like(vals))
+                    plgpu.commit_smem()
+            with jax.named_scope("pv"):
+                acc = pv(acc, p.astype(dt), slot)
             plgpu.barrier_arrive(v_free.at[slot])
             return acc, m_new, l_new
 
@@ -477,22 +487,23 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         carry = steps(n_pre, n_pre + n_new, carry, ragged=False, new=True)
         acc, m_i, l_i = carry
         if split:
-            # Warpgroup 1 hands its (acc, max, sum) over; warpgroup 0 merges and stores.
-            @pl.when(wg == 1)
-            def _():
-                part_acc[...] = acc
-                part_ml[0] = m_i
-                part_ml[1] = l_i
-                plgpu.barrier_arrive(part_bar.at[0])
+            with jax.named_scope("merge"):
+                # Warpgroup 1 hands its (acc, max, sum) over; warpgroup 0 merges and stores.
+                @pl.when(wg == 1)
+                def _():
+                    part_acc[...] = acc
+                    part_ml[0] = m_i
+                    part_ml[1] = l_i
+                    plgpu.barrier_arrive(part_bar.at[0])
 
-            plgpu.barrier_wait(part_bar.at[0])
-            m1 = part_ml[0] if interpret else plgpu.load(part_ml.at[0], (), layout=row_layout)
-            l1 = part_ml[1] if interpret else plgpu.load(part_ml.at[1], (), layout=row_layout)
-            acc1 = load(part_acc)
-            m_new = jnp.maximum(m_i, m1)
-            a0, a1 = jnp.exp2(m_i - m_new), jnp.exp2(m1 - m_new)
-            acc = acc * rowb(a0, acc.shape) + acc1 * rowb(a1, acc.shape)
-            l_i, m_i = a0 * l_i + a1 * l1, m_new
+                plgpu.barrier_wait(part_bar.at[0])
+                m1 = part_ml[0] if interpret else plgpu.load(part_ml.at[0], (), layout=row_layout)
+                l1 = part_ml[1] if interpret else plgpu.load(part_ml.at[1], (), layout=row_layout)
+                acc1 = load(part_acc)
+                m_new = jnp.maximum(m_i, m1)
+                a0, a1 = jnp.exp2(m_i - m_new), jnp.exp2(m1 - m_new)
+                acc = acc * rowb(a0, acc.shape) + acc1 * rowb(a1, acc.shape)
+                l_i, m_i = a0 * l_i + a1 * l1, m_new
         l_safe = jnp.where(l_i > 0.0, l_i, 1.0)       # rows past T may see nothing
 
         ob = b if nsplit == 1 else c * q_ref.shape[0] + b      # key_splits: share c's partial
@@ -514,10 +525,11 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 plgpu.copy_smem_to_gmem(lse_smem.at[qi], lse_ref.at[ob, h, pl.ds(blk * BLOCK_M, BLOCK_M)])
             plgpu.wait_smem_to_gmem(0)
 
-        if split:
-            pl.when(wg == 0)(store)
-        else:
-            store()
+        with jax.named_scope("store"):
+            if split:
+                pl.when(wg == 0)(store)
+            else:
+                store()
 
 
 def _interpret_params():
@@ -527,9 +539,10 @@ def _interpret_params():
 
 
 def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, scale: float,
-                 cfg: MgpuConfig, interpret: bool):
+                 cfg: MgpuConfig, interpret: bool, profile_dir: str | None = None):
     """The kernel on checked inputs, the folded mask (fold_mask) and its step flags
-    (step_flags; a dummy without skip_empty)."""
+    (step_flags; a dummy without skip_empty). profile_dir: Mosaic GPU's in-kernel profiler
+    writes a trace of the kernel's named scopes there at every call (bench/profile_mgpu.py)."""
     bt, t, hq, dh = q.shape
     hkv, g = k_cache.shape[1], q.shape[2] // k_cache.shape[1]
     dtype = q.dtype
@@ -575,7 +588,9 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
         grid_names=("n", "h", "b"),
         num_threads=nwg + 1,
         thread_name="wg",
-        compiler_params=plgpu.CompilerParams(approx_math=True),
+        compiler_params=plgpu.CompilerParams(
+            approx_math=True, **(dict(profile_space=profile_ranges(t, k_cache.shape[2], cfg), profile_dir=profile_dir)
+                                 if profile_dir else {})),
         interpret=_interpret_params() if interpret else None,
     )(cache_len, q, k_cache, v_cache, k_new, v_new, mask, flags)
 
@@ -584,12 +599,21 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
 # ~0.4 s to lower (its Python lowering) and ~1 s to compile, and a forward inlining it 36 times
 # held 36 copies of it (s19_2: 16 calls lowered in 9.9 s and compiled in 21 s, against 0.5 and
 # 1.0 s through one callee; tests/test_kernels_mgpu.py checks the module holds one).
-_kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret"))
+_kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret", "profile_dir"))
+
+
+def profile_ranges(t: int, seq: int, cfg: MgpuConfig) -> int:
+    """The profiler's space, in ranges a warpgroup (each 16 bytes of shared memory): a key step
+    records at most 5 (wait_k, qk, softmax, wait_v, pv), a warpgroup 3 more (q, merge, store),
+    the memory warpgroup 2 (loads, drain). Too little space would corrupt memory."""
+    return 5 * (pl.cdiv(seq, cfg.block_k) + pl.cdiv(t, cfg.block_k)) + 8
 
 
 def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-                   kv_start=None, config: MgpuConfig | None = None, interpret: bool = False):
+                   kv_start=None, config: MgpuConfig | None = None, interpret: bool = False,
+                   profile_dir: str | None = None):
     """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start).
+    profile_dir (GPU only): trace the kernel's named scopes there (bench/profile_mgpu.py).
 
     The mask is folded out here, outside the jitted kernel call, so that a forward's layers,
     which all pass the same new_mask, share one folding fusion (XLA's CSE); inside the callee
@@ -603,7 +627,8 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
     mask = fold_mask(new_mask, q.shape[2] // k_cache.shape[1], cfg, q.dtype)
     flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
     out = _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask, flags,
-                      scale=float(scale), cfg=cfg, interpret=interpret)
+                      scale=float(scale), cfg=cfg, interpret=interpret,
+                      profile_dir=None if interpret else profile_dir)
     if cfg.key_splits == 1:
         return out
     return merge_splits(*out, splits=cfg.key_splits, g=q.shape[2] // k_cache.shape[1])

@@ -550,3 +550,50 @@ def test_host_in_gaps_sums_host_events_inside_device_idle(tmp_path):
     assert pr.host_in_gaps(path, [dict(start=lo - 1, dur=hi - lo + 2)], rounds=1) == []
     # a 40 us gap is below the threshold
     assert pr.host_in_gaps(path, [dict(start=lo, dur=0), dict(start=lo + 40_000, dur=hi - lo)], rounds=1) == []
+
+
+def test_profile_mgpu_summary_of_an_in_kernel_trace():
+    """bench.profile_mgpu reads Mosaic GPU's profiler trace: tracks per warpgroup, SM as pid, ts =
+    the CTA's global-timer start (ns) plus cycles since its first event, over 1e3."""
+    from bench.profile_mgpu import format_summary, summarize_trace
+
+    def track(tid, sm, start_ns, ranges):
+        evs = []
+        for name, a, b in ranges:
+            evs.append(dict(name=name, ph="B", ts=(start_ns + a) / 1e3, pid=sm + 1, tid=tid))
+            evs.append(dict(name=name, ph="E", ts=(start_ns + b) / 1e3, pid=sm + 1, tid=tid))
+        return evs
+
+    # Two CTAs of (2 compute warpgroups + 1 memory warpgroup); CTA 1 starts 500 ns later on
+    # SM 7, CTA 0 runs on SM 3.
+    ev = []
+    ev += track(1, 3, 1000, [("q", 0, 100), ("qk", 100, 300), ("softmax", 300, 600), ("qk", 600, 800)])
+    ev += track(2, 3, 1000, [("q", 0, 50), ("qk", 50, 250), ("softmax", 250, 400), ("pv", 400, 1000)])
+    ev += track(3, 3, 1000, [("loads", 0, 900)])
+    ev += track(4, 7, 1500, [("q", 0, 100), ("qk", 100, 1800)])
+    ev += track(5, 7, 1500, [("q", 0, 100), ("qk", 100, 200)])
+    ev += track(6, 7, 1500, [("loads", 0, 400), ("drain", 400, 500)])
+    s = summarize_trace({"traceEvents": ev}, warpgroups=3, compute_wgs=2, clock_ghz=2.0)
+    assert (s["ctas"], s["sms"], s["max_ctas_per_sm"]) == (2, 2, 1)
+    assert s["start_spread_us"] == pytest.approx(0.5)
+    assert s["cta_cycles_max"] == pytest.approx(1800)
+    assert s["cta_cycles_mean"] == pytest.approx((1000 + 1800) / 2)
+    assert s["span_us"] == pytest.approx(0.5 + 1800 / 2000)   # CTA 1 ends last
+    c = s["compute"]
+    assert c["tracks"] == 4
+    assert c["cycles"] == pytest.approx((800 + 1000 + 1800 + 200) / 4)
+    assert c["scopes"]["qk"]["cycles"] == pytest.approx((400 + 200 + 1700 + 100) / 4)
+    assert c["scopes"]["qk"]["count"] == pytest.approx(5 / 4)
+    assert c["scopes"]["qk"]["each"] == pytest.approx(2400 / 5)
+    assert c["outside_scopes"] == pytest.approx(0)
+    assert list(c["scopes"])[0] == "qk"                            # the largest first
+    m = s["memory"]
+    assert m["scopes"]["drain"]["count"] == pytest.approx(0.5)
+    assert m["cycles"] == pytest.approx((900 + 500) / 2)
+    assert "2 CTAs on 2 SMs" in format_summary("x", s)
+
+
+def test_profile_ranges_cover_every_step():
+    from pallas_kernels.tree_attention_mgpu import MgpuConfig, profile_ranges
+    assert profile_ranges(264, 1024, MgpuConfig()) == 5 * (16 + 5) + 8
+    assert profile_ranges(264, 1024, MgpuConfig(block_k=128)) == 5 * (8 + 3) + 8

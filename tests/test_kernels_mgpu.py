@@ -204,3 +204,4 @@ def test_skipping_empty_new_key_steps_is_exact():
     out = np.asarray(attention_mgpu(**jargs, scale=0.125, config=skip, interpret=True), np.float32)
     assert not np.isnan(out).any()
     assert rel_err(out, numpy_reference(**args, scale=0.125)) < 1e-2
+
