@@ -597,3 +597,15 @@ def test_profile_ranges_cover_every_step():
     from pallas_kernels.tree_attention_mgpu import MgpuConfig, profile_ranges
     assert profile_ranges(264, 1024, MgpuConfig()) == 5 * (16 + 5) + 8
     assert profile_ranges(264, 1024, MgpuConfig(block_k=128)) == 5 * (8 + 3) + 8
+
+
+def test_profile_mgpu_unwraps_the_global_timer():
+    """CTA starts are the global timer's low 32 bits: a wrap inside the kernel is undone."""
+    from bench.profile_mgpu import summarize_trace
+    ev = []
+    for tid, start in ((1, 2**32 - 100), (2, 2**32 - 100), (3, 50), (4, 50)):
+        for ph, cyc in (("B", 0), ("E", 10)):
+            ev.append(dict(name="qk", ph=ph, ts=(start + cyc) / 1e3, pid=tid, tid=tid))
+    s = summarize_trace({"traceEvents": ev}, warpgroups=2, compute_wgs=1, clock_ghz=1.0)
+    assert s["ctas"] == 2
+    assert s["start_spread_us"] == pytest.approx(0.15)
