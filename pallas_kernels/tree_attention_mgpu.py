@@ -115,6 +115,11 @@ class MgpuConfig:
     # the N partials. N times the CTAs, each walking 1 / N of the steps: for grids too small to
     # fill the GPU (a 16-token drafter block is 8 CTAs on the 8B shape, a 65-token tree 40).
     key_splits: int = 1
+    # FlashAttention-3's intra-warpgroup overlap on the committed prefix's full key steps: a
+    # warpgroup issues step j+1's QK product before step j's softmax, so that the tensor cores run
+    # it while the softmax runs (session 24's profile: softmax ~860 cycles a step, each product
+    # ~420, one after the other). Costs one more K tile held a warpgroup.
+    overlap: bool = False
 
     @property
     def blocks_per_cta(self) -> int:
@@ -150,16 +155,16 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k][s][cN]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN: key_splits N),
-    e.g. 64x3w2, 64x4w2ks or 64x4w2kc2."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?", spec.strip())
+    """``BKxSTAGESwWGS[k][s][cN][o]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN: key_splits N,
+    o: overlap), e.g. 64x3w2, 64x4w2ks, 64x4w2kc2 or 64x4w2kso."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?(o?)", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN] entries (k: split the keys between the "
-                         "warpgroups, s: skip empty new-key steps, cN: split them over N CTAs), each optionally "
-                         "T: prefixed, e.g. 72:64x4w2kc2,64x3w2s")
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN][o] entries (k: split the keys between the "
+                         "warpgroups, s: skip empty new-key steps, cN: split them over N CTAs, o: overlap the next "
+                         "QK product with the softmax), each optionally T: prefixed, e.g. 72:64x4w2kc2,64x3w2s")
     return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
-                      key_splits=int(m[6] or 1))
+                      key_splits=int(m[6] or 1), overlap=bool(m[7]))
 
 
 def config_for(t: int) -> MgpuConfig:
@@ -428,8 +433,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             return lax.cond(seen, functools.partial(fold, j, ragged=False, new=True), passed, carry)
 
         def fold(j, carry, *, ragged: bool, new: bool):
-            acc, m_i, l_i = carry
             slot = slot_of(j)
+            keep = None
             # The named scopes are the ranges of profile_mgpu's in-kernel traces (profile_dir).
             with jax.named_scope("wait_k"):
                 plgpu.barrier_wait(k_bar.at[slot])
@@ -437,10 +442,18 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                     plgpu.barrier_wait(m_bar.at[slot])
                     keep = load(m_smem.at[slot, pl.ds(mrow, BLOCK_M)]) > 0.5
             with jax.named_scope("qk"):
-                s = qk(slot) * qk_scale
+                s = qk(slot)
             plgpu.barrier_arrive(k_free.at[slot])
+            p, carry = softmax(s, carry, j, ragged=ragged, keep=keep)
+            return finish(j, p, carry, ragged=ragged)
+
+        def softmax(s, carry, j, *, ragged: bool, keep=None):
+            """Step j's scores (unscaled, float32) into its probabilities p and the rescaled
+            carry (keep: the new-key step's mask tile)."""
+            acc, m_i, l_i = carry
             with jax.named_scope("softmax"):
-                if new:
+                s = s * qk_scale
+                if keep is not None:
                     s = jnp.where(keep, s, _NEG)
                 elif ragged:
                     cols = iota(jnp.int32, (BLOCK_M, bk), 1)
@@ -448,11 +461,17 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 m_new = jnp.maximum(m_i, s.max(axis=1))
                 alpha = jnp.exp2(m_i - m_new)
                 p = jnp.exp2(s - rowb(m_new, s.shape))
-                if new:
+                if keep is not None:
                     # A tile may hold no key some row sees: then m_new can be _NEG too.
                     p = jnp.where(keep, p, 0.0)
                 l_new = alpha * l_i + p.sum(axis=1)
                 acc = acc * rowb(alpha, acc.shape)
+            return p, (acc, m_new, l_new)
+
+        def finish(j, p, carry, *, ragged: bool):
+            """Step j's value product into the carry, once its V tile is in."""
+            acc, m_new, l_new = carry
+            slot = slot_of(j)
             with jax.named_scope("wait_v"):
                 plgpu.barrier_wait(v_bar.at[slot])
                 if ragged:
@@ -467,22 +486,74 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
             plgpu.barrier_arrive(v_free.at[slot])
             return acc, m_new, l_new
 
+        def overlapped(first, count, stride, carry):
+            """overlap: this warpgroup's full prefix steps first + i * stride (i < count), each
+            step's QK product issued before the previous step's softmax (FlashAttention-3's
+            intra-warpgroup pipelining). In interpret mode the same order of barriers and tiles
+            with plain dots."""
+            def run(carry):
+                def body(s_ref):
+                    def issue(j):      # wait for step j's K tile, start its QK product
+                        slot = slot_of(j)
+                        with jax.named_scope("wait_k"):
+                            plgpu.barrier_wait(k_bar.at[slot])
+                        if interpret:
+                            return qk(slot)
+                        s_ref[...] = cast(jnp.zeros((BLOCK_M, bk), jnp.float32), layout)
+                        plgpu.wgmma(s_ref, qs, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
+                        return None
+
+                    def result(j, pending):   # step j's scores; its K tile is free then
+                        if interpret:
+                            s = pending
+                        else:
+                            with jax.named_scope("qk"):
+                                s = plgpu.wgmma_accumulator_load(s_ref, wait_n=0)
+                        plgpu.barrier_arrive(k_free.at[slot_of(j)])
+                        return s
+
+                    s0 = result(first, issue(first))
+
+                    def it(i, c):
+                        carry, s = c
+                        j = first + i * stride
+                        pending = issue(j + stride)          # in flight during the softmax
+                        p, carry = softmax(s, carry, j, ragged=False)
+                        carry = finish(j, p, carry, ragged=False)
+                        return carry, result(j + stride, pending)
+
+                    carry_, s = lax.fori_loop(0, count - 1, it, (carry, s0))
+                    last = first + (count - 1) * stride
+                    p, carry_ = softmax(s, carry_, last, ragged=False)
+                    return finish(last, p, carry_, ragged=False)
+
+                if interpret:
+                    return body(None)
+                return pl.run_scoped(body, plgpu.ACC((BLOCK_M, bk), jnp.float32))
+
+            return lax.cond(count > 0, run, lambda c: c, carry)
+
         carry = (cast(jnp.zeros((BLOCK_M, dh), jnp.float32), layout),
                  cast(jnp.full((BLOCK_M,), _NEG, jnp.float32), row_layout),
                  cast(jnp.zeros((BLOCK_M,), jnp.float32), row_layout))
-        def steps(a, z, carry, **kind):
-            """Steps j in [a, z) that are this CTA's (in [lo, hi)) and, with split_keys, this
-            warpgroup's (j % nwg == wg)."""
+        def own_steps(a, z):
+            """(first, count, stride): the steps j in [a, z) that are this CTA's (in [lo, hi))
+            and, with split_keys, this warpgroup's (j % nwg == wg), as first + i * stride."""
             if nsplit > 1:
                 a, z = jnp.maximum(a, lo), jnp.minimum(z, hi)
-            body = functools.partial(step, **kind)
             if not split:
-                return lax.fori_loop(a, z, body, carry)
+                return a, jnp.maximum(z - a, 0), 1
             first = a + lax.rem(wg - lax.rem(a, nwg) + nwg, nwg)
-            count = lax.div(jnp.maximum(z - first, 0) + (nwg - 1), nwg)
-            return lax.fori_loop(0, count, lambda i, c: body(first + i * nwg, c), carry)
+            return first, lax.div(jnp.maximum(z - first, 0) + (nwg - 1), nwg), nwg
 
-        carry = steps(0, n_full, carry, ragged=False, new=False)
+        def steps(a, z, carry, *, overlap: bool = False, **kind):
+            first, count, stride = own_steps(a, z)
+            if overlap:
+                return overlapped(first, count, stride, carry)
+            body = functools.partial(step, **kind)
+            return lax.fori_loop(0, count, lambda i, c: body(first + i * stride, c), carry)
+
+        carry = steps(0, n_full, carry, ragged=False, new=False, overlap=cfg.overlap)
         carry = steps(n_full, n_pre, carry, ragged=True, new=False)
         carry = steps(n_pre, n_pre + n_new, carry, ragged=False, new=True)
         acc, m_i, l_i = carry

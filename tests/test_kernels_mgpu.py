@@ -47,6 +47,12 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # 3 key steps over 4 CTAs (one has none), each CTA's share split between its warpgroups;
     # with skip_empty, CTA 2's one step is a new-key step
     (16, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=4), np.nan),
+    # overlap (the next QK issued before the softmax): split keys, 4 full prefix steps and a
+    # ragged one (2 a warpgroup), a two-slot ring on two warpgroups, and with key_splits a row
+    # with no prefix (no overlapped step) beside one with a single full step a CTA
+    (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan),
+    (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, overlap=True), np.nan),
+    (24, 200, 2, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
     got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
@@ -93,7 +99,9 @@ def test_unsupported_inputs_are_named():
 @pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
                                    (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1)),
                                    (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=2)),
-                                   (264, MgpuConfig(skip_empty=True))])
+                                   (264, MgpuConfig(skip_empty=True)),
+                                   (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
+                                   (72, MgpuConfig(overlap=True))])
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -130,6 +138,8 @@ def test_settings_from_the_environment(monkeypatch):
     monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2kc2,64x3w2s")
     assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True, key_splits=2)
     assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "64x4w2kso")
+    assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, overlap=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
         mgpu.config_for(72)
