@@ -28,6 +28,17 @@ from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
 from pallas_kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
 
 
+HEADS = (32, 8, 128)     # Qwen3-8B: query heads, kv heads, head dim
+
+
+def timed_case(t: int, prefix: int):
+    """The timed call's inputs: T new tokens of a random tree over `prefix` committed keys, in a
+    cache of prefix + 512 positions (bf16, 8B heads)."""
+    hq, hkv, dh = HEADS
+    return make_case(jax.random.key(t + prefix + 1), bt=1, t=t, s=prefix + 512, hq=hq, hkv=hkv, dh=dh,
+                     dtype=jnp.bfloat16, cache_len=[prefix])
+
+
 def parse_config(text: str) -> MgpuConfig | None:
     return None if text == "triton" else mgpu_parse_config(text)
 
@@ -45,7 +56,7 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--ts {bad}: the Mosaic GPU kernel takes T a multiple of 8 (the engine pads to one)")
     configs = args.configs.split(",")
-    hq, hkv, dh, dtype = 32, 8, 128, jnp.bfloat16
+    (hq, hkv, dh), dtype = HEADS, jnp.bfloat16
     rows = []
     for t in args.ts:
         for p in args.prefixes:
@@ -54,8 +65,7 @@ def main(argv=None) -> int:
             case = make_case(jax.random.key(t + p), bt=1, t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype,
                              cache_len=[ragged], poison=True)
             ref = attention(*case, scale=dh**-0.5, impl="xla")
-            timed = make_case(jax.random.key(t + p + 1), bt=1, t=t, s=s, hq=hq, hkv=hkv, dh=dh,
-                              dtype=dtype, cache_len=[p])
+            timed = timed_case(t, p)
             for name in configs:
                 cfg = parse_config(name)
                 if cfg is None:

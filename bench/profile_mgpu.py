@@ -109,9 +109,9 @@ def format_summary(name: str, s: dict) -> str:
 
 def main(argv=None) -> int:
     import jax
-    import jax.numpy as jnp
 
-    from bench.bench_kernels import int_list, make_case
+    from bench.bench_kernels import int_list
+    from bench.bench_mgpu import HEADS, timed_case
     from pallas_kernels.tree_attention_mgpu import attention_mgpu, parse_config
 
     ap = argparse.ArgumentParser(prog="python -m bench.profile_mgpu", description=__doc__.splitlines()[0])
@@ -125,12 +125,11 @@ def main(argv=None) -> int:
     if jax.devices()[0].platform not in ("gpu", "cuda"):
         ap.error("the in-kernel profiler needs a GPU (it is part of Mosaic GPU's CUDA lowering)")
     configs = {c: parse_config(c) for c in args.configs.split(",")}
-    hq, hkv, dh = 32, 8, 128
+    dh = HEADS[2]
     results = []
     for t in args.ts:
         for p in args.prefixes:
-            case = make_case(jax.random.key(t + p), bt=1, t=t, s=p + 512, hq=hq, hkv=hkv, dh=dh,
-                             dtype=jnp.bfloat16, cache_len=[p])
+            case = timed_case(t, p)
             for name, cfg in configs.items():
                 with tempfile.TemporaryDirectory() as tmp:
                     # The profiler names its file when the kernel is lowered, so only a compiled

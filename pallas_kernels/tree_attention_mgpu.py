@@ -624,6 +624,9 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
                                interpret=interpret)
 
     nsplit = cfg.key_splits
+    profiler = {}
+    if profile_dir:   # Mosaic GPU's in-kernel profiler, sized to the shapes (profile_ranges)
+        profiler = dict(profile_space=profile_ranges(t, k_cache.shape[2], cfg), profile_dir=profile_dir)
     out_type = jax.ShapeDtypeStruct((nsplit * bt, t, hq, dh), dtype)
     if nsplit > 1:   # the shares' partial outputs and their rows' log2-sum-exp2 (folded order)
         out_type = (out_type, jax.ShapeDtypeStruct((nsplit * bt, hkv, ng * cfg.blocks_per_cta * BLOCK_M),
@@ -660,8 +663,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
         num_threads=nwg + 1,
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(
-            approx_math=True, **(dict(profile_space=profile_ranges(t, k_cache.shape[2], cfg), profile_dir=profile_dir)
-                                 if profile_dir else {})),
+            approx_math=True, **profiler),
         interpret=_interpret_params() if interpret else None,
     )(cache_len, q, k_cache, v_cache, k_new, v_new, mask, flags)
 
