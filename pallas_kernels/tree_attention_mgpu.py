@@ -82,13 +82,16 @@ AUTO_T_RANGE: tuple[int, int] | None = (257, 1032)
 # Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
 CONFIG_ENV = "DDTREE_MGPU_CONFIG"
-# Measured configs by T (None: any other T, 64x3w2s: fastest at T = 264 and 1032); see config_for.
+# Measured configs by T (None: any other T, 64x3w2so: fastest at T = 264); see config_for.
 # s19_2, alone, prefix 512, us a call: T = 72: 64x4w2k 9.76, 64x2w2k 9.91, 128x2w1 10.73,
 # 64x4w1 11.09, 64x3w1 11.30, 64x3w2 14.38 (Triton 12.39); T = 264: 64x3w2 18.87, 64x4w2k 21.65,
 # 64x2w2k 22.43, 64x4w1 25.87, 64x3w1 / 128x2w1 26.08 (Triton 27.47). s20_2: T = 264: 64x3w2s
 # 17.98, 64x3w2 18.99 (Triton 26.90); T = 1032: 64x3w2s 58.4, 64x3w2 68.1, 64x4w2ks 69.7, 64x2w1
 # 96.0 (Triton 172.1). FlashAttention-3's ping-pong schedule between the two compute warpgroups
 # (a rendezvous around each product) was 2-5 % slower at every T (s20_2) and was dropped.
+# s25a (overlap, alone): T = 264 64x3w2so 17.04 against 64x3w2s 17.47, over a 4096-token prefix
+# 70.1 against 75.4; DDTree-256 rounds 9.803 / 9.750 a call against 9.938 / 9.876, interleaved.
+# At T = 72 (64x4w2kso 9.61 against 9.65) and 256 (12.12 against 11.76) it does not pay.
 AUTO_CONFIGS: dict[int | None, "MgpuConfig"] = {}
 
 
@@ -137,7 +140,7 @@ class MgpuConfig:
 
 
 AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
-AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True)
+AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True)
 
 
 def auto_t_range() -> tuple[int, int] | None:

@@ -51,7 +51,7 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # ragged one (2 a warpgroup), a two-slot ring on two warpgroups, and with key_splits a row
     # with no prefix (no overlapped step) beside one with a single full step a CTA
     (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan),
-    (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, overlap=True), np.nan),
+    (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan),
     (24, 200, 2, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
@@ -99,7 +99,7 @@ def test_unsupported_inputs_are_named():
 @pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
                                    (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1)),
                                    (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=2)),
-                                   (264, MgpuConfig(skip_empty=True)),
+                                   (264, mgpu.AUTO_CONFIGS[None]),   # the default: skip + overlap
                                    (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
                                    (72, MgpuConfig(overlap=True))])
 def test_cuda_lowering(t, cfg):
