@@ -583,7 +583,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         ob = b if nsplit == 1 else c * q_ref.shape[0] + b      # key_splits: share c's partial
 
         def store():
-            qs[...] = (acc / rowb(l_safe, acc.shape)).astype(dt)
+            qs[...] = (acc * rowb(1.0 / l_safe, acc.shape)).astype(dt)   # 2 divisions a thread, not 64
             if nsplit > 1:   # the rows' log2-sum-exp2 (scaled scores), for the merge
                 lse_smem.at[qi][...] = jnp.where(l_i > 0.0, m_i + jnp.log2(l_safe), _NEG)
             plgpu.commit_smem()
@@ -597,7 +597,10 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                         o_ref.at[ob, pl.ds(row0, 8), h * g + gi]))
             if nsplit > 1:
                 plgpu.copy_smem_to_gmem(lse_smem.at[qi], lse_ref.at[ob, h, pl.ds(blk * BLOCK_M, BLOCK_M)])
-            plgpu.wait_smem_to_gmem(0)
+            # Only until the copies have read shared memory (which the CTA's exit frees): the
+            # writes to global memory are complete at the kernel's end (CUTLASS's epilogues wait
+            # the same way).
+            plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
         with jax.named_scope("store"):
             if split:
