@@ -12,7 +12,7 @@ warpgroups share one row block instead and take alternate key steps, then merge 
 (acc, max, sum) through shared memory: twice the warpgroups on a small tree's few row blocks.
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
-in AUTO_T_RANGE (DDTree-256 and -1024; small trees stay on Triton, see there), and the engine
+in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there), and the engine
 pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
 boxes of q / K / V need T % 8 == 0.
 
@@ -78,7 +78,9 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # (T = 1032): alone 58.4 us a layer with skip_empty against Triton's 172.1 (session 20). At
 # T = 72 (DDTree-64) the round's attention is ~10 us a layer either way (session 20 profiles) and
 # at T = 16 (the drafter) this kernel is slower (8 CTAs), so small trees stay on Triton.
-AUTO_T_RANGE: tuple[int, int] | None = (257, 1032)
+# T = 256 (DDTree-255) from session 25 (s25d, one start): 9.498 / 9.270 ms a call / steady with
+# AUTO_CONFIGS[256] against 10.173 / 10.018 on Triton.
+AUTO_T_RANGE: tuple[int, int] | None = (256, 1032)
 # Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
 CONFIG_ENV = "DDTREE_MGPU_CONFIG"
@@ -140,6 +142,10 @@ class MgpuConfig:
 
 
 AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
+# T = 256: one row block a CTA fills 128 of the H200's 132 SMs in one wave (s24b alone: 11.56 us
+# against 17.28 with two blocks a CTA; s25d DDTree-255: 9.498 / 9.270 ms against 9.593 / 9.405).
+# At T = 264 the same config needs 136 CTAs, a second wave (20.1 us), hence not the default there.
+AUTO_CONFIGS[256] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)
 AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True)
 
 
