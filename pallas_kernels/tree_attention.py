@@ -697,8 +697,8 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
                                    scale=scale, kv_start=kv_start)
     if impl in ("mosaic", "mosaic_interpret"):
-        return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
-                                   scale=scale, kv_start=kv_start, config=mgpu_cfg or mgpu.config_for(q.shape[1]),
+        return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
+                                   kv_start=kv_start, config=mgpu_cfg or mgpu.config_for_inputs(q, k_cache),
                                    interpret=impl == "mosaic_interpret")
     return attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
                             kv_start=kv_start, interpret=(impl == "pallas_interpret"),

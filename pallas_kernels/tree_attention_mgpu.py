@@ -63,7 +63,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
 __all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
-           "config_for", "wanted", "row_multiple"]
+           "config_for", "config_for_inputs", "wanted", "row_multiple"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
@@ -79,7 +79,7 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # T = 72 (DDTree-64) the round's attention is ~10 us a layer either way (session 20 profiles) and
 # at T = 16 (the drafter) this kernel is slower (8 CTAs), so small trees stay on Triton.
 # T = 256 (DDTree-255) from session 25 (s25d, one start): 9.498 / 9.270 ms a call / steady with
-# AUTO_CONFIGS[256] against 10.173 / 10.018 on Triton.
+# ONE_WAVE_CONFIGS[256] against 10.173 / 10.018 on Triton.
 AUTO_T_RANGE: tuple[int, int] | None = (256, 1032)
 # Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
 RANGE_ENV = "DDTREE_MGPU_ATTENTION"
@@ -142,11 +142,15 @@ class MgpuConfig:
 
 
 AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
-# T = 256: one row block a CTA fills 128 of the H200's 132 SMs in one wave (s24b alone: 11.56 us
-# against 17.28 with two blocks a CTA; s25d DDTree-255: 9.498 / 9.270 ms against 9.593 / 9.405).
-# At T = 264 the same config needs 136 CTAs, a second wave (20.1 us), hence not the default there.
-AUTO_CONFIGS[256] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)
 AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True)
+# Configs by T that pay only while their grid is one wave, one CTA an SM (batch rows x kv heads
+# x CTAs a kv head <= the GPU's SMs; else AUTO_CONFIGS' entry). T = 256: one row block a CTA, the
+# keys split between its warpgroups, is 128 CTAs on the 8B heads, one wave on the H200's 132 SMs
+# (s24b alone: 11.56 us against 17.28 with two blocks a CTA; s25d DDTree-255: 9.498 / 9.270 ms
+# against 9.593 / 9.405). At T = 264 the same config needs 136 CTAs, a second wave (20.1 us
+# against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
+ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
+    256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)}
 
 
 def auto_t_range() -> tuple[int, int] | None:
@@ -176,18 +180,42 @@ def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
                       key_splits=int(m[6] or 1), overlap=bool(m[7]))
 
 
-def config_for(t: int) -> MgpuConfig:
+def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> int:
+    """CTAs of the kernel's grid for T new tokens, Bt batch rows, Hkv kv heads and G query heads
+    a kv head."""
+    return bt * hkv * _groups(t, g, cfg)[2] * cfg.key_splits
+
+
+def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None) -> MgpuConfig:
     """The kernel's knobs for T new tokens: $DDTREE_MGPU_CONFIG, a comma-separated list of
     parse_config specs (64x3w2), each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
-    config at T = 72, the bare one elsewhere); else AUTO_CONFIGS' entry for T; else the defaults."""
+    config at T = 72, the bare one elsewhere); else ONE_WAVE_CONFIGS' entry for T where its grid
+    fits the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
+    AUTO_CONFIGS' entry for T; else the defaults."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
-    table = dict(AUTO_CONFIGS)
     if raw:
         table = {}
         for item in raw.split(","):
             at, spec = re.fullmatch(r"(?:(\d+):)?(.*)", item.strip()).groups()
             table[int(at) if at else None] = parse_config(spec, raw)
-    return table.get(t, table.get(None, MgpuConfig()))
+        return table.get(t, table.get(None, MgpuConfig()))
+    wave = ONE_WAVE_CONFIGS.get(t)
+    if wave is not None and (grid is None or not sms or grid_ctas(t, *grid, wave) <= sms):
+        return wave
+    return AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
+
+
+def sm_count(device=None) -> int | None:
+    """The device's SMs (jax's core_count on a GPU), None where unknown."""
+    device = device or jax.devices()[0]
+    return getattr(device, "core_count", None) if device.platform in ("gpu", "cuda") else None
+
+
+def config_for_inputs(q, k_cache, device=None) -> MgpuConfig:
+    """config_for with the grid of these inputs (shapes or jax.ShapeDtypeStructs) on `device`."""
+    bt, t, hq, _ = q.shape
+    hkv = k_cache.shape[1]
+    return config_for(t, (bt, hkv, hq // hkv), sm_count(device))
 
 
 def _is_sm90(device) -> bool:
@@ -208,7 +236,7 @@ def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     t = q.shape[1]
     if not wanted(t, device):
         return None
-    cfg = config_for(t)
+    cfg = config_for_inputs(q, k_cache, device)
     return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
 
 

@@ -100,7 +100,7 @@ def test_unsupported_inputs_are_named():
                                    (264, MgpuConfig(block_k=128, stages=2, compute_wgs=1)),
                                    (72, MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=2)),
                                    (264, mgpu.AUTO_CONFIGS[None]),   # the default: skip + overlap
-                                   (256, mgpu.AUTO_CONFIGS[256]),    # one row block a CTA, one wave
+                                   (256, mgpu.ONE_WAVE_CONFIGS[256]),   # one row block a CTA, one wave
                                    (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
                                    (72, MgpuConfig(overlap=True))])
 def test_cuda_lowering(t, cfg):
@@ -150,15 +150,23 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     """"auto" takes the kernel only on compute capability 9.0, for T in the configured range;
     verify_rows pads T to 8 exactly then (and leaves it alone elsewhere, e.g. on this CPU)."""
     class Dev:
-        platform, compute_capability, device_kind = "gpu", "9.0", "NVIDIA H200"
+        platform, compute_capability, device_kind, core_count = "gpu", "9.0", "NVIDIA H200", 132
 
     # The default range: DDTree-248 to -255 (249-256 rows) pad to 256, which runs the one-wave
-    # config; 248 rows stay on Triton.
+    # config while its grid fits the SMs (batch 1 on the 8B heads: 128 CTAs; batch 2: 256, so the
+    # two-blocks-a-CTA default); 248 rows stay on Triton.
     monkeypatch.delenv(mgpu.RANGE_ENV, raising=False)
     monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
     assert mgpu.row_multiple(250, 32, 8, 128, jnp.bfloat16, Dev()) == 8
     assert mgpu.row_multiple(248, 32, 8, 128, jnp.bfloat16, Dev()) == 1
-    assert mgpu.config_for(256).split_keys and not mgpu.config_for(264).split_keys
+    sds = jax.ShapeDtypeStruct
+
+    def auto_cfg(bt, t):
+        return mgpu.takes(sds((bt, t, 32, 128), jnp.bfloat16), sds((bt, 8, 1024, 128), jnp.bfloat16), None, Dev())
+    assert auto_cfg(1, 256) == mgpu.ONE_WAVE_CONFIGS[256] and auto_cfg(1, 256).split_keys
+    assert auto_cfg(2, 256) == auto_cfg(1, 264) == mgpu.AUTO_CONFIGS[None]
+    assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
+    assert mgpu.config_for(256) == mgpu.ONE_WAVE_CONFIGS[256]          # grid unknown: taken
     monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
     assert mgpu.wanted(264, Dev()) and not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
     Dev.compute_capability = "10.0"
