@@ -34,10 +34,6 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
 
 
 @pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison", [
-    # two row blocks in one CTA, the keys split over two CTAs (key_splits: partials merged by
-    # XLA); batch row 0 with a ragged prefix block, row 1 with no prefix at all (every key a
-    # tree key); inf past cache_len
-    (24, 200, 2, 4, 64, (37, 0), MgpuConfig(key_splits=2), np.inf),
     # one compute warpgroup, two stages: the ring wraps; a whole number of prefix blocks
     (24, 304, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
     # G = 8 (8 tokens a block), Dh 128, a full cache (no stale tail)
@@ -48,8 +44,10 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # with skip_empty, CTA 2's one step is a new-key step
     (16, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=4), np.nan),
     # overlap (the next QK issued before the softmax): split keys, 4 full prefix steps and a
-    # ragged one (2 a warpgroup), a two-slot ring on two warpgroups, and with key_splits a row
-    # with no prefix (no overlapped step) beside one with a single full step a CTA
+    # ragged one (2 a warpgroup), a two-slot ring on two warpgroups, and two row blocks in one
+    # CTA with the keys split over two CTAs (key_splits: partials merged by XLA): batch row 0's
+    # two full prefix steps in CTA 0 (overlapped), its ragged step and new keys in CTA 1, row 1
+    # with no prefix at all (every key a tree key; CTA 1 has no step); inf past cache_len
     (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan),
     (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan),
     (24, 200, 2, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
