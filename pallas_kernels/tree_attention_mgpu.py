@@ -180,10 +180,15 @@ def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
                       key_splits=int(m[6] or 1), overlap=bool(m[7]))
 
 
+def _grid(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> tuple[int, int, int]:
+    """The kernel's grid (n: row-block groups x key shares, h, b) for T new tokens, Bt batch
+    rows, Hkv kv heads and G query heads a kv head."""
+    return _groups(t, g, cfg)[2] * cfg.key_splits, hkv, bt
+
+
 def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> int:
-    """CTAs of the kernel's grid for T new tokens, Bt batch rows, Hkv kv heads and G query heads
-    a kv head."""
-    return bt * hkv * _groups(t, g, cfg)[2] * cfg.key_splits
+    """CTAs of that grid."""
+    return math.prod(_grid(t, bt, hkv, g, cfg))
 
 
 def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None) -> MgpuConfig:
@@ -698,7 +703,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
     return plgpu.kernel(
         entry,
         out_type=out_type,
-        grid=(ng * nsplit, hkv, bt),
+        grid=_grid(t, bt, hkv, g, cfg),
         grid_names=("n", "h", "b"),
         num_threads=nwg + 1,
         thread_name="wg",
