@@ -28,7 +28,9 @@ xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
 "split:PARTS[:OPTION=VALUE]" (the product as float32 split-K partials of one batched
 dot, summed by the fusion after it: plain bf16 products only), and
 "pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]" configs (block_n, block_k, num_warps, num_stages, split_k,
-tail_rows 1/0, swap_ab 1/0: pallas_kernels.matmul.MatmulConfig's fields in order); --sweep adds variants for
+tail_rows 1/0, swap_ab 1/0: pallas_kernels.matmul.MatmulConfig's fields in order), and
+"mgpu[:BNxWGSxBKxSTAGESxPARTS]" (the Mosaic GPU kernel, pallas_kernels.matmul_mgpu: block_n,
+compute warpgroups, block_k, stages, K shares; plain products only); --sweep adds variants for
 the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
@@ -81,13 +83,16 @@ def parse_variant(v: str):
         if not rest:
             return "pallas", None
         return "pallas", mm.MatmulConfig(*(int(x) for x in rest.split("x")))
+    if kind == "mgpu":
+        from pallas_kernels.matmul_mgpu import parse_config
+        return "mgpu", parse_config(rest) if rest else None
     if kind == "split":
         parts, _, opt = rest.partition(":")
         if not parts.isdigit() or int(parts) < 2:
             raise SystemExit(f"variant {v!r}: split:PARTS[:OPTION=VALUE] with PARTS >= 2")
         return "split", (int(parts), xla_options([opt]) if opt else None)
-    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, split:PARTS[:OPTION=VALUE], pallas or "
-                     "pallas:BNxBKxWxSxSPLIT[xTAIL]")
+    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, split:PARTS[:OPTION=VALUE], pallas, "
+                     "pallas:BNxBKxWxSxSPLIT[xTAIL] or mgpu[:BNxWGSxBKxSTAGESxPARTS]")
 
 
 def bucket(m: int) -> tuple[int, int]:
@@ -191,7 +196,10 @@ def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: in
     norm_w = jnp.full((k,), 1.1, jnp.bfloat16) if prologue == "rmsnorm" else None
 
     def step(x, w):
-        if parts > 1:
+        if impl in ("mgpu", "mgpu_interpret"):
+            from pallas_kernels.matmul_mgpu import matmul_mgpu
+            y = matmul_mgpu(x, w, config=cfg, interpret=impl == "mgpu_interpret")
+        elif parts > 1:
             y = jax.lax.optimization_barrier(split_parts(x, w, parts)).sum(0).astype(x.dtype)
         else:
             y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
@@ -294,13 +302,17 @@ def main(argv=None) -> int:
                     break
                 kind, opt = parse_variant(v)
                 impl = "xla" if kind == "xla" else pallas_impl
+                if kind == "mgpu":
+                    impl = "mgpu_interpret" if args.small else "mgpu"
                 if kind == "pallas" and opt is None:  # explicit, so a tuned table cannot change it
                     opt = mm.default_matmul_config(m, k, n)
                 try:
                     if kind == "split" and (prologue or int8):
                         raise ValueError("split:PARTS takes plain bf16 products only")
                     parts, split_opt = opt if kind == "split" else (1, None)
-                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype, prologue,
+                    if kind == "mgpu" and (prologue or int8):
+                        raise ValueError("mgpu takes plain bf16 products only")
+                    fn = jax.jit(chain_fn(k, n, impl, opt if kind in ("pallas", "mgpu") else None, out_dtype, prologue,
                                           parts=parts))
                     lowered = fn.lower(x, ws)
                     comp = lowered.compile(compiler_options=opt if kind == "xla" else split_opt)
@@ -322,7 +334,7 @@ def main(argv=None) -> int:
                 floor = wbytes / HBM_BPS * 1e6
                 row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, device_us=dus, kernel_us=kus,
                            kernel=kname, floor_us=floor, copies=copies,
-                           config=(list(dataclasses.astuple(opt)) if kind == "pallas" else None))
+                           config=(list(dataclasses.astuple(opt)) if kind in ("pallas", "mgpu") and opt else None))
                 row["tbps"] = wbytes / time_us(row) / 1e6
                 result["rows"].append(row)
                 print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {dus:9.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",
