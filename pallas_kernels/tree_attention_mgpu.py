@@ -125,6 +125,12 @@ class MgpuConfig:
     # it while the softmax runs (session 24's profile: softmax ~860 cycles a step, each product
     # ~420, one after the other). Costs one more K tile held a warpgroup.
     overlap: bool = False
+    # The last row-block group of a (batch row, kv head) in its own launch, its keys split over N
+    # CTAs (tN; the other groups as configured, before it): where T leaves a last group that
+    # would start a second wave. DDTree-256's 264 rows are 17 row blocks of 16 tokens a kv head:
+    # 136 CTAs at one block a CTA on 132 SMs, the 17th holding one real token. Costs a second
+    # launch, the split's merge and an in-place write of its rows; pays where the prefix is long.
+    tail_splits: int = 1
 
     @property
     def blocks_per_cta(self) -> int:
@@ -168,16 +174,17 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k][s][cN][o]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN: key_splits N,
-    o: overlap), e.g. 64x3w2, 64x4w2ks, 64x4w2kc2 or 64x4w2kso."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?(o?)", spec.strip())
+    """``BKxSTAGESwWGS[k][s][cN][o][tN]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN: key_splits
+    N, o: overlap, tN: tail_splits N), e.g. 64x3w2, 64x4w2ks, 64x4w2kc2, 64x4w2kso or 64x4w2kst16."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?(o?)(?:t(\d+))?", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN][o] entries (k: split the keys between the "
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN][o][tN] entries (k: split the keys between the "
                          "warpgroups, s: skip empty new-key steps, cN: split them over N CTAs, o: overlap the next "
-                         "QK product with the softmax), each optionally T: prefixed, e.g. 72:64x4w2kc2,64x3w2s")
+                         "QK product with the softmax, tN: the last row-block group's keys over N CTAs in a launch "
+                         "of its own), each optionally T: prefixed, e.g. 72:64x4w2kc2,64x3w2s")
     return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
-                      key_splits=int(m[6] or 1), overlap=bool(m[7]))
+                      key_splits=int(m[6] or 1), overlap=bool(m[7]), tail_splits=int(m[8] or 1))
 
 
 def _grid(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> tuple[int, int, int]:
@@ -275,8 +282,10 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
     if cfg.split_keys and (cfg.compute_wgs != 2 or cfg.stages % 2):
         # A ring slot must always serve the same warpgroup: each tracks its barriers' phases.
         return f"config {cfg} (split_keys takes 2 compute warpgroups and an even number of stages)"
-    if not 1 <= cfg.key_splits <= 64:
-        return f"config {cfg} (key_splits 1 to 64)"
+    if not 1 <= cfg.key_splits <= 64 or not 1 <= cfg.tail_splits <= 64:
+        return f"config {cfg} (key_splits and tail_splits 1 to 64)"
+    if cfg.key_splits > 1 and cfg.tail_splits > 1:
+        return f"config {cfg} (key_splits or tail_splits, not both)"
     if cfg.smem_bytes(dh) > 220 * 1024:
         return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
     if k_cache.shape[2] % 8:
@@ -325,10 +334,11 @@ def step_flags(mask, cfg: MgpuConfig):
 def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref,
             q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
             part_acc, part_ml, part_bar, lse_smem, *, t: int, g: int, scale: float, cfg: MgpuConfig,
-            interpret: bool):
+            interpret: bool, g0: int = 0):
     """One CTA: (row-block group n and key share c, kv head h, batch row b), warpgroups
     0..compute_wgs-1 compute, warpgroup compute_wgs loads. part_*: split_keys' merge; lse_*:
-    key_splits' row log2-sum-exp2 (None otherwise)."""
+    key_splits' row log2-sum-exp2 (None otherwise). g0: the first row-block group of this
+    launch (tail_splits' second launch): o_ref's and lse_ref's rows start at its first token."""
     bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
     split, per, nsplit = cfg.split_keys, cfg.blocks_per_cta, cfg.key_splits
     seq, dh = k_ref.shape[2], k_ref.shape[3]
@@ -337,6 +347,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
     c = 0
     if nsplit > 1:
         n, c = lax.div(n, nsplit), lax.rem(n, nsplit)  # c: this CTA's share of the keys
+    n = n + g0
+    row_off = g0 * per * tb           # o_ref's first row (token) in this launch
     wg = lax.axis_index("wg")
     cache_len = jnp.clip(len_ref[b], 0, seq)
     n_pre = lax.div(cache_len + (bk - 1), bk)     # prefix steps (the last one may be ragged)
@@ -633,9 +645,10 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                     row0 = blk * tb + r
                     pl.when(row0 < t)(functools.partial(
                         plgpu.copy_smem_to_gmem, qs.at[pl.ds(gi * tb + r, 8)],
-                        o_ref.at[ob, pl.ds(row0, 8), h * g + gi]))
+                        o_ref.at[ob, pl.ds(row0 - row_off, 8), h * g + gi]))
             if nsplit > 1:
-                plgpu.copy_smem_to_gmem(lse_smem.at[qi], lse_ref.at[ob, h, pl.ds(blk * BLOCK_M, BLOCK_M)])
+                plgpu.copy_smem_to_gmem(lse_smem.at[qi],
+                                        lse_ref.at[ob, h, pl.ds((blk - g0 * per) * BLOCK_M, BLOCK_M)])
             # Only until the copies have read shared memory (which the CTA's exit frees): the
             # writes to global memory are complete at the kernel's end (CUTLASS's epilogues wait
             # the same way).
@@ -655,24 +668,31 @@ def _interpret_params():
 
 
 def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, scale: float,
-                 cfg: MgpuConfig, interpret: bool, profile_dir: str | None = None):
+                 cfg: MgpuConfig, interpret: bool, profile_dir: str | None = None,
+                 groups: tuple[int, int] | None = None):
     """The kernel on checked inputs, the folded mask (fold_mask) and its step flags
     (step_flags; a dummy without skip_empty). profile_dir: Mosaic GPU's in-kernel profiler
-    writes a trace of the kernel's named scopes there at every call (bench/profile_mgpu.py)."""
+    writes a trace of the kernel's named scopes there at every call (bench/profile_mgpu.py).
+    groups: (first, count) row-block groups of each (batch row, kv head) this launch takes
+    (default: all); its outputs then hold the rows from its first token on (rows of later groups
+    are left unwritten)."""
     bt, t, hq, dh = q.shape
     hkv, g = k_cache.shape[1], q.shape[2] // k_cache.shape[1]
     dtype = q.dtype
-    _, _, ng = _groups(t, g, cfg)
+    tb, _, ng = _groups(t, g, cfg)
+    g0, ng = groups or (0, ng)
+    per = cfg.blocks_per_cta
+    t_out = t - g0 * per * tb
     tiled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
     nwg, stages, bk = cfg.compute_wgs, cfg.stages, cfg.block_k
     kernel = functools.partial(_kernel, t=t, g=g, scale=float(scale), cfg=cfg,
-                               interpret=interpret)
+                               interpret=interpret, g0=g0)
 
     nsplit = cfg.key_splits
     profiler = {}
     if profile_dir:   # Mosaic GPU's in-kernel profiler, sized to the shapes (profile_ranges)
         profiler = dict(profile_space=profile_ranges(t, k_cache.shape[2], cfg), profile_dir=profile_dir)
-    out_type = jax.ShapeDtypeStruct((nsplit * bt, t, hq, dh), dtype)
+    out_type = jax.ShapeDtypeStruct((nsplit * bt, t_out, hq, dh), dtype)
     if nsplit > 1:   # the shares' partial outputs and their rows' log2-sum-exp2 (folded order)
         out_type = (out_type, jax.ShapeDtypeStruct((nsplit * bt, hkv, ng * cfg.blocks_per_cta * BLOCK_M),
                                                    jnp.float32))
@@ -703,7 +723,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
     return plgpu.kernel(
         entry,
         out_type=out_type,
-        grid=_grid(t, bt, hkv, g, cfg),
+        grid=(ng * nsplit, hkv, bt),
         grid_names=("n", "h", "b"),
         num_threads=nwg + 1,
         thread_name="wg",
@@ -717,7 +737,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
 # ~0.4 s to lower (its Python lowering) and ~1 s to compile, and a forward inlining it 36 times
 # held 36 copies of it (s19_2: 16 calls lowered in 9.9 s and compiled in 21 s, against 0.5 and
 # 1.0 s through one callee; tests/test_kernels_mgpu.py checks the module holds one).
-_kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret", "profile_dir"))
+_kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret", "profile_dir", "groups"))
 
 
 def profile_ranges(t: int, seq: int, cfg: MgpuConfig) -> int:
@@ -744,12 +764,23 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
                          "use impl='pallas' (Triton) or 'xla'")
     mask = fold_mask(new_mask, q.shape[2] // k_cache.shape[1], cfg, q.dtype)
     flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
-    out = _kernel_jit(q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask, flags,
-                      scale=float(scale), cfg=cfg, interpret=interpret,
-                      profile_dir=None if interpret else profile_dir)
-    if cfg.key_splits == 1:
-        return out
-    return merge_splits(*out, splits=cfg.key_splits, g=q.shape[2] // k_cache.shape[1])
+    g = q.shape[2] // k_cache.shape[1]
+    call = functools.partial(_kernel_jit, q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask,
+                             flags, scale=float(scale), interpret=interpret,
+                             profile_dir=None if interpret else profile_dir)
+
+    def run(c: MgpuConfig, groups=None):
+        out = call(cfg=c, groups=groups)
+        return out if c.key_splits == 1 else merge_splits(*out, splits=c.key_splits, g=g)
+
+    tb, _, ng = _groups(q.shape[1], g, cfg)
+    if cfg.tail_splits == 1 or ng == 1:
+        return run(dataclasses.replace(cfg, tail_splits=1))
+    # The last group's keys split over tail_splits CTAs in a launch of its own; its rows then
+    # overwrite the first launch's (which never wrote them) in place.
+    head = run(dataclasses.replace(cfg, tail_splits=1), (0, ng - 1))
+    tail = run(dataclasses.replace(cfg, key_splits=cfg.tail_splits, tail_splits=1), (ng - 1, 1))
+    return lax.dynamic_update_slice(head, tail, (0, (ng - 1) * cfg.blocks_per_cta * tb, 0, 0))
 
 
 def merge_splits(parts, lse, *, splits: int, g: int):
