@@ -1,5 +1,5 @@
-# Sourced by the bench/gpu_*.sh device scripts from session 3 on: the output folder $R (under
-# $OUT, which the device tool brings back), `step` and `finish`.
+# Sourced by the bench/sessions/gpu_*.sh device scripts from session 3 on: the output folder
+# $R (under $OUT, which the device tool brings back), `step` and `finish`.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}

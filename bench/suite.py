@@ -91,7 +91,7 @@ def spread(values: Sequence[float]) -> dict:
 def git_commit(root: Path) -> dict:
     """The checkout's commit and whether tracked files differ from it. DDTREE_COMMIT overrides
     both (device copies of a repo can carry a stale .git: pass the local commit with the command,
-    e.g. `DDTREE_COMMIT=$(git rev-parse --short HEAD) bash bench/gpu_next_c.sh` typed here)."""
+    e.g. `DDTREE_COMMIT=$(git rev-parse --short HEAD) bash bench/sessions/gpu_next_c.sh` typed here)."""
     if os.environ.get("DDTREE_COMMIT"):
         return {"commit": os.environ["DDTREE_COMMIT"], "dirty": None}
 

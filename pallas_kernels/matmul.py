@@ -12,7 +12,7 @@ output tile once: each weight byte is read exactly once. With ``split_k > 1`` th
 into parts whose float32 partials one XLA reduction adds (for narrow N, where column slabs alone
 give too few programs to keep HBM busy). ``swap_ab`` accumulates w_tile^T @ x_tile^T instead,
 so the weight tile fills the MMA's 64-row side and the few rows of x its narrow side (added in
-session 7, not yet timed on a GPU: `bench/gpu_next_s8a.sh` sweeps it).
+session 7, not yet timed on a GPU: `bench/sessions/gpu_next_s8a.sh` sweeps it).
 
 What can ride along, so that a decoder layer needs fewer kernels: a prologue on x (``swiglu``:
 silu(gate) * up of a gate_up output; ``rmsnorm``: the RMSNorm of x, its per-row scale applied

@@ -173,7 +173,7 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
     float32 score block plus twice-as-large operand tiles per thread. (Session 3's shipped pair,
     float32, spent 8 ms a round in a 257-row verify through 4 small layers on those tiles; the
-    float32 tile sweep is bench/gpu_next_s5b.sh.)
+    float32 tile sweep was gpu_next_s5b.sh, removed unrun.)
     """
     m = t * g
     if m <= 16:
