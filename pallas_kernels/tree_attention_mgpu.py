@@ -776,11 +776,14 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
     tb, _, ng = _groups(q.shape[1], g, cfg)
     if cfg.tail_splits == 1 or ng == 1:
         return run(dataclasses.replace(cfg, tail_splits=1))
-    # The last group's keys split over tail_splits CTAs in a launch of its own; its rows then
-    # overwrite the first launch's (which never wrote them) in place.
+    # The last group's keys split over tail_splits CTAs in a launch of its own; its rows replace
+    # the first launch's (which never wrote them). A concatenation (one small XLA fusion, with the
+    # split's merge), not an in-place update of the kernel's output: XLA on the H200 rejected
+    # that (s26e: "DynamicSliceFusion: DUS target must be a fusion parameter").
+    t0 = (ng - 1) * cfg.blocks_per_cta * tb
     head = run(dataclasses.replace(cfg, tail_splits=1), (0, ng - 1))
     tail = run(dataclasses.replace(cfg, key_splits=cfg.tail_splits, tail_splits=1), (ng - 1, 1))
-    return lax.dynamic_update_slice(head, tail, (0, (ng - 1) * cfg.blocks_per_cta * tb, 0, 0))
+    return jnp.concatenate([head[:, :t0], tail], axis=1)
 
 
 def merge_splits(parts, lse, *, splits: int, g: int):
