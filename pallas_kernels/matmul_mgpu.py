@@ -8,6 +8,13 @@ kernel (matmul.py) matched XLA at best. This one streams the weights by TMA thro
 ``stages`` shared-memory slots, filled by a memory warpgroup ahead of the compute warpgroups
 (warp specialization), so the bytes in flight do not wait on the products.
 
+Status: measured and not used (bench/RESULTS.md, session 26, s26d). On the H200 its best configs
+read the weights at 2.1-3.5 TB/s, slower than XLA's dot (with split-K 1, as the round runs it) at
+every verify shape: at 65 rows o 14.3 us against 11.6, qkv 21.0 against 17.7, down 33.4 against
+30.4, gate_up 66.7 against 50.8. Every CTA reads all of x from L2 (for gate_up ~113 MB against
+the weights' 201 MB), and more CTAs were slower. Next to try: TMA multicast of x across a
+cluster, 256 columns a CTA, x boxes of the real rows only. bench_gemm's ``mgpu:`` variants time it.
+
 Layout: a CTA owns ``compute_wgs * block_n`` columns of w and one share of K (``parts`` shares);
 each compute warpgroup accumulates ``x_tile [Mp, block_k] @ w_tile [block_k, block_n]`` by
 wgmma, Mp = the rows rounded up to 64 (a wgmma's M; the x tile's rows past M arrive as zeros from
@@ -47,7 +54,7 @@ class MgpuMatmulConfig:
     block_n: int = 64        # columns of w a compute warpgroup owns
     compute_wgs: int = 2     # compute warpgroups a CTA (a CTA owns compute_wgs * block_n columns)
     block_k: int = 64        # rows of w (columns of x) a ring slot holds
-    stages: int = 6          # ring slots
+    stages: int = 4          # ring slots
     parts: int = 1           # K shares (CTAs along K), each writing float32 partials when > 1
 
     def smem_bytes(self, mp: int, itemsize: int = 2) -> int:

@@ -51,6 +51,9 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan),
     (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan),
     (24, 200, 2, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
+    # tail_splits: 3 row blocks in 2 groups of 2; group 0 in the first launch, group 1 (block 2
+    # and an empty block 3) in a second, its 4 prefix steps and new-key step split over 2 CTAs
+    (40, 304, 1, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True, tail_splits=2), np.nan),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
     got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
@@ -87,6 +90,7 @@ def test_unsupported_inputs_are_named():
         jax.ShapeDtypeStruct((1, 24, 32, 64), jnp.bfloat16), jax.ShapeDtypeStruct((1, 2, 100, 64), jnp.bfloat16))
     assert "shared memory" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(block_k=128, stages=4))
     assert "key_splits" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(key_splits=0))
+    assert "not both" in mgpu.mgpu_unsupported(q, kc, config=MgpuConfig(key_splits=2, tail_splits=4))
     with pytest.raises(ValueError, match="cannot take these inputs.*multiple of 8"):
         attention_mgpu(jnp.zeros((1, 25, 8, 64), jnp.bfloat16), jnp.zeros((1, 25, 2, 64), jnp.bfloat16),
                        jnp.zeros((1, 25, 2, 64), jnp.bfloat16), jnp.zeros((1, 2, 104, 64), jnp.bfloat16),
@@ -100,7 +104,8 @@ def test_unsupported_inputs_are_named():
                                    (264, mgpu.AUTO_CONFIGS[None]),   # the default: skip + overlap
                                    (256, mgpu.ONE_WAVE_CONFIGS[256]),   # one row block a CTA, one wave
                                    (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
-                                   (72, MgpuConfig(overlap=True))])
+                                   (72, MgpuConfig(overlap=True)),
+                                   (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, tail_splits=16))])
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -139,6 +144,9 @@ def test_settings_from_the_environment(monkeypatch):
     assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "64x4w2kso")
     assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, overlap=True)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "264:64x4w2kst16,64x3w2so")
+    assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, tail_splits=16)
+    assert mgpu.config_for(256).tail_splits == 1
     monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
     with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
         mgpu.config_for(72)
