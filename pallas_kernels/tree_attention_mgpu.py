@@ -129,7 +129,8 @@ class MgpuConfig:
     # CTAs (tN; the other groups as configured, before it): where T leaves a last group that
     # would start a second wave. DDTree-256's 264 rows are 17 row blocks of 16 tokens a kv head:
     # 136 CTAs at one block a CTA on 132 SMs, the 17th holding one real token. Costs a second
-    # launch, the split's merge and an in-place write of its rows; pays where the prefix is long.
+    # launch, the split's merge and a concatenation of the rows; pays where the prefix is long
+    # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512). Opt-in.
     tail_splits: int = 1
 
     @property
@@ -187,10 +188,11 @@ def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
                       key_splits=int(m[6] or 1), overlap=bool(m[7]), tail_splits=int(m[8] or 1))
 
 
-def _grid(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> tuple[int, int, int]:
+def _grid(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig, groups: int | None = None) -> tuple[int, int, int]:
     """The kernel's grid (n: row-block groups x key shares, h, b) for T new tokens, Bt batch
-    rows, Hkv kv heads and G query heads a kv head."""
-    return _groups(t, g, cfg)[2] * cfg.key_splits, hkv, bt
+    rows, Hkv kv heads and G query heads a kv head; groups: the row-block groups a (batch row,
+    kv head) of this launch (default: all of them)."""
+    return (groups or _groups(t, g, cfg)[2]) * cfg.key_splits, hkv, bt
 
 
 def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> int:
@@ -723,7 +725,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
     return plgpu.kernel(
         entry,
         out_type=out_type,
-        grid=(ng * nsplit, hkv, bt),
+        grid=_grid(t, bt, hkv, g, cfg, ng),
         grid_names=("n", "h", "b"),
         num_threads=nwg + 1,
         thread_name="wg",
