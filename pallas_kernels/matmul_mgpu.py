@@ -30,12 +30,13 @@ as a plain dot (the interpreter takes no wgmma), as tree_attention_mgpu.py does.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from .tree_attention_mgpu import interpret_params
 
 try:
     from jax.experimental import pallas as pl
@@ -186,12 +187,6 @@ def _kernel(x_ref, w_ref, o_ref, x_smem, w_smem, o_smem, x_bar, w_bar, free, *, 
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def _interpret_params():
-    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
-    # TMA zero-fills what lies outside an array; the interpreter does that with these two.
-    return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
-
-
 def _call(x, w, *, cfg: MgpuMatmulConfig, interpret: bool):
     (m, k), n = x.shape, w.shape[1]
     mp, mo = _padded(m)
@@ -221,7 +216,7 @@ def _call(x, w, *, cfg: MgpuMatmulConfig, interpret: bool):
         grid_names=("j", "p"),
         num_threads=nwg + 1,
         thread_name="wg",
-        interpret=_interpret_params() if interpret else None,
+        interpret=interpret_params() if interpret else None,
     )(x, w)
 
 

@@ -663,7 +663,8 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
                 store()
 
 
-def _interpret_params():
+def interpret_params():
+    """Mosaic GPU interpret mode's settings for this package's kernels (matmul_mgpu's too)."""
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
     # TMA zero-fills what lies outside an array; the interpreter does that with these two.
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
@@ -696,7 +697,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
         profiler = dict(profile_space=profile_ranges(t, k_cache.shape[2], cfg), profile_dir=profile_dir)
     out_type = jax.ShapeDtypeStruct((nsplit * bt, t_out, hq, dh), dtype)
     if nsplit > 1:   # the shares' partial outputs and their rows' log2-sum-exp2 (folded order)
-        out_type = (out_type, jax.ShapeDtypeStruct((nsplit * bt, hkv, ng * cfg.blocks_per_cta * BLOCK_M),
+        out_type = (out_type, jax.ShapeDtypeStruct((nsplit * bt, hkv, ng * per * BLOCK_M),
                                                    jnp.float32))
 
     def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref=None):
@@ -731,7 +732,7 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             approx_math=True, **profiler),
-        interpret=_interpret_params() if interpret else None,
+        interpret=interpret_params() if interpret else None,
     )(cache_len, q, k_cache, v_cache, k_new, v_new, mask, flags)
 
 
@@ -764,9 +765,9 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
     if why:
         raise ValueError(f"the Mosaic GPU attention kernel cannot take these inputs: {why}; "
                          "use impl='pallas' (Triton) or 'xla'")
-    mask = fold_mask(new_mask, q.shape[2] // k_cache.shape[1], cfg, q.dtype)
-    flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
     g = q.shape[2] // k_cache.shape[1]
+    mask = fold_mask(new_mask, g, cfg, q.dtype)
+    flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
     call = functools.partial(_kernel_jit, q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask,
                              flags, scale=float(scale), interpret=interpret,
                              profile_dir=None if interpret else profile_dir)
