@@ -130,7 +130,7 @@ class MgpuConfig:
     # would start a second wave. DDTree-256's 264 rows are 17 row blocks of 16 tokens a kv head:
     # 136 CTAs at one block a CTA on 132 SMs, the 17th holding one real token. Costs a second
     # launch, the split's merge and a concatenation of the rows; pays where the prefix is long
-    # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512). Opt-in.
+    # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512): TAIL_CONFIGS.
     tail_splits: int = 1
 
     @property
@@ -158,6 +158,19 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)}
+# Configs by T for long caches (TAIL_MIN_SEQ positions or more), where all but the last row-block
+# group of each (batch row, kv head) fit one wave (else AUTO_CONFIGS' entry): tail_splits. T = 264
+# (DDTree-256) on the 8B heads is 17 groups a kv head at one block a CTA; the first 16 (128 CTAs)
+# run in one wave, the 17th's keys over 8 CTAs in a second launch. s27a, alone, us a call, against
+# 64x3w2so: prefix 512 21.6 against 17.0, 2048 35.5 against 39.7, 4096 53.9 against 70.3, 8192
+# 91.4 against 129.9 (t16 / t32 1-6 us slower than t8); DDTree-256 rounds (t16) prompt 4096
+# (cache 6784) 11.063 against 11.467 ms a call, prompt 2048 (cache 4736) 10.493 against 10.381
+# (steady 10.158 against 10.194), prompt 512 (cache 3200) 9.754 against 9.631. The prefix is
+# traced, so the rule goes by the cache's size, which the engine makes bucket(prompt) +
+# bucket(max new tokens) + 2 (nodes + 2): from 5120 positions a request's prefix averages > 2k.
+TAIL_CONFIGS: dict[int, "MgpuConfig"] = {
+    264: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8)}
+TAIL_MIN_SEQ = 5120
 
 
 def auto_t_range() -> tuple[int, int] | None:
@@ -200,12 +213,15 @@ def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> int:
     return math.prod(_grid(t, bt, hkv, g, cfg))
 
 
-def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None) -> MgpuConfig:
+def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None,
+               seq: int | None = None) -> MgpuConfig:
     """The kernel's knobs for T new tokens: $DDTREE_MGPU_CONFIG, a comma-separated list of
     parse_config specs (64x3w2), each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
     config at T = 72, the bare one elsewhere); else ONE_WAVE_CONFIGS' entry for T where its grid
     fits the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
-    AUTO_CONFIGS' entry for T; else the defaults."""
+    TAIL_CONFIGS' entry for T where the cache holds `seq` >= TAIL_MIN_SEQ positions and its grid
+    less the last group fits one wave (all three must be known); else AUTO_CONFIGS' entry for T;
+    else the defaults."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
     if raw:
         table = {}
@@ -216,6 +232,11 @@ def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None
     wave = ONE_WAVE_CONFIGS.get(t)
     if wave is not None and (grid is None or not sms or grid_ctas(t, *grid, wave) <= sms):
         return wave
+    tail = TAIL_CONFIGS.get(t)
+    if tail is not None and grid is not None and sms and seq is not None and seq >= TAIL_MIN_SEQ:
+        bt, hkv, g = grid
+        if bt * hkv * (_groups(t, g, tail)[2] - 1) <= sms:
+            return tail
     return AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
 
 
@@ -229,7 +250,7 @@ def config_for_inputs(q, k_cache, device=None) -> MgpuConfig:
     """config_for with the grid of these inputs (shapes or jax.ShapeDtypeStructs) on `device`."""
     bt, t, hq, _ = q.shape
     hkv = k_cache.shape[1]
-    return config_for(t, (bt, hkv, hq // hkv), sm_count(device))
+    return config_for(t, (bt, hkv, hq // hkv), sm_count(device), k_cache.shape[2])
 
 
 def _is_sm90(device) -> bool:

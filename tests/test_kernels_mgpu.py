@@ -105,7 +105,7 @@ def test_unsupported_inputs_are_named():
                                    (256, mgpu.ONE_WAVE_CONFIGS[256]),   # one row block a CTA, one wave
                                    (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
                                    (72, MgpuConfig(overlap=True)),
-                                   (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, tail_splits=16))])
+                                   (264, mgpu.TAIL_CONFIGS[264])])   # long caches: the tail split
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -167,10 +167,16 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert mgpu.row_multiple(248, 32, 8, 128, jnp.bfloat16, Dev()) == 1
     sds = jax.ShapeDtypeStruct
 
-    def auto_cfg(bt, t):
-        return mgpu.takes(sds((bt, t, 32, 128), jnp.bfloat16), sds((bt, 8, 1024, 128), jnp.bfloat16), None, Dev())
+    def auto_cfg(bt, t, seq=1024):
+        return mgpu.takes(sds((bt, t, 32, 128), jnp.bfloat16), sds((bt, 8, seq, 128), jnp.bfloat16), None, Dev())
     assert auto_cfg(1, 256) == mgpu.ONE_WAVE_CONFIGS[256] and auto_cfg(1, 256).split_keys
     assert auto_cfg(2, 256) == auto_cfg(1, 264) == mgpu.AUTO_CONFIGS[None]
+    # T = 264 over a long cache: the first 16 groups (128 CTAs) in one wave, the 17th split; not
+    # below TAIL_MIN_SEQ, nor at batch 2 (256 CTAs before the tail), nor with the grid unknown.
+    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ) == mgpu.TAIL_CONFIGS[264] and mgpu.TAIL_CONFIGS[264].tail_splits > 1
+    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ - 128) == auto_cfg(2, 264, 8192) == mgpu.AUTO_CONFIGS[None]
+    assert mgpu.config_for(264, seq=8192) == mgpu.AUTO_CONFIGS[None]
+    assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
     assert mgpu.config_for(256) == mgpu.ONE_WAVE_CONFIGS[256]          # grid unknown: taken
     monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
