@@ -158,18 +158,26 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)}
-# Configs by T for long caches (TAIL_MIN_SEQ positions or more), where all but the last row-block
-# group of each (batch row, kv head) fit one wave (else AUTO_CONFIGS' entry): tail_splits. T = 264
-# (DDTree-256) on the 8B heads is 17 groups a kv head at one block a CTA; the first 16 (128 CTAs)
-# run in one wave, the 17th's keys over 8 CTAs in a second launch. s27a, alone, us a call, against
-# 64x3w2so: prefix 512 21.6 against 17.0, 2048 35.5 against 39.7, 4096 53.9 against 70.3, 8192
-# 91.4 against 129.9 (t16 / t32 1-6 us slower than t8); DDTree-256 rounds (t16) prompt 4096
-# (cache 6784) 11.063 against 11.467 ms a call, prompt 2048 (cache 4736) 10.493 against 10.381
-# (steady 10.158 against 10.194), prompt 512 (cache 3200) 9.754 against 9.631. The prefix is
-# traced, so the rule goes by the cache's size, which the engine makes bucket(prompt) +
-# bucket(max new tokens) + 2 (nodes + 2): from 5120 positions a request's prefix averages > 2k.
-TAIL_CONFIGS: dict[int, "MgpuConfig"] = {
-    264: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8)}
+# Configs by T for long caches (TAIL_MIN_SEQ positions or more), tried in order: the first whose
+# grid less the last row-block group of each (batch row, kv head) fits one wave (else
+# AUTO_CONFIGS' entry). T = 264 (DDTree-256) on the 8B heads is 17 row blocks a kv head, the 17th
+# holding one real token:
+# - batch 1, one block a CTA: the first 16 groups (128 CTAs) in one wave, the 17th's keys over 8
+#   CTAs in a second launch. s27a, alone, us a call, against 64x3w2so: prefix 512 21.6 against
+#   17.0, 2048 35.5 against 39.7, 4096 53.9 against 70.3, 8192 91.4 against 129.9 (t16 / t32
+#   1-6 us slower than t8). DDTree-256 rounds, ms a call: prompt 4096 (cache 6784) 11.139 /
+#   11.214 against 11.778 / 11.833, prompt 8192 12.805 / 12.740 against 13.841 / 13.882 (s27b);
+#   with t16 prompt 2048 (cache 4736) 10.493 against 10.381, 512 (cache 3200) 9.754 against
+#   9.631 (s27a).
+# - batch 2, two blocks a CTA (AUTO_CONFIGS[None]'s 144 CTAs are two waves): the first 8 groups
+#   (128 CTAs), then the 9th's keys over 8 CTAs. DDTree-256 rounds at batch 2 (s27c): prompt 4096
+#   18.887 / 18.797 against 19.812 / 20.010, prompt 8192 21.971 against 24.207.
+# The prefix is traced, so the rule goes by the cache's size, which the engine makes
+# bucket(prompt) + bucket(max new tokens) + 2 (nodes + 2): from 5120 positions a request's
+# prefix averages > 2k.
+TAIL_CONFIGS: dict[int, tuple["MgpuConfig", ...]] = {
+    264: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8),
+          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8))}
 TAIL_MIN_SEQ = 5120
 
 
@@ -219,8 +227,8 @@ def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None
     parse_config specs (64x3w2), each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
     config at T = 72, the bare one elsewhere); else ONE_WAVE_CONFIGS' entry for T where its grid
     fits the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
-    TAIL_CONFIGS' entry for T where the cache holds `seq` >= TAIL_MIN_SEQ positions and its grid
-    less the last group fits one wave (all three must be known); else AUTO_CONFIGS' entry for T;
+    the first of TAIL_CONFIGS' entries for T where the cache holds `seq` >= TAIL_MIN_SEQ positions
+    and its grid less the last groups fits one wave (all three known); else AUTO_CONFIGS' entry;
     else the defaults."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
     if raw:
@@ -232,11 +240,11 @@ def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None
     wave = ONE_WAVE_CONFIGS.get(t)
     if wave is not None and (grid is None or not sms or grid_ctas(t, *grid, wave) <= sms):
         return wave
-    tail = TAIL_CONFIGS.get(t)
-    if tail is not None and grid is not None and sms and seq is not None and seq >= TAIL_MIN_SEQ:
+    if grid is not None and sms and seq is not None and seq >= TAIL_MIN_SEQ:
         bt, hkv, g = grid
-        if bt * hkv * (_groups(t, g, tail)[2] - 1) <= sms:
-            return tail
+        for tail in TAIL_CONFIGS.get(t, ()):
+            if bt * hkv * (_groups(t, g, tail)[2] - 1) <= sms:
+                return tail
     return AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
 
 

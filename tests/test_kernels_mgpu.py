@@ -105,7 +105,8 @@ def test_unsupported_inputs_are_named():
                                    (256, mgpu.ONE_WAVE_CONFIGS[256]),   # one row block a CTA, one wave
                                    (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
                                    (72, MgpuConfig(overlap=True)),
-                                   (264, mgpu.TAIL_CONFIGS[264])])   # long caches: the tail split
+                                   (264, mgpu.TAIL_CONFIGS[264][0]),   # long caches: the tail split
+                                   (264, mgpu.TAIL_CONFIGS[264][1])])  # at batch 2
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -171,10 +172,13 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
         return mgpu.takes(sds((bt, t, 32, 128), jnp.bfloat16), sds((bt, 8, seq, 128), jnp.bfloat16), None, Dev())
     assert auto_cfg(1, 256) == mgpu.ONE_WAVE_CONFIGS[256] and auto_cfg(1, 256).split_keys
     assert auto_cfg(2, 256) == auto_cfg(1, 264) == mgpu.AUTO_CONFIGS[None]
-    # T = 264 over a long cache: the first 16 groups (128 CTAs) in one wave, the 17th split; not
-    # below TAIL_MIN_SEQ, nor at batch 2 (256 CTAs before the tail), nor with the grid unknown.
-    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ) == mgpu.TAIL_CONFIGS[264] and mgpu.TAIL_CONFIGS[264].tail_splits > 1
-    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ - 128) == auto_cfg(2, 264, 8192) == mgpu.AUTO_CONFIGS[None]
+    # T = 264 over a long cache: at batch 1 the first 16 one-block groups (128 CTAs) in one wave,
+    # the 17th split; at batch 2 the first 8 two-block groups (128 CTAs), the 9th split; not below
+    # TAIL_MIN_SEQ, nor at batch 4 (256 CTAs before the tail), nor with the grid unknown.
+    one, two = mgpu.TAIL_CONFIGS[264]
+    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ) == one and one.tail_splits > 1 and one.blocks_per_cta == 1
+    assert auto_cfg(2, 264, 8192) == two and two.tail_splits > 1 and two.blocks_per_cta == 2
+    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ - 128) == auto_cfg(4, 264, 8192) == mgpu.AUTO_CONFIGS[None]
     assert mgpu.config_for(264, seq=8192) == mgpu.AUTO_CONFIGS[None]
     assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
