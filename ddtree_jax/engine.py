@@ -199,7 +199,7 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     t = tree.tokens.shape[1]
     rows = verify_rows(t, tcfg.num_heads, tcfg.num_kv_heads, tcfg.head_dim, tparams["embed"].dtype,
-                       spec.attn_impl)
+                       spec.attn_impl, cache_size=spec.cache_size, batch=tree.tokens.shape[0])
     tokens, pos, mask = pad_verify_rows(tree.tokens, pos, tree.ancestor_mask, rows)
     with _products(spec, dcfg):
         h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, state.cache, state.length, mask, taps=taps,

@@ -654,10 +654,12 @@ def available_impls(device=None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl: str = "auto") -> int:
+def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl: str = "auto", *,
+                cache_size: int = 8, batch: int = 1) -> int:
     """How many rows a verify pass of T tree tokens should run with the engine's attention
-    ``impl``: T, or T rounded up to 8 where that lets "auto" take the Mosaic GPU kernel, whose
-    TMA boxes need T % 8 == 0 (the engine pads the tree with rows that see only themselves).
+    ``impl`` over a cache of `cache_size` positions at `batch` rows: T, or T rounded up to 8
+    where that lets "auto" take the Mosaic GPU kernel, whose TMA boxes need T % 8 == 0 (the
+    engine pads the tree with rows that see only themselves).
     "mosaic" is not an engine-wide impl (the drafter's windows and decode are not its shapes):
     "auto" picks it per call."""
     forced = os.environ.get(PAD_ENV, "").strip()
@@ -667,7 +669,7 @@ def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl:
         return -(-t // int(forced)) * int(forced)
     if impl != "auto" or auto_impl() != "pallas":
         return t
-    mult = mgpu.row_multiple(t, q_heads, kv_heads, head_dim, dtype)
+    mult = mgpu.row_multiple(t, q_heads, kv_heads, head_dim, dtype, cache_size=cache_size, batch=batch)
     return -(-t // mult) * mult
 
 
@@ -682,7 +684,7 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     Query head h uses kv head h // (Hq // Hkv). Softmax in float32. Returns [Bt, T, Hq, Dh]
     in q.dtype. impl: "auto" | "xla" | "pallas" (= "triton") | "pallas_interpret" | "mosaic"
     (the Mosaic GPU kernel, Hopper only; tree_attention_mgpu.py) | "mosaic_interpret". "auto" takes
-    the Mosaic GPU kernel where tree_attention_mgpu.wanted(T) says so (see verify_rows).
+    the Mosaic GPU kernel where tree_attention_mgpu.takes says so (see verify_rows).
     """
     if impl not in _IMPLS:
         raise ValueError(f"unknown attention impl {impl!r}; choose one of {_IMPLS}")

@@ -130,7 +130,7 @@ class MgpuConfig:
     # would start a second wave. DDTree-256's 264 rows are 17 row blocks of 16 tokens a kv head:
     # 136 CTAs at one block a CTA on 132 SMs, the 17th holding one real token. Costs a second
     # launch, the split's merge and a concatenation of the rows; pays where the prefix is long
-    # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512): TAIL_CONFIGS.
+    # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512): LONG_CACHE_CONFIGS.
     tail_splits: int = 1
 
     @property
@@ -158,27 +158,33 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)}
-# Configs by T for long caches (TAIL_MIN_SEQ positions or more), tried in order: the first whose
-# grid less the last row-block group of each (batch row, kv head) fits one wave (else
-# AUTO_CONFIGS' entry). T = 264 (DDTree-256) on the 8B heads is 17 row blocks a kv head, the 17th
-# holding one real token:
-# - batch 1, one block a CTA: the first 16 groups (128 CTAs) in one wave, the 17th's keys over 8
-#   CTAs in a second launch. s27a, alone, us a call, against 64x3w2so: prefix 512 21.6 against
-#   17.0, 2048 35.5 against 39.7, 4096 53.9 against 70.3, 8192 91.4 against 129.9 (t16 / t32
-#   1-6 us slower than t8). DDTree-256 rounds, ms a call: prompt 4096 (cache 6784) 11.139 /
-#   11.214 against 11.778 / 11.833, prompt 8192 12.805 / 12.740 against 13.841 / 13.882 (s27b);
-#   with t16 prompt 2048 (cache 4736) 10.493 against 10.381, 512 (cache 3200) 9.754 against
-#   9.631 (s27a).
-# - batch 2, two blocks a CTA (AUTO_CONFIGS[None]'s 144 CTAs are two waves): the first 8 groups
-#   (128 CTAs), then the 9th's keys over 8 CTAs. DDTree-256 rounds at batch 2 (s27c): prompt 4096
-#   18.887 / 18.797 against 19.812 / 20.010, prompt 8192 21.971 against 24.207.
-# The prefix is traced, so the rule goes by the cache's size, which the engine makes
-# bucket(prompt) + bucket(max new tokens) + 2 (nodes + 2): from 5120 positions a request's
-# prefix averages > 2k.
-TAIL_CONFIGS: dict[int, tuple["MgpuConfig", ...]] = {
+# Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
+# whose first launch fits one wave (batch rows x kv heads x its CTAs a kv head <= the SMs; the
+# tail split's first launch leaves out the last group); none fits: the rules above. They pay
+# where the prefix is long, cost where it is short; the prefix is traced, the config static, so
+# the rule goes by the cache's size, which the engine makes bucket(prompt) + bucket(max new
+# tokens) + 2 (nodes + 2): from 5120 positions a request's prefix averages > 2k.
+# - T = 264 (DDTree-256) on the 8B heads: 17 row blocks of 16 tokens a kv head, the 17th holding
+#   one real token; the tail split runs it in a second launch, its keys over 8 CTAs.
+#   - batch 1, one block a CTA: the first 16 groups (128 CTAs) in one wave. s27a, alone, us a
+#     call, against 64x3w2so: prefix 512 21.6 against 17.0, 2048 35.5 against 39.7, 4096 53.9
+#     against 70.3, 8192 91.4 against 129.9 (t16 / t32 1-6 us slower than t8). DDTree-256
+#     rounds, ms a call: prompt 4096 (cache 6784) 11.139 / 11.214 against 11.778 / 11.833,
+#     prompt 8192 12.805 / 12.740 against 13.841 / 13.882 (s27b); with t16 prompt 2048 (cache
+#     4736) 10.493 against 10.381, 512 (cache 3200) 9.754 against 9.631 (s27a).
+#   - batch 2, two blocks a CTA (AUTO_CONFIGS[None]'s 144 CTAs are two waves): the first 8 groups
+#     (128 CTAs). DDTree-256 rounds at batch 2 (s27c): prompt 4096 18.887 / 18.797 against
+#     19.812 / 20.010, prompt 8192 21.971 against 24.207.
+# - T = 72 (DDTree-64; Triton's below this size): 5 row blocks a kv head, one a CTA, keys split
+#   over 3 CTAs: 120 CTAs at batch 1. s27e, alone, us a call: prefix 4096 19.9 against Triton's
+#   29.6 (c2 24.8), 8192 31.5 against 53.1 (c2 41.0); DDTree-64 at prompt 8192 (cache 10496)
+#   7.054 / 6.981 against Triton's 7.601 / 7.435 (c2 7.355 / 7.175). At prompt 512 the split
+#   kernel ties Triton in rounds (s21b), and c2 at prompt 4096 was -0.06 ms (s22a).
+LONG_CACHE_CONFIGS: dict[int, tuple["MgpuConfig", ...]] = {
     264: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8),
-          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8))}
-TAIL_MIN_SEQ = 5120
+          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8)),
+    72: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3),)}
+LONG_CACHE_MIN_SEQ = 5120
 
 
 def auto_t_range() -> tuple[int, int] | None:
@@ -216,9 +222,9 @@ def _grid(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig, groups: int | None
     return (groups or _groups(t, g, cfg)[2]) * cfg.key_splits, hkv, bt
 
 
-def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig) -> int:
-    """CTAs of that grid."""
-    return math.prod(_grid(t, bt, hkv, g, cfg))
+def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig, groups: int | None = None) -> int:
+    """CTAs of that grid (groups: as _grid's)."""
+    return math.prod(_grid(t, bt, hkv, g, cfg, groups))
 
 
 def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None,
@@ -227,9 +233,7 @@ def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None
     parse_config specs (64x3w2), each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
     config at T = 72, the bare one elsewhere); else ONE_WAVE_CONFIGS' entry for T where its grid
     fits the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
-    the first of TAIL_CONFIGS' entries for T where the cache holds `seq` >= TAIL_MIN_SEQ positions
-    and its grid less the last groups fits one wave (all three known); else AUTO_CONFIGS' entry;
-    else the defaults."""
+    long_cache_config's pick; else AUTO_CONFIGS' entry for T; else the defaults."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
     if raw:
         table = {}
@@ -240,12 +244,22 @@ def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None
     wave = ONE_WAVE_CONFIGS.get(t)
     if wave is not None and (grid is None or not sms or grid_ctas(t, *grid, wave) <= sms):
         return wave
-    if grid is not None and sms and seq is not None and seq >= TAIL_MIN_SEQ:
-        bt, hkv, g = grid
-        for tail in TAIL_CONFIGS.get(t, ()):
-            if bt * hkv * (_groups(t, g, tail)[2] - 1) <= sms:
-                return tail
-    return AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
+    return long_cache_config(t, grid, sms, seq) or AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
+
+
+def long_cache_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
+                      seq: int | None) -> MgpuConfig | None:
+    """LONG_CACHE_CONFIGS' first entry for T whose first launch fits the GPU's `sms` in one
+    wave, where the cache holds `seq` >= LONG_CACHE_MIN_SEQ positions (grid: (Bt, Hkv, G));
+    None where none does or any of the three is unknown."""
+    if grid is None or not sms or seq is None or seq < LONG_CACHE_MIN_SEQ:
+        return None
+    bt, hkv, g = grid
+    for cfg in LONG_CACHE_CONFIGS.get(t, ()):
+        ng = _groups(t, g, cfg)[2]
+        if grid_ctas(t, bt, hkv, g, cfg, ng - 1 if cfg.tail_splits > 1 else ng) <= sms:
+            return cfg
+    return None
 
 
 def sm_count(device=None) -> int | None:
@@ -266,8 +280,8 @@ def _is_sm90(device) -> bool:
 
 
 def wanted(t: int, device=None) -> bool:
-    """Whether impl="auto" should run this kernel for T new tokens on `device` (shape support
-    is checked separately: mgpu_unsupported)."""
+    """Whether impl="auto" should run this kernel for T new tokens on `device` by the T range
+    alone (shape support is checked separately: mgpu_unsupported; long caches: takes)."""
     device = device or jax.devices()[0]
     rng = auto_t_range()
     return plgpu is not None and rng is not None and _is_sm90(device) and rng[0] <= t <= rng[1]
@@ -275,20 +289,28 @@ def wanted(t: int, device=None) -> bool:
 
 def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     """The config impl="auto" runs this kernel with for these inputs (shapes or
-    jax.ShapeDtypeStructs), or None where it should not: not wanted(T) or unsupported."""
+    jax.ShapeDtypeStructs), or None where it should not: T out of the range (wanted) and, with
+    the range not set by $DDTREE_MGPU_ATTENTION, no long_cache_config; or unsupported."""
+    device = device or jax.devices()[0]
     t = q.shape[1]
     if not wanted(t, device):
-        return None
+        bt, _, hq, _ = q.shape
+        hkv = k_cache.shape[1]
+        if (plgpu is None or not _is_sm90(device) or os.environ.get(RANGE_ENV, "").strip()
+                or long_cache_config(t, (bt, hkv, hq // hkv), sm_count(device), k_cache.shape[2]) is None):
+            return None
     cfg = config_for_inputs(q, k_cache, device)
     return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
 
 
-def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, device=None) -> int:
+def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, device=None, *,
+                 cache_size: int = 8, batch: int = 1) -> int:
     """What the verify's row count T should be rounded up to so that impl="auto" runs this
-    kernel: 8 where it would (the kernel's TMA boxes need T % 8 == 0), else 1."""
+    kernel (over a cache of `cache_size` positions, `batch` rows): 8 where it would (the kernel's
+    TMA boxes need T % 8 == 0), else 1."""
     tp = -(-t // 8) * 8
-    q = jax.ShapeDtypeStruct((1, tp, q_heads, head_dim), dtype)
-    kc = jax.ShapeDtypeStruct((1, kv_heads, 8, head_dim), dtype)
+    q = jax.ShapeDtypeStruct((batch, tp, q_heads, head_dim), dtype)
+    kc = jax.ShapeDtypeStruct((batch, kv_heads, cache_size, head_dim), dtype)
     return 1 if takes(q, kc, None, device) is None else 8
 
 

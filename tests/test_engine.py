@@ -104,7 +104,7 @@ def test_padded_verify_rows_are_lossless(pair, ar_tokens, monkeypatch):
     from ddtree_jax import engine
 
     seen = []
-    monkeypatch.setattr(engine, "verify_rows", lambda t, *a: seen.append(t) or -(-t // 8) * 8)
+    monkeypatch.setattr(engine, "verify_rows", lambda t, *a, **k: seen.append(t) or -(-t // 8) * 8)
     oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
     got = Generator(pair, method="ddtree", budget=41, oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert 42 in seen

@@ -54,7 +54,7 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # tail_splits: 3 row blocks in 2 groups of 2; group 0 in the first launch, group 1 (block 2
     # and an empty block 3) in a second, its 4 prefix steps and new-key step split over 2 CTAs
     (40, 304, 1, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True, tail_splits=2), np.nan),
-    # ... and one block a CTA (TAIL_CONFIGS' batch-1 form): blocks 0-1 in the first launch, block
+    # ... and one block a CTA (LONG_CACHE_CONFIGS[264]'s batch-1 form): blocks 0-1 in the first launch, block
     # 2 in a second, its 2 prefix steps and new-key step split over 3 CTAs
     (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, tail_splits=3), np.nan),
 ])
@@ -108,8 +108,9 @@ def test_unsupported_inputs_are_named():
                                    (256, mgpu.ONE_WAVE_CONFIGS[256]),   # one row block a CTA, one wave
                                    (264, MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True)),
                                    (72, MgpuConfig(overlap=True)),
-                                   (264, mgpu.TAIL_CONFIGS[264][0]),   # long caches: the tail split
-                                   (264, mgpu.TAIL_CONFIGS[264][1])])  # at batch 2
+                                   (264, mgpu.LONG_CACHE_CONFIGS[264][0]),   # long caches: the tail split
+                                   (264, mgpu.LONG_CACHE_CONFIGS[264][1]),  # at batch 2
+                                   (72, mgpu.LONG_CACHE_CONFIGS[72][0])])   # keys over 3 CTAs
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -177,15 +178,26 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert auto_cfg(2, 256) == auto_cfg(1, 264) == mgpu.AUTO_CONFIGS[None]
     # T = 264 over a long cache: at batch 1 the first 16 one-block groups (128 CTAs) in one wave,
     # the 17th split; at batch 2 the first 8 two-block groups (128 CTAs), the 9th split; not below
-    # TAIL_MIN_SEQ, nor at batch 4 (256 CTAs before the tail), nor with the grid unknown.
-    one, two = mgpu.TAIL_CONFIGS[264]
-    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ) == one and one.tail_splits > 1 and one.blocks_per_cta == 1
+    # LONG_CACHE_MIN_SEQ, nor at batch 4 (256 CTAs before the tail), nor with the grid unknown.
+    long_seq = mgpu.LONG_CACHE_MIN_SEQ
+    one, two = mgpu.LONG_CACHE_CONFIGS[264]
+    assert auto_cfg(1, 264, long_seq) == one and one.tail_splits > 1 and one.blocks_per_cta == 1
     assert auto_cfg(2, 264, 8192) == two and two.tail_splits > 1 and two.blocks_per_cta == 2
-    assert auto_cfg(1, 264, mgpu.TAIL_MIN_SEQ - 128) == auto_cfg(4, 264, 8192) == mgpu.AUTO_CONFIGS[None]
+    assert auto_cfg(1, 264, long_seq - 128) == auto_cfg(4, 264, 8192) == mgpu.AUTO_CONFIGS[None]
+    # T = 72, below the range (Triton's): taken over a long cache at batch 1 (5 blocks x 3 key
+    # shares x 8 kv heads = 120 CTAs), padded from 65 rows; not over a short one, not at batch 2.
+    c72 = mgpu.LONG_CACHE_CONFIGS[72][0]
+    assert auto_cfg(1, 72, long_seq) == c72 and mgpu.grid_ctas(72, 1, 8, 4, c72) == 120
+    assert auto_cfg(1, 72, long_seq - 128) is None and auto_cfg(2, 72, 8192) is None
+    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq) == 8
+    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq - 128) == 1
+    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=8192, batch=2) == 1
     assert mgpu.config_for(264, seq=8192) == mgpu.AUTO_CONFIGS[None]
     assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
     assert mgpu.config_for(256) == mgpu.ONE_WAVE_CONFIGS[256]          # grid unknown: taken
+    monkeypatch.setenv(mgpu.RANGE_ENV, "256-1032")   # a set range rules alone: no long-cache T = 72
+    assert auto_cfg(1, 72, 8192) is None and auto_cfg(1, 264, 8192) == one
     monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
     assert mgpu.wanted(264, Dev()) and not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
     Dev.compute_capability = "10.0"
