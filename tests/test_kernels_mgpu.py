@@ -54,8 +54,8 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # tail_splits: 3 row blocks in 2 groups of 2; group 0 in the first launch, group 1 (block 2
     # and an empty block 3) in a second, its 4 prefix steps and new-key step split over 2 CTAs
     (40, 304, 1, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True, tail_splits=2), np.nan),
-    # ... and one block a CTA (LONG_CACHE_CONFIGS[264]'s batch-1 form): blocks 0-1 in the first launch, block
-    # 2 in a second, its 2 prefix steps and new-key step split over 3 CTAs
+    # ... and one block a CTA (LONG_CACHE_CONFIGS[264]'s batch-1 form): blocks 0-1 in the first
+    # launch, block 2 in a second, its 2 prefix steps and new-key step split over 3 CTAs
     (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, tail_splits=3), np.nan),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
