@@ -9,7 +9,8 @@ the relative error of each kernel against the XLA reference (with the cache's st
 poisoned with NaN, and a ragged cache_len), then each kernel's device time per call by the
 profiler (a chain of calls whose caches rotate over >= 160 MB, as a forward's layers read their
 own caches). Configs are ``BKxSTAGESwWGS[k]`` (tree_attention_mgpu.parse_config); ``triton`` is the
-engine's Triton kernel at its tuned tiles. Writes mgpu.json under --out.
+engine's Triton kernel at its tuned tiles. Writes mgpu.json under --out, and with two prefixes or
+more mgpu_prefix.png (bench.plots.mgpu_prefix) beside it.
 """
 from __future__ import annotations
 
@@ -88,6 +89,9 @@ def main(argv=None) -> int:
                     os.makedirs(args.out, exist_ok=True)
                     with open(os.path.join(args.out, "mgpu.json"), "w") as f:
                         json.dump(rows, f, indent=1)
+    if args.out and len(args.prefixes) > 1:
+        from bench.plots import mgpu_prefix
+        print(f"[bench_mgpu] plot: {mgpu_prefix(rows, os.path.join(args.out, 'mgpu_prefix.png'), heads=(hkv, dh))}")
     return 0
 
 

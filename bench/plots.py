@@ -15,6 +15,9 @@ round_latency.png          (with --round-latency, or from a bench_round JSON) th
 
 gemm_bandwidth.png         (bench.bench_gemm) weight-read TB/s per matmul shape, XLA's dot against
                            the best kernel config, one panel per row count
+mgpu_prefix.png            (bench.bench_mgpu's mgpu.json) device us a call against the committed
+                           prefix, a line per kernel config, one panel per tree size T, with the
+                           prefix K/V bytes floor
 """
 from __future__ import annotations
 
@@ -231,6 +234,38 @@ def gemm_bandwidth(result: dict, path):
     return _save(fig, path)
 
 
+def is_mgpu_rows(data) -> bool:
+    """Whether `data` is bench_mgpu's mgpu.json: a list of rows with t, prefix and config."""
+    return (isinstance(data, list) and bool(data)
+            and all(isinstance(r, dict) and {"t", "prefix", "config"} <= set(r) for r in data))
+
+
+def mgpu_prefix(rows: list, path, heads=(8, 128), itemsize: int = 2, tb_s: float = 3.3):
+    """bench_mgpu's rows: device us a call (busy) against the prefix, a line per config (failed
+    rows left out), one panel per T, with the bytes floor of reading the prefix's K and V once
+    (heads: kv heads, head dim; at tb_s TB/s)."""
+    ts = sorted({r["t"] for r in rows})
+    fig, axes = _panels(len(ts), "verify attention alone: device time against the committed prefix")
+    hkv, dh = heads
+    for ax, t in zip(axes, ts):
+        mine = [r for r in rows if r["t"] == t]
+        prefixes = sorted({r["prefix"] for r in mine})
+        for name in dict.fromkeys(r["config"] for r in mine):
+            pts = sorted((r["prefix"], r["busy_us"]) for r in mine
+                         if r["config"] == name and r.get("busy_us") is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=name)
+        floor = [p * 2 * hkv * dh * itemsize / (tb_s * 1e6) for p in prefixes]
+        ax.plot(prefixes, floor, color="gray", ls=":", label=f"K/V bytes floor ({tb_s:g} TB/s)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("committed prefix (tokens)")
+        ax.set_ylabel("device us a call")
+        ax.set_title(f"T = {t}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def draw_all(bench: dict, out_dir: str | Path) -> list[Path]:
     """The four PNGs in out_dir (none when the run has no rows, e.g. a --time-limit too short),
     plus round_latency.png when the run has a round-latency part."""
@@ -260,10 +295,14 @@ def main(argv=None) -> int:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         print(f"bench.plots: cannot read {path} as JSON ({type(e).__name__}); give a bench.json, a "
-              "bench_round or a bench_gemm JSON", file=sys.stderr)
+              "bench_round, a bench_gemm or a bench_mgpu JSON", file=sys.stderr)
         return 2
+    if is_mgpu_rows(data):  # a bench.bench_mgpu mgpu.json
+        print(mgpu_prefix(data, path.parent / "mgpu_prefix.png"))
+        return 0
     if not isinstance(data, dict) or ("runs" not in data and "rows" not in data):
-        print(f"bench.plots: {path} is neither a bench.json (runs) nor a bench_round JSON (rows)", file=sys.stderr)
+        print(f"bench.plots: {path} is neither a bench.json (runs), a bench_round JSON (rows) nor a "
+              "bench_mgpu mgpu.json (a list of rows)", file=sys.stderr)
         return 2
     if "runs" not in data and data["rows"] and "variant" in data["rows"][0]:  # a bench.bench_gemm JSON
         print(gemm_bandwidth(data, path.parent / "gemm_bandwidth.png"))

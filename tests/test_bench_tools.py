@@ -280,6 +280,21 @@ def test_round_latency_plot_from_a_bench_round_json(tmp_path):
     assert plots.main([str(src)]) == 0 and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_mgpu_prefix_plot_from_a_bench_mgpu_json(tmp_path):
+    """bench_mgpu's mgpu.json (a list of rows) draws mgpu_prefix.png: a line per config, failed
+    rows (no busy_us) left out, one panel per T."""
+    from bench import plots
+
+    rows = [dict(t=t, prefix=p, config=c, busy_us=10.0 + p / 100 + t / 50) for t in (72, 264)
+            for p in (512, 4096) for c in ("triton", "64x4w2kc3")]
+    rows.append(dict(t=264, prefix=8192, config="64x3w2sot8", error="RuntimeError: out of time"))
+    src = tmp_path / "mgpu.json"
+    src.write_text(json.dumps(rows))
+    assert plots.is_mgpu_rows(rows) and not plots.is_mgpu_rows([1, 2]) and not plots.is_mgpu_rows([])
+    assert plots.main([str(src)]) == 0
+    assert (tmp_path / "mgpu_prefix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
     from bench import bench_round
 
