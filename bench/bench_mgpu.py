@@ -91,7 +91,7 @@ def main(argv=None) -> int:
                         json.dump(rows, f, indent=1)
     if args.out and len(args.prefixes) > 1:
         from bench.plots import mgpu_prefix
-        print(f"[bench_mgpu] plot: {mgpu_prefix(rows, os.path.join(args.out, 'mgpu_prefix.png'), heads=(hkv, dh))}")
+        print(f"[bench_mgpu] plot: {mgpu_prefix(rows, os.path.join(args.out, 'mgpu_prefix.png'))}")
     return 0
 
 

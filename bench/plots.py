@@ -240,13 +240,15 @@ def is_mgpu_rows(data) -> bool:
             and all(isinstance(r, dict) and {"t", "prefix", "config"} <= set(r) for r in data))
 
 
-def mgpu_prefix(rows: list, path, heads=(8, 128), itemsize: int = 2, tb_s: float = 3.3):
+def mgpu_prefix(rows: list, path, itemsize: int = 2, tb_s: float = 3.3):
     """bench_mgpu's rows: device us a call (busy) against the prefix, a line per config (failed
     rows left out), one panel per T, with the bytes floor of reading the prefix's K and V once
-    (heads: kv heads, head dim; at tb_s TB/s)."""
+    (bench_mgpu's heads; at tb_s TB/s)."""
+    from bench.bench_mgpu import HEADS
+
     ts = sorted({r["t"] for r in rows})
     fig, axes = _panels(len(ts), "verify attention alone: device time against the committed prefix")
-    hkv, dh = heads
+    _, hkv, dh = HEADS
     for ax, t in zip(axes, ts):
         mine = [r for r in rows if r["t"] == t]
         prefixes = sorted({r["prefix"] for r in mine})

@@ -268,15 +268,22 @@ def sm_count(device=None) -> int | None:
     return getattr(device, "core_count", None) if device.platform in ("gpu", "cuda") else None
 
 
+def _grid_of(q, k_cache) -> tuple[int, int, int]:
+    """(Bt, Hkv, G) of these inputs, as config_for's grid."""
+    bt, _, hq, _ = q.shape
+    hkv = k_cache.shape[1]
+    return bt, hkv, hq // hkv
+
+
 def config_for_inputs(q, k_cache, device=None) -> MgpuConfig:
     """config_for with the grid of these inputs (shapes or jax.ShapeDtypeStructs) on `device`."""
-    bt, t, hq, _ = q.shape
-    hkv = k_cache.shape[1]
-    return config_for(t, (bt, hkv, hq // hkv), sm_count(device), k_cache.shape[2])
+    return config_for(q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2])
 
 
-def _is_sm90(device) -> bool:
-    return device.platform in ("gpu", "cuda") and str(getattr(device, "compute_capability", "")) == "9.0"
+def _usable(device) -> bool:
+    """This jax has Mosaic GPU and `device` is compute capability 9.0 (wgmma is sm_90a only)."""
+    return (plgpu is not None and device.platform in ("gpu", "cuda")
+            and str(getattr(device, "compute_capability", "")) == "9.0")
 
 
 def wanted(t: int, device=None) -> bool:
@@ -284,7 +291,7 @@ def wanted(t: int, device=None) -> bool:
     alone (shape support is checked separately: mgpu_unsupported; long caches: takes)."""
     device = device or jax.devices()[0]
     rng = auto_t_range()
-    return plgpu is not None and rng is not None and _is_sm90(device) and rng[0] <= t <= rng[1]
+    return _usable(device) and rng is not None and rng[0] <= t <= rng[1]
 
 
 def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
@@ -293,12 +300,9 @@ def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     the range not set by $DDTREE_MGPU_ATTENTION, no long_cache_config; or unsupported."""
     device = device or jax.devices()[0]
     t = q.shape[1]
-    if not wanted(t, device):
-        bt, _, hq, _ = q.shape
-        hkv = k_cache.shape[1]
-        if (plgpu is None or not _is_sm90(device) or os.environ.get(RANGE_ENV, "").strip()
-                or long_cache_config(t, (bt, hkv, hq // hkv), sm_count(device), k_cache.shape[2]) is None):
-            return None
+    if not wanted(t, device) and (not _usable(device) or os.environ.get(RANGE_ENV, "").strip() or long_cache_config(
+            t, _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]) is None):
+        return None
     cfg = config_for_inputs(q, k_cache, device)
     return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
 
