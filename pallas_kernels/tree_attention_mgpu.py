@@ -12,8 +12,8 @@ warpgroups share one row block instead and take alternate key steps, then merge 
 (acc, max, sum) through shared memory: twice the warpgroups on a small tree's few row blocks.
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
-in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there), and the engine
-pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
+in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there), at T = 72
+(DDTree-64) where ONE_WAVE_CONFIGS' key split fits one wave, and the engine pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
 boxes of q / K / V need T % 8 == 0.
 
 Layout (the same contract as :func:`pallas_kernels.attention`):
@@ -76,8 +76,11 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # A/Bs): DDTree-256 (T = 264) 9.634 / 9.549 ms a call against 9.718 / 9.619 with the Triton
 # kernel (session 19), and 9.501 against 9.649 with skip_empty (session 20); DDTree-1024
 # (T = 1032): alone 58.4 us a layer with skip_empty against Triton's 172.1 (session 20). At
-# T = 72 (DDTree-64) the round's attention is ~10 us a layer either way (session 20 profiles) and
-# at T = 16 (the drafter) this kernel is slower (8 CTAs), so small trees stay on Triton.
+# T = 72 (DDTree-64) the unsplit kernel's round attention is ~10 us a layer, as Triton's (session
+# 20 profiles; its key split pays: ONE_WAVE_CONFIGS[72], taken outside this range) and at T = 16
+# (the drafter) it is slower (8 CTAs; s28c alone with 8 key shares: 9.2 against 10.3 us over a
+# 512-token prefix, 13.5 against 19.7 over 4096, ~5 drafter layers a round), so small trees stay
+# on Triton.
 # T = 256 (DDTree-255) from session 25 (s25d, one start): 9.498 / 9.270 ms a call / steady with
 # ONE_WAVE_CONFIGS[256] against 10.173 / 10.018 on Triton.
 AUTO_T_RANGE: tuple[int, int] | None = (256, 1032)
@@ -156,8 +159,20 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # (s24b alone: 11.56 us against 17.28 with two blocks a CTA; s25d DDTree-255: 9.498 / 9.270 ms
 # against 9.593 / 9.405). At T = 264 the same config needs 136 CTAs, a second wave (20.1 us
 # against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
+#
+# T = 72 (DDTree-64; below AUTO_T_RANGE, taken where this fits, with $DDTREE_MGPU_ATTENTION
+# unset; else Triton's): 5 row blocks a kv head, one a CTA,
+# keys split over 3 CTAs: 120 CTAs at batch 1 (at batch 2 its 240 are two waves: Triton; the
+# unsplit 64x4w2k's 80 CTAs tied Triton there, s28b: 8.275 against 8.329 ms a call at prompt
+# 4096). Alone, us a call against Triton's: prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048
+# 14.3 / 20.2 (s28c), 4096 19.9 / 29.6, 8192 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
+# against Triton's, same starts: prompt 512 6.105 / 6.106 against 6.113 / 6.124 (ABAB, s28c: a
+# tie), prompt 2048 6.336 against 6.536 (s28c), prompt 4096 6.581 / 6.595 against 6.864 / 6.854
+# (ABAB, s28a), prompt 8192 7.054 against 7.601 (s27e); over a 9344-position cache at prompt
+# 512 6.048 against 6.230 (s28b). Session 27 took it over long caches only; s28c took it always.
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
-    256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True)}
+    256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
+    72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3)}
 # Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
 # whose first launch fits one wave (batch rows x kv heads x its CTAs a kv head <= the SMs; the
 # tail split's first launch leaves out the last group); none fits: the rules above. They pay
@@ -171,19 +186,17 @@ ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
 #     against 70.3, 8192 91.4 against 129.9 (t16 / t32 1-6 us slower than t8). DDTree-256
 #     rounds, ms a call: prompt 4096 (cache 6784) 11.139 / 11.214 against 11.778 / 11.833,
 #     prompt 8192 12.805 / 12.740 against 13.841 / 13.882 (s27b); with t16 prompt 2048 (cache
-#     4736) 10.493 against 10.381, 512 (cache 3200) 9.754 against 9.631 (s27a).
+#     4736) 10.493 against 10.381, 512 (cache 3200) 9.754 against 9.631 (s27a). Near the
+#     threshold's short end (t8, one start, s28a / s28b): prompt 2048 over a 6784-position cache
+#     10.491 against 10.499; the worst case, prompt 512 over 9344 positions (the prefix 512-1200
+#     in the benchmark's 128 rounds; a real 5k-token output's prefix averages ~3k) 9.970 against
+#     9.885.
 #   - batch 2, two blocks a CTA (AUTO_CONFIGS[None]'s 144 CTAs are two waves): the first 8 groups
 #     (128 CTAs). DDTree-256 rounds at batch 2 (s27c): prompt 4096 18.887 / 18.797 against
 #     19.812 / 20.010, prompt 8192 21.971 against 24.207.
-# - T = 72 (DDTree-64; Triton's below this size): 5 row blocks a kv head, one a CTA, keys split
-#   over 3 CTAs: 120 CTAs at batch 1. s27e, alone, us a call: prefix 4096 19.9 against Triton's
-#   29.6 (c2 24.8), 8192 31.5 against 53.1 (c2 41.0); DDTree-64 at prompt 8192 (cache 10496)
-#   7.054 / 6.981 against Triton's 7.601 / 7.435 (c2 7.355 / 7.175). At prompt 512 the split
-#   kernel ties Triton in rounds (s21b), and c2 at prompt 4096 was -0.06 ms (s22a).
 LONG_CACHE_CONFIGS: dict[int, tuple["MgpuConfig", ...]] = {
     264: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8),
-          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8)),
-    72: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3),)}
+          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8))}
 LONG_CACHE_MIN_SEQ = 5120
 
 
@@ -241,10 +254,17 @@ def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None
             at, spec = re.fullmatch(r"(?:(\d+):)?(.*)", item.strip()).groups()
             table[int(at) if at else None] = parse_config(spec, raw)
         return table.get(t, table.get(None, MgpuConfig()))
+    return fitted_config(t, grid, sms, seq) or AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
+
+
+def fitted_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
+                  seq: int | None) -> MgpuConfig | None:
+    """ONE_WAVE_CONFIGS' entry for T where its grid fits the GPU's `sms` in one wave (grid or
+    sms unknown: taken), else long_cache_config's pick; None where neither applies."""
     wave = ONE_WAVE_CONFIGS.get(t)
     if wave is not None and (grid is None or not sms or grid_ctas(t, *grid, wave) <= sms):
         return wave
-    return long_cache_config(t, grid, sms, seq) or AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
+    return long_cache_config(t, grid, sms, seq)
 
 
 def long_cache_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
@@ -297,10 +317,10 @@ def wanted(t: int, device=None) -> bool:
 def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     """The config impl="auto" runs this kernel with for these inputs (shapes or
     jax.ShapeDtypeStructs), or None where it should not: T out of the range (wanted) and, with
-    the range not set by $DDTREE_MGPU_ATTENTION, no long_cache_config; or unsupported."""
+    the range not set by $DDTREE_MGPU_ATTENTION, no fitted_config; or unsupported."""
     device = device or jax.devices()[0]
     t = q.shape[1]
-    if not wanted(t, device) and (not _usable(device) or os.environ.get(RANGE_ENV, "").strip() or long_cache_config(
+    if not wanted(t, device) and (not _usable(device) or os.environ.get(RANGE_ENV, "").strip() or fitted_config(
             t, _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]) is None):
         return None
     cfg = config_for_inputs(q, k_cache, device)

@@ -110,7 +110,7 @@ def test_unsupported_inputs_are_named():
                                    (72, MgpuConfig(overlap=True)),
                                    (264, mgpu.LONG_CACHE_CONFIGS[264][0]),   # long caches: the tail split
                                    (264, mgpu.LONG_CACHE_CONFIGS[264][1]),  # at batch 2
-                                   (72, mgpu.LONG_CACHE_CONFIGS[72][0])])   # keys over 3 CTAs
+                                   (72, mgpu.ONE_WAVE_CONFIGS[72])])   # keys over 3 CTAs
 def test_cuda_lowering(t, cfg):
     """The real path (wgmma, TMA, register layouts) lowers for CUDA at the 8B model's heads."""
     sds = jax.ShapeDtypeStruct
@@ -184,19 +184,25 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert auto_cfg(1, 264, long_seq) == one and one.tail_splits > 1 and one.blocks_per_cta == 1
     assert auto_cfg(2, 264, 8192) == two and two.tail_splits > 1 and two.blocks_per_cta == 2
     assert auto_cfg(1, 264, long_seq - 128) == auto_cfg(4, 264, 8192) == mgpu.AUTO_CONFIGS[None]
-    # T = 72, below the range (Triton's): taken over a long cache at batch 1 (5 blocks x 3 key
-    # shares x 8 kv heads = 120 CTAs), padded from 65 rows; not over a short one, not at batch 2.
-    c72 = mgpu.LONG_CACHE_CONFIGS[72][0]
-    assert auto_cfg(1, 72, long_seq) == c72 and mgpu.grid_ctas(72, 1, 8, 4, c72) == 120
-    assert auto_cfg(1, 72, long_seq - 128) is None and auto_cfg(2, 72, 8192) is None
+    # T = 72, below the range: taken at batch 1 (5 blocks x 3 key shares x 8 kv heads = 120
+    # CTAs, one wave) over any cache, padded from 65 rows; not at batch 2 (240 CTAs: Triton's),
+    # nor on a GPU of fewer SMs, nor with 64 rows (no entry for T = 64).
+    c72 = mgpu.ONE_WAVE_CONFIGS[72]
+    assert auto_cfg(1, 72, long_seq) == auto_cfg(1, 72, 640) == c72 and c72.key_splits == 3
+    assert mgpu.grid_ctas(72, 1, 8, 4, c72) == 120
+    assert auto_cfg(2, 72, 8192) is None and auto_cfg(1, 64, 8192) is None
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq) == 8
-    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq - 128) == 1
+    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=640) == 8
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=8192, batch=2) == 1
+    assert mgpu.row_multiple(64, 32, 8, 128, jnp.bfloat16, Dev()) == 1
+    Dev.core_count = 114
+    assert auto_cfg(1, 72, 8192) is None
+    Dev.core_count = 132
     assert mgpu.config_for(264, seq=8192) == mgpu.AUTO_CONFIGS[None]
     assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
     assert mgpu.config_for(256) == mgpu.ONE_WAVE_CONFIGS[256]          # grid unknown: taken
-    monkeypatch.setenv(mgpu.RANGE_ENV, "256-1032")   # a set range rules alone: no long-cache T = 72
+    monkeypatch.setenv(mgpu.RANGE_ENV, "256-1032")   # a set range rules alone: no T = 72
     assert auto_cfg(1, 72, 8192) is None and auto_cfg(1, 264, 8192) == one
     monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
     assert mgpu.wanted(264, Dev()) and not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
