@@ -12,9 +12,10 @@ warpgroups share one row block instead and take alternate key steps, then merge 
 (acc, max, sum) through shared memory: twice the warpgroups on a small tree's few row blocks.
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
-in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there), at T = 72
-(DDTree-64) where ONE_WAVE_CONFIGS' key split fits one wave, and the engine pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
-boxes of q / K / V need T % 8 == 0.
+in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there) and at T = 72
+(DDTree-64) where ONE_WAVE_CONFIGS' key split fits one wave. The engine pads those verifies to a
+multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA boxes of q / K / V need
+T % 8 == 0.
 
 Layout (the same contract as :func:`pallas_kernels.attention`):
 
@@ -160,11 +161,10 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # against 9.593 / 9.405). At T = 264 the same config needs 136 CTAs, a second wave (20.1 us
 # against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
 #
-# T = 72 (DDTree-64; below AUTO_T_RANGE, taken where this fits, with $DDTREE_MGPU_ATTENTION
-# unset; else Triton's): 5 row blocks a kv head, one a CTA,
-# keys split over 3 CTAs: 120 CTAs at batch 1 (at batch 2 its 240 are two waves: Triton; the
-# unsplit 64x4w2k's 80 CTAs tied Triton there, s28b: 8.275 against 8.329 ms a call at prompt
-# 4096). Alone, us a call against Triton's: prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048
+# T = 72 (DDTree-64; below AUTO_T_RANGE, taken where this fits with $DDTREE_MGPU_ATTENTION
+# unset, else Triton's): 5 row blocks a kv head, one a CTA, keys split over 3 CTAs: 120 CTAs at
+# batch 1 (at batch 2 its 240 are two waves: Triton; the unsplit 64x4w2k's 80 CTAs tied Triton
+# there, s28b: 8.275 against 8.329 ms a call at prompt 4096). Alone, us a call against Triton's: prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048
 # 14.3 / 20.2 (s28c), 4096 19.9 / 29.6, 8192 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
 # against Triton's, same starts: prompt 512 6.105 / 6.106 against 6.113 / 6.124 (ABAB, s28c: a
 # tie), prompt 2048 6.336 against 6.536 (s28c), prompt 4096 6.581 / 6.595 against 6.864 / 6.854
