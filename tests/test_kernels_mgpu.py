@@ -50,7 +50,7 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # with no prefix at all (every key a tree key; CTA 1 has no step); inf past cache_len
     (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan),
     (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan),
-    (24, 200, 2, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
+    (24, 200, 1, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
     # tail_splits: 3 row blocks in 2 groups of 2; group 0 in the first launch, group 1 (block 2
     # and an empty block 3) in a second, its 4 prefix steps and new-key step split over 2 CTAs
     (40, 304, 1, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True, tail_splits=2), np.nan),
