@@ -164,8 +164,9 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # T = 72 (DDTree-64; below AUTO_T_RANGE, taken where this fits with $DDTREE_MGPU_ATTENTION
 # unset, else Triton's): 5 row blocks a kv head, one a CTA, keys split over 3 CTAs: 120 CTAs at
 # batch 1 (at batch 2 its 240 are two waves: Triton; the unsplit 64x4w2k's 80 CTAs tied Triton
-# there, s28b: 8.275 against 8.329 ms a call at prompt 4096). Alone, us a call against Triton's: prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048
-# 14.3 / 20.2 (s28c), 4096 19.9 / 29.6, 8192 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
+# there, s28b: 8.275 against 8.329 ms a call at prompt 4096). Alone, us a call against Triton's:
+# prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048 14.3 / 20.2 (s28c), 4096 19.9 / 29.6, 8192
+# 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
 # against Triton's, same starts: prompt 512 6.105 / 6.106 against 6.113 / 6.124 (ABAB, s28c: a
 # tie), prompt 2048 6.336 against 6.536 (s28c), prompt 4096 6.581 / 6.595 against 6.864 / 6.854
 # (ABAB, s28a), prompt 8192 7.054 against 7.601 (s27e); over a 9344-position cache at prompt
@@ -276,8 +277,7 @@ def long_cache_config(t: int, grid: tuple[int, int, int] | None, sms: int | None
         return None
     bt, hkv, g = grid
     for cfg in LONG_CACHE_CONFIGS.get(t, ()):
-        ng = _groups(t, g, cfg)[2]
-        if grid_ctas(t, bt, hkv, g, cfg, ng - 1 if cfg.tail_splits > 1 else ng) <= sms:
+        if grid_ctas(t, bt, hkv, g, cfg, _head_groups(t, g, cfg)) <= sms:
             return cfg
     return None
 
@@ -319,11 +319,12 @@ def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     jax.ShapeDtypeStructs), or None where it should not: T out of the range (wanted) and, with
     the range not set by $DDTREE_MGPU_ATTENTION, no fitted_config; or unsupported."""
     device = device or jax.devices()[0]
-    t = q.shape[1]
-    if not wanted(t, device) and (not _usable(device) or os.environ.get(RANGE_ENV, "").strip() or fitted_config(
-            t, _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]) is None):
-        return None
-    cfg = config_for_inputs(q, k_cache, device)
+    t, grid, sms, seq = q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]
+    if not wanted(t, device):
+        # Outside the range only while $DDTREE_MGPU_ATTENTION is unset and a fitted config applies.
+        if not _usable(device) or os.environ.get(RANGE_ENV, "").strip() or fitted_config(t, grid, sms, seq) is None:
+            return None
+    cfg = config_for(t, grid, sms, seq)
     return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
 
 
@@ -379,6 +380,13 @@ def _groups(t: int, g: int, cfg: MgpuConfig) -> tuple[int, int, int]:
     tb = BLOCK_M // g
     blocks = pl.cdiv(t, tb)
     return tb, blocks, pl.cdiv(blocks, cfg.blocks_per_cta)
+
+
+def _head_groups(t: int, g: int, cfg: MgpuConfig) -> int:
+    """Row-block groups of a (batch row, kv head) in the first launch: all NG, or NG - 1 where
+    tail_splits runs the last one in a launch of its own (NG > 1)."""
+    ng = _groups(t, g, cfg)[2]
+    return ng - 1 if cfg.tail_splits > 1 and ng > 1 else ng
 
 
 def fold_mask(new_mask, g: int, cfg: MgpuConfig, dtype=jnp.bfloat16):
@@ -852,7 +860,7 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
         return out if c.key_splits == 1 else merge_splits(*out, splits=c.key_splits, g=g)
 
     tb, _, ng = _groups(q.shape[1], g, cfg)
-    if cfg.tail_splits == 1 or ng == 1:
+    if _head_groups(q.shape[1], g, cfg) == ng:
         return run(dataclasses.replace(cfg, tail_splits=1))
     # The last group's keys split over tail_splits CTAs in a launch of its own; its rows replace
     # the first launch's (which never wrote them). A concatenation (one small XLA fusion, with the
