@@ -1,0 +1,123 @@
+"""Where a `run_rounds` call's fixed cost comes from: fresh state buffers against reused ones.
+
+    python -m bench.probe_call_fixed --model qwen3-8b --budget 64 --out DIR
+    python -m bench.probe_call_fixed --model tiny --rounds 4            # CPU smoke run
+
+A call of R rounds costs R x (steady round) + a fixed part (bench_round's call_fixed_ms: 1.7-4.1
+ms at the 8B DDTree-64, session 28). Session 23 saw the round's command buffer updated once a
+call, as every call's state is new, donated buffers. Each mode here makes the state of a call
+differently and times calls of R and 2R rounds (fixed = 2 t(R) - t(2R)):
+
+- fresh: new caches and a prefill every call (what bench_round and generate do);
+- caches: the previous call's caches donated to the prefill (the other state arrays are new);
+- state: the previous call's whole state donated to the prefill (every output aliases a buffer);
+- continue: no prefill, the previous call's state runs on (generate's streaming calls).
+
+For each call it also counts the state's buffers whose addresses differ from the call before.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from bench.bench_round import build, setup_request
+from ddtree_jax import engine
+from ddtree_jax.generate import Generator
+
+MODES = ("fresh", "caches", "state", "continue")
+
+
+def _pointers(state) -> list[int]:
+    return [x.unsafe_buffer_pointer() for x in jax.tree_util.tree_leaves(state)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.probe_call_fixed", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen3-8b")
+    ap.add_argument("--method", default="ddtree")
+    ap.add_argument("--budget", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        ap.error(f"unknown mode(s) {bad}; choose from {MODES}")
+
+    ck = build(args.model, jnp.bfloat16 if args.model != "tiny" else jnp.float32)
+    gen = Generator(ck, method=args.method, budget=args.budget)
+    rounds = args.rounds
+    # bench_round's request (its cache size): random weights commit ~1-2 tokens a round, so the
+    # continue mode's ~15 calls stay inside it
+    req = setup_request(gen, args.prompt_len, rounds * 40 + 8)
+    state0 = req.prefill(*req.pre_args())
+    run = engine.run_rounds.lower(gen.tparams, gen.dparams, state0, req.knobs, jnp.int32(rounds),
+                                  **req.static).compile(compiler_options=gen.round_options(req.spec))
+    del state0
+
+    def _reprefill(old, tparams, dparams, cache, dcache, *rest, **static):
+        del cache, dcache  # the old state's caches (and every other buffer) are reused instead
+        return engine._prefill(tparams, dparams, old.cache, old.dcache, *rest, **static)
+
+    reprefill = jax.jit(_reprefill, static_argnames=("tcfg", "dcfg", "spec"), donate_argnums=(0,), keep_unused=True)
+    last = {"state": None, "ptrs": None}
+
+    def fresh_state(mode):
+        old = last["state"]
+        if mode == "fresh" or old is None:
+            return req.prefill(*req.pre_args())
+        if mode == "continue":
+            return old
+        if mode == "caches":
+            args_ = list(req.pre_args())
+            args_[2], args_[3] = old.cache, old.dcache  # donated to the prefill
+            return req.prefill(*args_)
+        args_ = req.pre_args()
+        return reprefill(old, *args_, **req.static)
+
+    def call(mode, n):
+        state = jax.block_until_ready(fresh_state(mode))
+        ptrs = _pointers(state)
+        moved = None if last["ptrs"] is None else sum(a != b for a, b in zip(ptrs, last["ptrs"]))
+        t0 = time.perf_counter()
+        state = run(gen.tparams, gen.dparams, state, req.knobs, jnp.int32(n))
+        jax.block_until_ready(state.out)
+        ms = 1e3 * (time.perf_counter() - t0)
+        last["state"], last["ptrs"] = state, _pointers(state)
+        return ms, moved
+
+    out = {"model": args.model, "method": args.method, "budget": gen.budget, "rounds": rounds,
+           "device": jax.devices()[0].device_kind, "jax": jax.__version__, "cache_size": req.spec.cache_size,
+           "modes": {}}
+    for mode in modes:
+        last["state"], last["ptrs"] = None, None
+        call(mode, rounds), call(mode, 2 * rounds)  # warm-up pair
+        per, fixed, moved = [], [], []
+        for _ in range(args.repeats):
+            (t1, m1), (t2, m2) = call(mode, rounds), call(mode, 2 * rounds)
+            per.append(t1 / rounds)
+            fixed.append(2 * t1 - t2)
+            moved += [m1, m2]
+        r = {"round_ms_a_call": per, "call_fixed_ms": fixed, "buffers_moved": moved,
+             "leaves": len(last["ptrs"]), "rounds_done": int(last["state"].rounds[0])}
+        out["modes"][mode] = r
+        print(f"[probe_call_fixed] {mode:8s} a call {statistics.median(per):.3f} ms/round, fixed "
+              f"{statistics.median(fixed):.2f} ms (all {['%.2f' % f for f in fixed]}), buffers moved a call "
+              f"{moved} of {r['leaves']}", flush=True)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "call_fixed.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
