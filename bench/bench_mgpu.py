@@ -32,12 +32,12 @@ from pallas_kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
 HEADS = (32, 8, 128)     # Qwen3-8B: query heads, kv heads, head dim
 
 
-def timed_case(t: int, prefix: int):
-    """The timed call's inputs: T new tokens of a random tree over `prefix` committed keys, in a
-    cache of prefix + 512 positions (bf16, 8B heads)."""
+def timed_case(t: int, prefix: int, batch: int = 1):
+    """The timed call's inputs: `batch` rows of T new tokens of a random tree over `prefix`
+    committed keys, in a cache of prefix + 512 positions (bf16, 8B heads)."""
     hq, hkv, dh = HEADS
-    return make_case(jax.random.key(t + prefix + 1), bt=1, t=t, s=prefix + 512, hq=hq, hkv=hkv, dh=dh,
-                     dtype=jnp.bfloat16, cache_len=[prefix])
+    return make_case(jax.random.key(t + prefix + 1), bt=batch, t=t, s=prefix + 512, hq=hq, hkv=hkv, dh=dh,
+                     dtype=jnp.bfloat16, cache_len=[prefix] * batch)
 
 
 def parse_config(text: str) -> MgpuConfig | None:
@@ -51,8 +51,12 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="triton,64x3w2,64x3w1")
     ap.add_argument("--inner", type=int, default=36)
     ap.add_argument("--cold-mb", type=int, default=160)
+    ap.add_argument("--batch", type=int, default=1, help="batch rows (the exactness case's rows get "
+                    "lengths 3 apart)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.batch < 1:
+        ap.error(f"--batch must be >= 1 (got {args.batch})")
     bad = [t for t in args.ts if t % 8]
     if bad:
         ap.error(f"--ts {bad}: the Mosaic GPU kernel takes T a multiple of 8 (the engine pads to one)")
@@ -63,17 +67,17 @@ def main(argv=None) -> int:
         for p in args.prefixes:
             s = p + 512
             ragged = p - 3
-            case = make_case(jax.random.key(t + p), bt=1, t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype,
-                             cache_len=[ragged], poison=True)
+            case = make_case(jax.random.key(t + p), bt=args.batch, t=t, s=s, hq=hq, hkv=hkv, dh=dh, dtype=dtype,
+                             cache_len=[max(ragged - 3 * i, 0) for i in range(args.batch)], poison=True)
             ref = attention(*case, scale=dh**-0.5, impl="xla")
-            timed = timed_case(t, p)
+            timed = timed_case(t, p, args.batch)
             for name in configs:
                 cfg = parse_config(name)
                 if cfg is None:
                     fn = functools.partial(attention, scale=dh**-0.5, impl="pallas")
                 else:
                     fn = functools.partial(attention_mgpu, scale=dh**-0.5, config=cfg)
-                row = dict(t=t, prefix=p, config=name)
+                row = dict(t=t, prefix=p, config=name, batch=args.batch)
                 try:
                     out = jax.jit(fn)(*case)
                     row["rel_err"] = rel_err(out, ref)
