@@ -13,7 +13,8 @@ warpgroups share one row block instead and take alternate key steps, then merge 
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
 in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there) and at T = 72
-(DDTree-64) where ONE_WAVE_CONFIGS' key split fits one wave. The engine pads those verifies to a
+(DDTree-64) where ONE_WAVE_CONFIGS' key split fits one wave (at batch 2: over long caches,
+LONG_CACHE_CONFIGS). The engine pads those verifies to a
 multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA boxes of q / K / V need
 T % 8 == 0.
 
@@ -163,8 +164,9 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 #
 # T = 72 (DDTree-64; below AUTO_T_RANGE, taken where this fits with $DDTREE_MGPU_ATTENTION
 # unset, else Triton's): 5 row blocks a kv head, one a CTA, keys split over 3 CTAs: 120 CTAs at
-# batch 1 (at batch 2 its 240 are two waves: Triton; the unsplit 64x4w2k's 80 CTAs tied Triton
-# there, s28b: 8.275 against 8.329 ms a call at prompt 4096). Alone, us a call against Triton's:
+# batch 1 (at batch 2 its 240 are two waves: Triton's below LONG_CACHE_MIN_SEQ, LONG_CACHE_CONFIGS[72]
+# from there; the unsplit 64x4w2k's 80 CTAs tied Triton there, s28b: 8.275 against 8.329 ms a
+# call at prompt 4096). Alone, us a call against Triton's:
 # prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048 14.3 / 20.2 (s28c), 4096 19.9 / 29.6, 8192
 # 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
 # against Triton's, same starts: prompt 512 6.105 / 6.106 against 6.113 / 6.124 (ABAB, s28c: a
@@ -175,8 +177,9 @@ ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
     72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3)}
 # Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
-# whose first launch fits one wave (batch rows x kv heads x its CTAs a kv head <= the SMs; the
-# tail split's first launch leaves out the last group); none fits: the rules above. They pay
+# whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows x kv heads x
+# its CTAs a kv head, the tail split's first launch leaving out the last group), a second wave
+# at least half full (`fills_waves`); none fits: the rules above. They pay
 # where the prefix is long, cost where it is short; the prefix is traced, the config static, so
 # the rule goes by the cache's size, which the engine makes bucket(prompt) + bucket(max new
 # tokens) + 2 (nodes + 2): from 5120 positions a request's prefix averages > 2k.
@@ -195,9 +198,19 @@ ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
 #   - batch 2, two blocks a CTA (AUTO_CONFIGS[None]'s 144 CTAs are two waves): the first 8 groups
 #     (128 CTAs). DDTree-256 rounds at batch 2 (s27c): prompt 4096 18.887 / 18.797 against
 #     19.812 / 20.010, prompt 8192 21.971 against 24.207.
+# - T = 72 (DDTree-64) at batch 2: ONE_WAVE_CONFIGS[72]'s 240 CTAs, two waves, which lose over a
+#   short cache (s28f, prompt 512, cache 3200: 7.150 against Triton's 6.843 ms a call). Over
+#   long caches, DDTree-64 rounds at batch 2 against Triton's, ms a call, same starts: prompt
+#   4096 (cache 6784) 8.190 / 8.196 against 8.313 / 8.383 (ABAB, s29a), 8192 9.362 against
+#   9.733, and the worst case, prompt 512 over 128 rounds (cache 9344) 7.224 against 7.356
+#   (s29b). Alone at batch 2 (s29b), us: prefix 4096 c3 38.2, the unsplit 64x4w2k (80 CTAs) 39.4,
+#   Triton 53.4; prefix 512 16.5, 10.0, 12.9 (the unsplit kernel tied Triton in rounds at prompt
+#   4096, s28b). Batch 3 (360 CTAs) and more: not measured, Triton's.
 LONG_CACHE_CONFIGS: dict[int, tuple["MgpuConfig", ...]] = {
     264: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8),
-          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8))}
+          MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8)),
+    72: (ONE_WAVE_CONFIGS[72],)}
+LONG_CACHE_WAVES: dict[int, int] = {72: 2}
 LONG_CACHE_MIN_SEQ = 5120
 
 
@@ -270,16 +283,24 @@ def fitted_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
 
 def long_cache_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
                       seq: int | None) -> MgpuConfig | None:
-    """LONG_CACHE_CONFIGS' first entry for T whose first launch fits the GPU's `sms` in one
-    wave, where the cache holds `seq` >= LONG_CACHE_MIN_SEQ positions (grid: (Bt, Hkv, G));
-    None where none does or any of the three is unknown."""
+    """LONG_CACHE_CONFIGS' first entry for T whose first launch fits the GPU's `sms` in
+    LONG_CACHE_WAVES[T] waves (default one), where the cache holds `seq` >= LONG_CACHE_MIN_SEQ
+    positions (grid: (Bt, Hkv, G)); None where none does or any of the three is unknown."""
     if grid is None or not sms or seq is None or seq < LONG_CACHE_MIN_SEQ:
         return None
     bt, hkv, g = grid
     for cfg in LONG_CACHE_CONFIGS.get(t, ()):
-        if grid_ctas(t, bt, hkv, g, cfg, _head_groups(t, g, cfg)) <= sms:
+        if fills_waves(grid_ctas(t, bt, hkv, g, cfg, _head_groups(t, g, cfg)), sms, LONG_CACHE_WAVES.get(t, 1)):
             return cfg
     return None
+
+
+def fills_waves(ctas: int, sms: int, waves: int) -> bool:
+    """Whether `ctas` CTAs, one an SM, run in at most `waves` waves on `sms` SMs, the last at
+    least half full where there are more than one: a nearly empty last wave (DDTree-64's 120
+    CTAs on a 114-SM GPU) costs a whole CTA's time for a few CTAs' work."""
+    n = -(-ctas // sms)
+    return n <= waves and (n == 1 or ctas - (n - 1) * sms >= sms / 2)
 
 
 def sm_count(device=None) -> int | None:

@@ -188,19 +188,26 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert auto_cfg(2, 264, 8192) == two and two.tail_splits > 1 and two.blocks_per_cta == 2
     assert auto_cfg(1, 264, long_seq - 128) == auto_cfg(4, 264, 8192) == mgpu.AUTO_CONFIGS[None]
     # T = 72, below the range: taken at batch 1 (5 blocks x 3 key shares x 8 kv heads = 120
-    # CTAs, one wave) over any cache, padded from 65 rows; not at batch 2 (240 CTAs: Triton's),
-    # nor on a GPU of fewer SMs, nor with 64 rows (no entry for T = 64).
+    # CTAs, one wave) over any cache, padded from 65 rows; at batch 2 (240 CTAs, two waves) over
+    # long caches only (LONG_CACHE_WAVES[72]); not at batch 3 (360 CTAs), nor on a GPU of fewer
+    # SMs at batch 1, nor with 64 rows (no entry for T = 64).
     c72 = mgpu.ONE_WAVE_CONFIGS[72]
     assert auto_cfg(1, 72, long_seq) == auto_cfg(1, 72, 640) == c72 and c72.key_splits == 3
     assert mgpu.grid_ctas(72, 1, 8, 4, c72) == 120
-    assert auto_cfg(2, 72, 8192) is None and auto_cfg(1, 64, 8192) is None
+    assert auto_cfg(2, 72, long_seq) == auto_cfg(2, 72, 8192) == c72 == mgpu.LONG_CACHE_CONFIGS[72][0]
+    assert auto_cfg(2, 72, long_seq - 128) is None and auto_cfg(3, 72, 8192) is None
+    assert auto_cfg(1, 64, 8192) is None
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq) == 8
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=640) == 8
-    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=8192, batch=2) == 1
+    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=8192, batch=2) == 8
+    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=3200, batch=2) == 1
     assert mgpu.row_multiple(64, 32, 8, 128, jnp.bfloat16, Dev()) == 1
-    Dev.core_count = 114
-    assert auto_cfg(1, 72, 8192) is None
+    Dev.core_count = 114   # 120 CTAs: two waves, the second of 6 CTAs: Triton's at any cache
+    assert auto_cfg(1, 72, 640) is None and auto_cfg(1, 72, 8192) is None
     Dev.core_count = 132
+    assert mgpu.fills_waves(240, 132, 2) and mgpu.fills_waves(132, 132, 1) and mgpu.fills_waves(8, 132, 1)
+    assert not mgpu.fills_waves(133, 132, 1) and not mgpu.fills_waves(120, 114, 2)
+    assert not mgpu.fills_waves(360, 132, 2) and mgpu.fills_waves(171, 114, 2)
     assert mgpu.config_for(264, seq=8192) == mgpu.AUTO_CONFIGS[None]
     assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
