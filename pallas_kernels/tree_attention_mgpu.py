@@ -894,17 +894,22 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
 
 
 def merge_splits(parts, lse, *, splits: int, g: int):
-    """key_splits' merge (one XLA fusion): parts [N * Bt, T, Hq, Dh], share c's output normalized
-    over its keys at rows c * Bt + b; lse float32 [N * Bt, Hkv, rows], each row's log2-sum-exp2 of
-    its scaled scores in the kernel's folded row order (row gi * TB + tl of block m: token
-    m * TB + tl, head h * G + gi; -1e30 where the share saw no key). Returns [Bt, T, Hq, Dh] in
-    parts' dtype."""
+    """key_splits' merge: parts [N * Bt, T, Hq, Dh], share c's output normalized over its keys at
+    rows c * Bt + b; lse float32 [N * Bt, Hkv, rows], each row's log2-sum-exp2 of its scaled
+    scores in the kernel's folded row order (row gi * TB + tl of block m: token m * TB + tl, head
+    h * G + gi; -1e30 where the share saw no key). Returns [Bt, T, Hq, Dh] in parts' dtype.
+
+    Written share by share (elementwise maxima and sums, no reduce over the N axis), so that XLA
+    emits one loop fusion that recomputes each row's weights per output element (float32 exp is
+    cheap on the GPU); reduces over N made it two kernels, the weights' and the sum's."""
     nb, t, hq, dh = parts.shape
     bt, hkv, rows = nb // splits, lse.shape[1], lse.shape[2]
     tb = BLOCK_M // g
     lse = lse.reshape(splits, bt, hkv, rows // BLOCK_M, g, tb)
     lse = lse.transpose(0, 1, 3, 5, 2, 4).reshape(splits, bt, rows // BLOCK_M * tb, hq)[:, :, :t]
-    w = jnp.exp2(lse - lse.max(axis=0))                                   # [N, Bt, T, Hq]
-    den = w.sum(axis=0)
-    o = (w[..., None] * parts.reshape(splits, bt, t, hq, dh).astype(jnp.float32)).sum(axis=0)
+    parts = parts.reshape(splits, bt, t, hq, dh)
+    top = functools.reduce(jnp.maximum, [lse[c] for c in range(splits)])      # [Bt, T, Hq]
+    w = [jnp.exp2(lse[c] - top) for c in range(splits)]
+    den = functools.reduce(jnp.add, w)
+    o = functools.reduce(jnp.add, [w[c][..., None] * parts[c].astype(jnp.float32) for c in range(splits)])
     return (o / jnp.where(den > 0.0, den, 1.0)[..., None]).astype(parts.dtype)
