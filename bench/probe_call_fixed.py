@@ -26,7 +26,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from bench.bench_round import build, setup_request
+from bench.bench_round import SHAPES, build, setup_request
 from ddtree_jax import engine
 from ddtree_jax.generate import Generator
 
@@ -39,8 +39,8 @@ def _pointers(state) -> list[int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.probe_call_fixed", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="qwen3-8b")
-    ap.add_argument("--method", default="ddtree")
+    ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
+    ap.add_argument("--method", default="ddtree", choices=("ar", "dflash", "ddtree"))
     ap.add_argument("--budget", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=32)

@@ -102,6 +102,25 @@ def test_bench_tree_and_probe_smoke(tmp_path):
     assert probe["weights_only_step_io"]["ms"] > 0
 
 
+def test_probe_call_fixed_smoke(tmp_path):
+    """probe_call_fixed times calls in its four state modes; donating the whole last state to
+    the prefill ("state") or running it on ("continue") keeps every buffer's address, donating
+    only the caches keeps theirs; an unknown mode is a usage error."""
+    from bench import probe_call_fixed
+
+    assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "call_fixed.json").read_text())
+    modes = out["modes"]
+    assert list(modes) == list(probe_call_fixed.MODES)
+    for name, r in modes.items():
+        assert len(r["round_ms_a_call"]) == len(r["call_fixed_ms"]) == 1 and r["round_ms_a_call"][0] > 0, name
+        assert len(r["buffers_moved"]) == 2 and r["rounds_done"] > 0, name
+    assert modes["state"]["buffers_moved"] == modes["continue"]["buffers_moved"] == [0, 0]
+    assert all(m < modes["caches"]["leaves"] for m in modes["caches"]["buffers_moved"])
+    with pytest.raises(SystemExit):
+        probe_call_fixed.main(["--modes", "fresh,warm"])
+
+
 @pytest.mark.parametrize("flag,values,table,suffixes", [
     ("--ancestor-impl", "square,chain", "ANCESTOR_CHAIN_FROM", ["ancchain", "ancsquare"]),
     ("--onehot-max", "0,100000", "SELECT_ONEHOT_MAX", ["onehot0", "onehot100000"]),
