@@ -56,7 +56,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import split_merge
 from .attention_reference import check_attention_shapes
+from .split_merge import merge_splits_kernel
 
 try:
     from jax.experimental import pallas as pl
@@ -137,6 +139,9 @@ class MgpuConfig:
     # launch, the split's merge and a concatenation of the rows; pays where the prefix is long
     # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512): LONG_CACHE_CONFIGS.
     tail_splits: int = 1
+    # The shares' merge (key_splits, tail_splits) as one Pallas Triton kernel
+    # (split_merge.merge_splits_kernel) instead of merge_splits' XLA fusions (two on the H200).
+    merge_kernel: bool = False
 
     @property
     def blocks_per_cta(self) -> int:
@@ -229,17 +234,20 @@ def auto_t_range() -> tuple[int, int] | None:
 
 
 def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
-    """``BKxSTAGESwWGS[k][s][cN][o][tN]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN: key_splits
-    N, o: overlap, tN: tail_splits N), e.g. 64x3w2, 64x4w2ks, 64x4w2kc2, 64x4w2kso or 64x4w2kst16."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?(o?)(?:t(\d+))?", spec.strip())
+    """``BKxSTAGESwWGS[k][s][cN][o][tN][m]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN:
+    key_splits N, o: overlap, tN: tail_splits N, m: merge_kernel), e.g. 64x3w2, 64x4w2ks,
+    64x4w2kc2, 64x4w2kc3m, 64x4w2kso or 64x4w2kst16."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?(o?)(?:t(\d+))?(m?)", spec.strip())
     if not m:
         where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN][o][tN] entries (k: split the keys between the "
+        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN][o][tN][m] entries (k: split the keys between the "
                          "warpgroups, s: skip empty new-key steps, cN: split them over N CTAs, o: overlap the next "
                          "QK product with the softmax, tN: the last row-block group's keys over N CTAs in a launch "
-                         "of its own), each optionally T: prefixed, e.g. 72:64x4w2kc2,64x3w2s")
+                         "of its own, m: merge the shares in one Pallas kernel), each optionally T: prefixed, e.g. "
+                         "72:64x4w2kc2,64x3w2s")
     return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
-                      key_splits=int(m[6] or 1), overlap=bool(m[7]), tail_splits=int(m[8] or 1))
+                      key_splits=int(m[6] or 1), overlap=bool(m[7]), tail_splits=int(m[8] or 1),
+                      merge_kernel=bool(m[9]))
 
 
 def _grid(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig, groups: int | None = None) -> tuple[int, int, int]:
@@ -385,6 +393,8 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
         return f"config {cfg} (key_splits and tail_splits 1 to 64)"
     if cfg.key_splits > 1 and cfg.tail_splits > 1:
         return f"config {cfg} (key_splits or tail_splits, not both)"
+    if cfg.merge_kernel and split_merge.pltriton is None:
+        return f"config {cfg} (m: this jax has no Pallas Triton module for the merge kernel)"
     if cfg.smem_bytes(dh) > 220 * 1024:
         return f"config {cfg} needs {cfg.smem_bytes(dh)} bytes of shared memory"
     if k_cache.shape[2] % 8:
@@ -877,8 +887,12 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
                              profile_dir=None if interpret else profile_dir)
 
     def run(c: MgpuConfig, groups=None):
-        out = call(cfg=c, groups=groups)
-        return out if c.key_splits == 1 else merge_splits(*out, splits=c.key_splits, g=g)
+        out = call(cfg=dataclasses.replace(c, merge_kernel=False), groups=groups)
+        if c.key_splits == 1:
+            return out
+        if c.merge_kernel:
+            return merge_splits_kernel(*out, splits=c.key_splits, g=g, interpret=interpret)
+        return merge_splits(*out, splits=c.key_splits, g=g)
 
     tb, _, ng = _groups(q.shape[1], g, cfg)
     if _head_groups(q.shape[1], g, cfg) == ng:

@@ -7,6 +7,7 @@ padding of the verify rows (which this kernel needs: T % 8 == 0) is tested in te
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -16,6 +17,7 @@ import pytest
 
 from pallas_kernels import tree_attention as ta
 from pallas_kernels import tree_attention_mgpu as mgpu
+from pallas_kernels.split_merge import merge_splits_kernel
 from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
 from test_kernels import make_inputs, numpy_reference, rel_err
 
@@ -60,10 +62,42 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # ONE_WAVE_CONFIGS[72] (DDTree-64's default on the H200): one block a CTA, keys over 3 CTAs;
     # 5 key steps shared 2 / 2 / 1: the ragged 4th prefix step in CTA 1, the new keys alone in CTA 2
     (16, 304, 1, 4, 64, (250,), mgpu.ONE_WAVE_CONFIGS[72], np.nan),
+    # ... with its shares merged by the Pallas kernel (m; two batch rows in
+    # test_merge_kernel_matches_the_xla_merge), and the tail split's shares too (block 2's keys
+    # over 2 CTAs)
+    (16, 104, 1, 4, 64, (70,), dataclasses.replace(mgpu.ONE_WAVE_CONFIGS[72], merge_kernel=True), np.nan),
+    (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, tail_splits=2, merge_kernel=True), np.nan),
 ])
 def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
     got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
     assert rel_err(got, want) < 1e-2
+
+
+@pytest.mark.parametrize("splits,bt,t,hkv,g,dh", [(3, 2, 24, 2, 4, 64), (8, 1, 72, 2, 4, 128), (2, 1, 16, 1, 8, 64)])
+def test_merge_kernel_matches_the_xla_merge(splits, bt, t, hkv, g, dh):
+    """split_merge's one-kernel merge (interpret mode) equals merge_splits on the kernel's
+    layout: shares at rows c * Bt + b, log2-sum-exp2 in folded row order, -1e30 where a share
+    saw no key; T not a multiple of a row block's tokens; N not a power of two."""
+    rng = np.random.default_rng(splits)
+    tb = 64 // g
+    parts = jnp.asarray(rng.standard_normal((splits * bt, t, hkv * g, dh)), jnp.bfloat16)
+    lse = rng.standard_normal((splits * bt, hkv, -(-t // tb) * 64)).astype(np.float32) * 4
+    lse[0, :, :7] = -1e30
+    want = np.asarray(mgpu.merge_splits(parts, jnp.asarray(lse), splits=splits, g=g), np.float32)
+    got = merge_splits_kernel(parts, jnp.asarray(lse), splits=splits, g=g, interpret=True)
+    assert got.shape == (bt, t, hkv * g, dh) and got.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=8e-3, rtol=8e-3)
+
+
+def test_merge_kernel_lowers_for_cuda():
+    sds = jax.ShapeDtypeStruct
+    fn = functools.partial(merge_splits_kernel, splits=3, g=4)
+    try:
+        txt = jax.jit(fn).trace(sds((3, 72, 32, 128), jnp.bfloat16), sds((3, 8, 320), jnp.float32)).lower(
+            lowering_platforms=("cuda",)).as_text()
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert "ddtree_split_merge" in txt
 
 
 def test_fold_mask_layout():
@@ -152,6 +186,8 @@ def test_settings_from_the_environment(monkeypatch):
     assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "64x4w2kso")
     assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, overlap=True)
+    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2kc3m")
+    assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True, key_splits=3, merge_kernel=True)
     monkeypatch.setenv(mgpu.CONFIG_ENV, "264:64x4w2kst16,64x3w2so")
     assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, tail_splits=16)
     assert mgpu.config_for(256).tail_splits == 1

@@ -1,0 +1,83 @@
+"""The Mosaic GPU attention's key-share merge as one Pallas Triton kernel.
+
+With ``key_splits`` (and the tail split's second launch) the Mosaic GPU kernel
+(tree_attention_mgpu.py) writes N partial outputs, each normalised over its share of the keys,
+and each row's log2-sum-exp2; ``tree_attention_mgpu.merge_splits`` combines them in XLA, which
+on the H200 makes two fusions: the weights' exponentials, then the weighted sum (session 29,
+s29d: 1.2 + 1.6 us a layer at DDTree-64's 72 rows, plus the gap between them). This kernel does
+both in one launch: each program takes `width` columns of one batch row's flattened
+``[T * Hq * Dh]`` output, gathers every share's partials and its rows' log2-sum-exp2 from the
+kernel's folded row order, and stores the merged columns. Selected by the config's ``m``
+(MgpuConfig.merge_kernel); a CPU path through ``interpret=True``.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+except ImportError:  # pragma: no cover - depends on the installed jax
+    pl = pltriton = None
+
+BLOCK_M = 64          # the Mosaic GPU kernel's folded rows a row block
+MERGE_WIDTH = 2048    # output columns a program (a power of two)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: int, g: int, dh: int,
+            rows: int, width: int):
+    """Program (k, b): output columns [k * width, (k + 1) * width) of batch row b.
+    lse_ref [N * Bt, Hkv * rows] float32; parts_ref [N * Bt, T * Hq * Dh]; out_ref [Bt, T * Hq * Dh]."""
+    b = pl.program_id(1)
+    n_cols = t * hq * dh
+    col = pl.program_id(0) * width + jnp.arange(width, dtype=jnp.int32)
+    colc = jnp.minimum(col, n_cols - 1)                  # every read in range
+    tok, head = lax.div(colc, hq * dh), lax.rem(lax.div(colc, dh), hq)
+    tb = BLOCK_M // g
+    # Token m * TB + tl of head h * G + gi is folded row gi * TB + tl of row block m.
+    lrow = lax.div(head, g) * rows + lax.div(tok, tb) * BLOCK_M + lax.rem(head, g) * tb + lax.rem(tok, tb)
+    share = jnp.arange(_pow2_at_least(splits), dtype=jnp.int32)
+    real = (share < splits)[:, None]
+    prow = (jnp.minimum(share, splits - 1) * bt + b)[:, None]
+    lse = pltriton.load(lse_ref.at[prow, lrow[None, :]], mask=real, other=-jnp.inf)       # [P, W]
+    part = pltriton.load(parts_ref.at[prow, colc[None, :]], mask=real, other=0.0).astype(jnp.float32)
+    # A share that saw no key has -1e30 (weight 0 beside any share that did); the padding
+    # shares -inf (weight 0 always).
+    w = jnp.exp2(lse - lse.max(axis=0)[None, :])
+    den = w.sum(axis=0)
+    out = (w * part).sum(axis=0) / jnp.where(den > 0.0, den, 1.0)
+    pltriton.store(out_ref.at[b, col], out.astype(out_ref.dtype), mask=col < n_cols)
+
+
+def merge_splits_kernel(parts, lse, *, splits: int, g: int, interpret: bool = False):
+    """Same contract as tree_attention_mgpu.merge_splits, in one Pallas Triton kernel: parts
+    [N * Bt, T, Hq, Dh] (share c's rows at c * Bt + b), lse float32 [N * Bt, Hkv, rows] in the
+    kernel's folded row order. Returns [Bt, T, Hq, Dh] in parts' dtype."""
+    if pltriton is None:
+        raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); "
+                           "use the XLA merge (a config without m)")
+    nb, t, hq, dh = parts.shape
+    bt, hkv, rows = nb // splits, lse.shape[1], lse.shape[2]
+    n_cols = t * hq * dh
+    width = min(MERGE_WIDTH, _pow2_at_least(n_cols))
+    kernel = functools.partial(_kernel, splits=splits, bt=bt, t=t, hq=hq, g=g, dh=dh, rows=rows, width=width)
+    out = pl.pallas_call(
+        kernel,
+        grid=(pl.cdiv(n_cols, width), bt),
+        in_specs=[pl.BlockSpec((nb, hkv * rows), lambda k, b: (0, 0)),
+                  pl.BlockSpec((nb, n_cols), lambda k, b: (0, 0))],
+        out_specs=pl.BlockSpec((bt, n_cols), lambda k, b: (0, 0)),
+        out_shape=jax.ShapeDtypeStruct((bt, n_cols), parts.dtype),
+        compiler_params=None if interpret else pltriton.CompilerParams(num_warps=4, num_stages=1),
+        interpret=interpret,
+        name="ddtree_split_merge",
+    )(lse.reshape(nb, hkv * rows), parts.reshape(nb, n_cols))
+    return out.reshape(bt, t, hq, dh)
