@@ -176,7 +176,7 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
 # against Triton's, same starts: prompt 512 6.105 / 6.106 against 6.113 / 6.124 (ABAB, s28c: a
 # tie), prompt 2048 6.336 against 6.536 (s28c), prompt 4096 6.581 / 6.595 against 6.864 / 6.854
-# (ABAB, s28a), prompt 8192 7.054 against 7.601 (s27e); over a 9344-position cache at prompt
+# (ABAB, s28a), prompt 8192 7.054 against 7.601 (s27e); over an 8960-position cache at prompt
 # 512 6.048 against 6.230 (s28b). Session 27 took it over long caches only; s28c took it always.
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
@@ -204,10 +204,10 @@ ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
 #     (128 CTAs). DDTree-256 rounds at batch 2 (s27c): prompt 4096 18.887 / 18.797 against
 #     19.812 / 20.010, prompt 8192 21.971 against 24.207.
 # - T = 72 (DDTree-64) at batch 2: ONE_WAVE_CONFIGS[72]'s 240 CTAs, two waves, which lose over a
-#   short cache (s28f, prompt 512, cache 3200: 7.150 against Triton's 6.843 ms a call). Over
+#   short cache (s28f, prompt 512, cache 2816: 7.150 against Triton's 6.843 ms a call). Over
 #   long caches, DDTree-64 rounds at batch 2 against Triton's, ms a call, same starts: prompt
-#   4096 (cache 6784) 8.190 / 8.196 against 8.313 / 8.383 (ABAB, s29a), 8192 9.362 against
-#   9.733, and the worst case, prompt 512 over 128 rounds (cache 9344) 7.224 against 7.356
+#   4096 (cache 6400) 8.190 / 8.196 against 8.313 / 8.383 (ABAB, s29a), 8192 9.362 against
+#   9.733, and the worst case, prompt 512 over 128 rounds (cache 8960) 7.224 against 7.356
 #   (s29b). Alone at batch 2 (s29b), us: prefix 4096 c3 38.2, the unsplit 64x4w2k (80 CTAs) 39.4,
 #   Triton 53.4; prefix 512 16.5, 10.0, 12.9 (the unsplit kernel tied Triton in rounds at prompt
 #   4096, s28b). Batch 3 (360 CTAs) and more: not measured, Triton's.

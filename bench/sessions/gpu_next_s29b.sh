@@ -5,7 +5,7 @@
 # two-wave c3 against configs of one warpgroup and two stages (~96 KB of shared memory: two CTAs
 # an SM, if registers allow: c3's 240 CTAs in one wave); (2) rounds at batch 2, Triton against
 # c3, at prompt 8192 and at the worst case for a cache-size rule, prompt 512 over 128 rounds
-# (cache 9344, the prefix 512-1200).
+# (cache 8960, the prefix 512-1200).
 # Usage (device tool, carry bench/.device_commit): bash bench/sessions/gpu_next_s29b.sh
 source bench/gpu_step.sh
 record_commit

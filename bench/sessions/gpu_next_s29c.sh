@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 29, third call (~6 min). (1) The landed LONG_CACHE_CONFIGS[72] (64x4w2kc3 at batch 2 from
 # 5120 cache positions) with no overrides, against Triton (DDTREE_MGPU_ATTENTION=256-1032), DDTree-64
-# at batch 2, prompt 4096, AB. (2) At batch 2 over a short cache (prompt 512, cache 3200) the
+# at batch 2, prompt 4096, AB. (2) At batch 2 over a short cache (prompt 512, cache 2816) the
 # unsplit 64x4w2k (80 CTAs, one wave) ran 10.0 us alone against Triton's 12.9 (s29b): in rounds,
 # ABAB against Triton.
 # Usage (device tool, carry bench/.device_commit): bash bench/sessions/gpu_next_s29c.sh

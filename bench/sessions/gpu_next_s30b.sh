@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 29 (~3 min): where DDTree-64's key split starts to pay at batch 2
-# (LONG_CACHE_MIN_SEQ = 5120 rules it): prompt 2048 (cache 4736), Triton against c3 forced, AB.
-# s28f / s29a-b: +0.31 ms a call at cache 3200 (prompt 512), -0.13 to -0.37 from 6784.
+# (LONG_CACHE_MIN_SEQ = 5120 rules it): prompt 2048 (cache 4352), Triton against c3 forced, AB.
+# s28f / s29a-b: +0.31 ms a call at cache 2816 (prompt 512), -0.13 to -0.37 from 6400.
 # Usage (device tool, carry bench/.device_commit): bash bench/sessions/gpu_next_s30b.sh
 source bench/gpu_step.sh
 record_commit
