@@ -123,8 +123,8 @@ class MgpuConfig:
     skip_empty: bool = False
     # CTAs a row block's keys are split over (N > 1): CTA c of a row block takes the c-th
     # contiguous share of the key steps (prefix then new keys) and writes its normalized partial
-    # output (in q's dtype) and its rows' log2-sum-exp; an XLA fusion outside the kernel merges
-    # the N partials. N times the CTAs, each walking 1 / N of the steps: for grids too small to
+    # output (in q's dtype) and its rows' log2-sum-exp; merge_splits (XLA) or, with merge_kernel,
+    # a Pallas kernel merges the N partials outside the kernel. N times the CTAs, each walking 1 / N of the steps: for grids too small to
     # fill the GPU (a 16-token drafter block is 8 CTAs on the 8B shape, a 65-token tree 40).
     key_splits: int = 1
     # FlashAttention-3's intra-warpgroup overlap on the committed prefix's full key steps: a
