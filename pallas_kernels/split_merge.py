@@ -24,16 +24,11 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pl = pltriton = None
 
-BLOCK_M = 64          # the Mosaic GPU kernel's folded rows a row block
 MERGE_WIDTH = 2048    # output columns a program (a power of two)
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: int, g: int, dh: int,
-            rows: int, width: int):
+            rows: int, block_m: int, width: int):
     """Program (k, b): output columns [k * width, (k + 1) * width) of batch row b.
     lse_ref [N * Bt, Hkv * rows] float32; parts_ref [N * Bt, T * Hq * Dh]; out_ref [Bt, T * Hq * Dh]."""
     b = pl.program_id(1)
@@ -41,10 +36,10 @@ def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: in
     col = pl.program_id(0) * width + jnp.arange(width, dtype=jnp.int32)
     colc = jnp.minimum(col, n_cols - 1)                  # every read in range
     tok, head = lax.div(colc, hq * dh), lax.rem(lax.div(colc, dh), hq)
-    tb = BLOCK_M // g
+    tb = block_m // g
     # Token m * TB + tl of head h * G + gi is folded row gi * TB + tl of row block m.
-    lrow = lax.div(head, g) * rows + lax.div(tok, tb) * BLOCK_M + lax.rem(head, g) * tb + lax.rem(tok, tb)
-    share = jnp.arange(_pow2_at_least(splits), dtype=jnp.int32)
+    lrow = lax.div(head, g) * rows + lax.div(tok, tb) * block_m + lax.rem(head, g) * tb + lax.rem(tok, tb)
+    share = jnp.arange(pl.next_power_of_2(splits), dtype=jnp.int32)
     real = (share < splits)[:, None]
     prow = (jnp.minimum(share, splits - 1) * bt + b)[:, None]
     lse = pltriton.load(lse_ref.at[prow, lrow[None, :]], mask=real, other=-jnp.inf)       # [P, W]
@@ -57,18 +52,20 @@ def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: in
     pltriton.store(out_ref.at[b, col], out.astype(out_ref.dtype), mask=col < n_cols)
 
 
-def merge_splits_kernel(parts, lse, *, splits: int, g: int, interpret: bool = False):
+def merge_splits_kernel(parts, lse, *, splits: int, g: int, block_m: int, interpret: bool = False):
     """Same contract as tree_attention_mgpu.merge_splits, in one Pallas Triton kernel: parts
     [N * Bt, T, Hq, Dh] (share c's rows at c * Bt + b), lse float32 [N * Bt, Hkv, rows] in the
-    kernel's folded row order. Returns [Bt, T, Hq, Dh] in parts' dtype."""
+    kernel's folded row order (row blocks of `block_m` folded rows: tree_attention_mgpu.BLOCK_M).
+    Returns [Bt, T, Hq, Dh] in parts' dtype."""
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); "
                            "use the XLA merge (a config without m)")
     nb, t, hq, dh = parts.shape
     bt, hkv, rows = nb // splits, lse.shape[1], lse.shape[2]
     n_cols = t * hq * dh
-    width = min(MERGE_WIDTH, _pow2_at_least(n_cols))
-    kernel = functools.partial(_kernel, splits=splits, bt=bt, t=t, hq=hq, g=g, dh=dh, rows=rows, width=width)
+    width = min(MERGE_WIDTH, pl.next_power_of_2(n_cols))
+    kernel = functools.partial(_kernel, splits=splits, bt=bt, t=t, hq=hq, g=g, dh=dh, rows=rows,
+                               block_m=block_m, width=width)
     out = pl.pallas_call(
         kernel,
         grid=(pl.cdiv(n_cols, width), bt),

@@ -58,7 +58,6 @@ from jax import lax
 
 from . import split_merge
 from .attention_reference import check_attention_shapes
-from .split_merge import merge_splits_kernel
 
 try:
     from jax.experimental import pallas as pl
@@ -124,8 +123,9 @@ class MgpuConfig:
     # CTAs a row block's keys are split over (N > 1): CTA c of a row block takes the c-th
     # contiguous share of the key steps (prefix then new keys) and writes its normalized partial
     # output (in q's dtype) and its rows' log2-sum-exp; merge_splits (XLA) or, with merge_kernel,
-    # a Pallas kernel merges the N partials outside the kernel. N times the CTAs, each walking 1 / N of the steps: for grids too small to
-    # fill the GPU (a 16-token drafter block is 8 CTAs on the 8B shape, a 65-token tree 40).
+    # a Pallas kernel merges the N partials outside the kernel. N times the CTAs, each walking
+    # 1 / N of the steps: for grids too small to fill the GPU (a 16-token drafter block is 8
+    # CTAs on the 8B shape, a 65-token tree 40).
     key_splits: int = 1
     # FlashAttention-3's intra-warpgroup overlap on the committed prefix's full key steps: a
     # warpgroup issues step j+1's QK product before step j's softmax, so that the tensor cores run
@@ -891,7 +891,8 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
         if c.key_splits == 1:
             return out
         if c.merge_kernel:
-            return merge_splits_kernel(*out, splits=c.key_splits, g=g, interpret=interpret)
+            return split_merge.merge_splits_kernel(*out, splits=c.key_splits, g=g, block_m=BLOCK_M,
+                                                   interpret=interpret)
         return merge_splits(*out, splits=c.key_splits, g=g)
 
     tb, _, ng = _groups(q.shape[1], g, cfg)

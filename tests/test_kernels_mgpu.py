@@ -82,14 +82,14 @@ def test_merge_kernel_matches_the_xla_merge(splits, bt, t, hkv, g, dh):
     lse = rng.standard_normal((splits * bt, hkv, -(-t // tb) * 64)).astype(np.float32) * 4
     lse[0, :, :7] = -1e30
     want = np.asarray(mgpu.merge_splits(parts, jnp.asarray(lse), splits=splits, g=g), np.float32)
-    got = merge_splits_kernel(parts, jnp.asarray(lse), splits=splits, g=g, interpret=True)
+    got = merge_splits_kernel(parts, jnp.asarray(lse), splits=splits, g=g, block_m=mgpu.BLOCK_M, interpret=True)
     assert got.shape == (bt, t, hkv * g, dh) and got.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=8e-3, rtol=8e-3)
 
 
 def test_merge_kernel_lowers_for_cuda():
     sds = jax.ShapeDtypeStruct
-    fn = functools.partial(merge_splits_kernel, splits=3, g=4)
+    fn = functools.partial(merge_splits_kernel, splits=3, g=4, block_m=mgpu.BLOCK_M)
     try:
         txt = jax.jit(fn).trace(sds((3, 72, 32, 128), jnp.bfloat16), sds((3, 8, 320), jnp.float32)).lower(
             lowering_platforms=("cuda",)).as_text()
