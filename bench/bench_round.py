@@ -95,7 +95,8 @@ def nbytes(tree) -> int:
 def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1, *,
                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> types.SimpleNamespace:
     """`batch` random prompts (one length) for gen: its spec, static args, knobs, a factory of fresh prefill
-    arguments (new donated caches each call) and the compiled prefill. Greedy unless a temperature is given."""
+    arguments (new donated caches each call), the compiled prefill, and `refill(old)`: the prefill as
+    generate runs it, into a finished state's buffers. Greedy unless a temperature is given."""
     spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig.make(temperature, top_k))
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
@@ -110,21 +111,42 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: i
         return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
 
     prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=gen.compiler_options)
-    return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill)
+    args = (prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
+    shapes = engine.state_shapes(gen.tparams, gen.dparams, *args, **static)
+    into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args, **static).compile(
+        compiler_options=gen.compiler_options)
+
+    def refill(old=None):
+        """A state as Generator.generate_ids makes one: prefilled into `old` (a finished call's state,
+        donated: every buffer reused) or, without one, into new zeros."""
+        if old is None:
+            old = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+        return into(old, gen.tparams, gen.dparams, *args)
+
+    return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill,
+                                 refill=refill)
 
 
-def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: int) -> tuple[list, list]:
+def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: int,
+                keep: list | None = None) -> tuple[list, list]:
     """Per repeat: ms per round of one compiled `run_rounds` call of `rounds` rounds (includes the
-    call's fixed cost: launch, the first iteration's command-buffer setup), and the steady-state
-    marginal ms of a round (a call of 2 x rounds minus a call of rounds: what a long generation
-    pays per round). Each call starts from a fresh prefill; one warm-up pair first."""
+    call's fixed cost: launch, and where the state's buffers are new, the update of the rounds'
+    command buffers), and the steady-state marginal ms of a round (a call of 2 x rounds minus a call
+    of rounds: what a long generation pays per round). Each call starts from a new prefill,
+    fresh_state(previous call's final state or None); one warm-up pair first. keep: a list that
+    gets the last call's final state."""
+    last = [None]
 
     def call(n_rounds: int) -> tuple[float, int]:
-        state = jax.block_until_ready(fresh_state())
+        prev, last[0] = last[0], None
+        state = jax.block_until_ready(fresh_state(prev))
+        del prev
         t0 = time.perf_counter()
         state = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(n_rounds))
         jax.block_until_ready(state.out)
-        return 1e3 * (time.perf_counter() - t0), int(state.rounds[0])
+        ms = 1e3 * (time.perf_counter() - t0)
+        last[0] = state
+        return ms, int(state.rounds[0])
 
     call(rounds), call(2 * rounds)
     fused, steady = [], []
@@ -132,11 +154,16 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
         (t1, n1), (t2, n2) = call(rounds), call(2 * rounds)
         fused.append(t1 / max(n1, 1))
         steady.append((t2 - t1) / max(n2 - n1, 1))
+    if keep is not None:
+        keep.append(last[0])
     return fused, steady
 
 
 def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1,
-            verify_loop: bool = False, stage_loop: bool = False) -> dict:
+            verify_loop: bool = False, stage_loop: bool = False, fresh_buffers: bool = False) -> dict:
+    """fresh_buffers: every timed call's state in new buffers (new caches and a prefill), as
+    generate did before session 30; by default each call prefills into the last call's state,
+    as generate does (engine.prefill_into)."""
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
     req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
     spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
@@ -149,7 +176,8 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
         compiler_options=gen.round_options(spec))
 
-    fused, steady = fused_times(gen, run, lambda: prefill(*pre_args()), knobs, rounds, repeats)
+    fresh = (lambda prev: prefill(*pre_args())) if fresh_buffers else req.refill
+    fused, steady = fused_times(gen, run, fresh, knobs, rounds, repeats)
     call_fixed = [(f - s) * rounds for f, s in zip(fused, steady)]
     loops = {}
     if stage_loop or verify_loop:
@@ -337,6 +365,9 @@ def main(argv=None) -> int:
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch", type=int, default=1, help="prompts decoded together (rows of one round)")
+    ap.add_argument("--fresh-buffers", action="store_true",
+                    help="each timed call's state in new buffers (new caches, a prefill), as generate did before "
+                         "session 30; by default a call prefills into the last call's state, as generate does")
     ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
     if args.batch < 1:
@@ -385,7 +416,8 @@ def main(argv=None) -> int:
                                 compiler_options=opts, draft_vocab=vocab)
                 try:
                     r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch,
-                                verify_loop=args.verify_loop, stage_loop=args.stage_loop)
+                                verify_loop=args.verify_loop, stage_loop=args.stage_loop,
+                                fresh_buffers=args.fresh_buffers)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
                     msg = (f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
                            f"{type(e).__name__}: {e}")
@@ -395,7 +427,7 @@ def main(argv=None) -> int:
                     continue
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=args.batch,
-                         draft_vocab=gen.draft_vocab_size)
+                         draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""

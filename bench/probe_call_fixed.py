@@ -10,7 +10,8 @@ differently and times calls of R and 2R rounds (fixed = 2 t(R) - t(2R)):
 
 - fresh: new caches and a prefill every call (what bench_round and generate do);
 - caches: the previous call's caches donated to the prefill (the other state arrays are new);
-- state: the previous call's whole state donated to the prefill (every output aliases a buffer);
+- state: the previous call's whole state donated to the prefill (every output aliases a buffer:
+  engine.prefill_into, what generate does since session 30);
 - continue: no prefill, the previous call's state runs on (generate's streaming calls).
 
 For each call it also counts the state's buffers whose addresses differ from the call before.
@@ -64,11 +65,6 @@ def main(argv=None) -> int:
                                   **req.static).compile(compiler_options=gen.round_options(req.spec))
     del state0
 
-    def _reprefill(old, tparams, dparams, cache, dcache, *rest, **static):
-        del cache, dcache  # the old state's caches (and every other buffer) are reused instead
-        return engine._prefill(tparams, dparams, old.cache, old.dcache, *rest, **static)
-
-    reprefill = jax.jit(_reprefill, static_argnames=("tcfg", "dcfg", "spec"), donate_argnums=(0,), keep_unused=True)
     last = {"state": None, "ptrs": None}
 
     def fresh_state(mode):
@@ -81,8 +77,7 @@ def main(argv=None) -> int:
             args_ = list(req.pre_args())
             args_[2], args_[3] = old.cache, old.dcache  # donated to the prefill
             return req.prefill(*args_)
-        args_ = req.pre_args()
-        return reprefill(old, *args_, **req.static)
+        return req.refill(old)  # engine.prefill_into, as generate runs it since session 30
 
     def call(mode, n):
         state = jax.block_until_ready(fresh_state(mode))

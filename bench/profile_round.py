@@ -280,10 +280,8 @@ GRAPHS_OPTION = "xla_enable_command_buffers_during_profiling"
 def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, label: str,
                 graphs: bool = False) -> dict:
     req = setup_request(gen, prompt_len, rounds * 40 + 8)
-    spec, static, knobs, prefill = req.spec, req.static, req.knobs, req.prefill
-
-    def fresh_state():
-        return prefill(*req.pre_args())
+    spec, static, knobs = req.spec, req.static, req.knobs
+    fresh_state = req.refill  # as generate: each call's prefill into the last call's buffers
 
     state = jax.block_until_ready(fresh_state())
     t0 = time.perf_counter()
@@ -296,9 +294,10 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
             f.write(hlo)
     scopes = op_scopes(hlo)
     # timed runs (per call and steady state), then a traced run
-    walls, steady = fused_times(gen, run, fresh_state, knobs, rounds, 3)
+    kept = []
+    walls, steady = fused_times(gen, run, fresh_state, knobs, rounds, 3, keep=kept)
     wall = sorted(walls)[1]
-    state = jax.block_until_ready(fresh_state())
+    state = jax.block_until_ready(fresh_state(kept.pop()))
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):
             st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))

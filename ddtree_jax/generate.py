@@ -37,6 +37,13 @@ METHODS = ("ar", "dflash", "ddtree")
 DEFAULT_UNROLL = 1
 
 
+def _same_shapes(a, b) -> bool:
+    """Whether two pytrees of arrays / ShapeDtypeStructs have one structure, shapes and dtypes."""
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    return ta == tb and all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(la, lb))
+
+
 def _bucket(n: int, minimum: int = 16) -> int:
     return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
 
@@ -181,7 +188,11 @@ class Generator:
             elif drafter_quant == "int8":
                 self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
         self._compiled = Executables() if executables is None else executables
-        self._state_shapes: dict = {}  # prefill key -> the state's shapes (the rounds' input)
+        self._state_shapes: dict = {}  # request shapes -> the state's shapes (the rounds' input)
+        # the last request's final state: the next request of the same shapes prefills into its
+        # buffers (`_state_buffers`); `release_buffers()` drops it
+        self._kept: engine.State | None = None
+        self._kept_lock = threading.Lock()
         self.log = log
         self._stage_warm: dict = {}
 
@@ -247,7 +258,9 @@ class Generator:
             except ValueError:
                 raise UserError("DDTREE_MEMORY_LIMIT_BYTES must be a whole number of bytes (got "
                                 f"{os.environ['DDTREE_MEMORY_LIMIT_BYTES']!r})") from None
-        if limit and need + stats.get("bytes_in_use", weights) > limit:
+        # the kept state's buffers are reused or released before this request allocates
+        in_use = stats.get("bytes_in_use", weights) - (self._kept_bytes() if "bytes_in_use" in stats else 0)
+        if limit and need + in_use > limit:
             raise UserError(f"not enough device memory: weights {weights / 2**30:.2f} GiB are loaded and the caches "
                             f"and logits need {need / 2**30:.2f} GiB more, {limit / 2**30:.2f} GiB in all on "
                             f"{jax.devices()[0].device_kind}; lower --max-new-tokens, --budget or the batch")
@@ -315,19 +328,18 @@ class Generator:
         knobs = engine.make_knobs(temperature, top_p, stop_ids)
         max_new = jnp.full((bt,), max_new_tokens, jnp.int32)
         static = dict(tcfg=self.tcfg, dcfg=self.dcfg, spec=spec)
-        caches = engine.new_caches(self.tcfg, self.dcfg, spec, bt, self.tparams["embed"].dtype)
-        pre_args = (self.tparams, self.dparams, *caches, jnp.asarray(prompt), lens, max_new, knobs,
-                    jax.random.PRNGKey(seed))
+        args = (jnp.asarray(prompt), lens, max_new, knobs, jax.random.PRNGKey(seed))
         # the prefill does not depend on the tree: configs that differ there share its executable
         pre_static = dict(static, spec=engine.prefill_spec(spec))
+        shapes = self._shapes_of_state(args, pre_static)
+        pre_args = (self._state_buffers(shapes), self.tparams, self.dparams, *args)
         pre_key = self._key("prefill", pre_args, pre_static, self.compiler_options)
-        prefill = self._compile("prefill", engine.prefill, pre_args, pre_static, self.compiler_options, key=pre_key)
+        prefill = self._compile("prefill", engine.prefill_into, pre_args, pre_static, self.compiler_options,
+                                key=pre_key)
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
         if not profile:  # compile the rounds too before the clock starts, from the state's shapes
-            if pre_key not in self._state_shapes:
-                self._state_shapes[pre_key] = jax.eval_shape(lambda *a: engine.prefill(*a, **pre_static), *pre_args)
             run = self._compile("rounds", engine.run_rounds,
-                                (self.tparams, self.dparams, self._state_shapes[pre_key], knobs, jnp.int32(limit)),
+                                (self.tparams, self.dparams, shapes, knobs, jnp.int32(limit)),
                                 static, self.round_options(spec))
 
         t0 = time.perf_counter()
@@ -352,6 +364,8 @@ class Generator:
         elapsed = time.perf_counter() - t0
         out, out_len = np.asarray(state.out), np.asarray(state.out_len)
         rounds, accept = np.asarray(state.rounds), np.asarray(state.accept)
+        with self._kept_lock:  # the next request of these shapes prefills into these buffers
+            self._kept = state
         results = []
         for i in range(bt):
             acc = accept[i, : rounds[i]].tolist()
@@ -362,6 +376,35 @@ class Generator:
                 acceptance_lengths=acc, mean_acceptance=float(np.mean(acc)) if acc else 0.0,
                 prefill_s=t_prefill, stage_ms=stage_ms))
         return results
+
+    def _shapes_of_state(self, args, pre_static) -> engine.State:
+        """The shapes of the state the prefill makes from `args` (traced once per shape)."""
+        key = self._key("state", args, pre_static, None)
+        if key not in self._state_shapes:
+            self._state_shapes[key] = engine.state_shapes(self.tparams, self.dparams, *args, **pre_static)
+        return self._state_shapes[key]
+
+    def _state_buffers(self, shapes) -> engine.State:
+        """The buffers this request's prefill fills (`engine.prefill_into`): the last request's
+        state if it has these shapes, else new zeros (the kept state released first, so that two
+        sets of caches are never held at once). Reused buffers keep the rounds' command buffers
+        valid: no per-call update on the GPU (`engine._prefill_into`)."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, None
+        if kept is not None and _same_shapes(kept, shapes):
+            return kept
+        del kept
+        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def release_buffers(self) -> None:
+        """Drop the state kept from the last request (its caches: memory the next request of the
+        same shapes would reuse)."""
+        with self._kept_lock:
+            self._kept = None
+
+    def _kept_bytes(self) -> int:
+        kept = self._kept
+        return 0 if kept is None else sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(kept))
 
     @staticmethod
     def _emit(state, emitted, on_tokens):

@@ -237,3 +237,33 @@ def test_round_xla_options_by_device_kind_and_rows(pair, monkeypatch):
     gen = Generator(pair, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0})
     monkeypatch.setattr(engine, "round_xla_options", lambda spec, d, device=None: {"opt_a": 1, "opt_b": 2})
     assert gen.round_options(engine.DecodeSpec(budget=64)) == {"opt_a": 5, "opt_b": 2, "opt_c": 0}
+
+
+@pytest.mark.parametrize("method", ["ar", "ddtree"])
+def test_requests_reuse_the_last_state_buffers(pair, ar_tokens, method):
+    """A request of the shapes of the one before prefills into its state's buffers (donated: the
+    rounds' command buffers keep their addresses), caches zeroed first: after a longer prompt of
+    the same bucket, a shorter one gives the AR tokens, greedy, and a sampled one the tokens of a
+    fresh Generator; a request of other shapes (a longer output) takes new buffers;
+    release_buffers drops them."""
+    import jax
+
+    def ptrs(state):
+        return [x.unsafe_buffer_pointer() for x in jax.tree_util.tree_leaves(state)]
+
+    gen = Generator(pair, method=method, budget=7)
+    assert [r.token_ids for r in gen.generate_ids([PROMPTS[3]], max_new_tokens=MAX_NEW)] == [ar_tokens[3]]
+    kept = ptrs(gen._kept)
+    assert [r.token_ids for r in gen.generate_ids([PROMPTS[2]], max_new_tokens=MAX_NEW)] == [ar_tokens[2]]
+    assert ptrs(gen._kept) == kept  # every leaf in the buffer it had
+    sampled = dict(max_new_tokens=MAX_NEW, temperature=0.9, top_p=0.9, seed=3)
+    fresh = Generator(pair, method=method, budget=7).generate_ids([PROMPTS[3]], **sampled)
+    assert [r.token_ids for r in gen.generate_ids([PROMPTS[3]], **sampled)] == [r.token_ids for r in fresh]
+    assert ptrs(gen._kept) == kept
+    out_shape = gen._kept.out.shape
+    longer = gen.generate_ids([PROMPTS[4]], max_new_tokens=2 * MAX_NEW)  # another output bucket
+    assert longer[0].token_ids[:MAX_NEW] == ar_tokens[4]
+    assert gen._kept.out.shape != out_shape  # other shapes: new buffers
+    gen.release_buffers()
+    assert gen._kept is None
+    assert [r.token_ids for r in gen.generate_ids([PROMPTS[2]], max_new_tokens=MAX_NEW)] == [ar_tokens[2]]
