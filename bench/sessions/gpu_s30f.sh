@@ -5,6 +5,9 @@
 # DDTree-256 and DFlash: every prompt's token ids must be equal. (2) DDTree-256 with new buffers
 # each call (s30e ran it kept). (3) DDTree-64's graph-mode profile with kept buffers (s30a's was
 # fresh): what remains of a call's fixed cost.
+# s30f ran it in the pair's bf16: prompt 0 (new buffers) and 3 differed at near-ties, README's
+# documented bf16 case; s30g (ONLY_LOSSLESS=1 DTYPE=float32, as session 3's suite, with
+# JAX_DEFAULT_MATMUL_PRECISION=highest) is the exact check.
 # Usage (device tool, carry bench/.device_commit): bash bench/sessions/gpu_s30f.sh
 source bench/gpu_step.sh
 record_commit
@@ -12,7 +15,7 @@ printf '%s\n' 'def fibonacci(n):' 'import os\nimport sys\n\ndef main():' 'class 
   'def quicksort(items):' > "$R/prompts.txt"
 gen() {  # NAME ARGS...: generate --json into $R/NAME.json, its stderr in the step's log
   local name=$1; shift
-  step "$name" 80 bash -c 'out=$1; shift; python3 -m ddtree_jax.generate --prompt-file "$0" --max-new-tokens 96 --json "$@" > "$out"' \
+  step "$name" 80 bash -c 'out=$1; shift; python3 -m ddtree_jax.generate --prompt-file "$0" --max-new-tokens 96 --json --dtype "${DTYPE:-auto}" "$@" > "$out"' \
     "$R/prompts.txt" "$R/$name.json" "$@"
 }
 gen ar --method ar
@@ -32,8 +35,9 @@ same = {n: ids[n] == ids["ar"] for n in ids}
 print("equal to AR:", same)
 sys.exit(0 if all(same.values()) and len(ids["ar"]) == 4 else 1)
 PY
+if [ "${ONLY_LOSSLESS:-0}" = 1 ]; then finish "${NAME:-s30f}"; exit 0; fi
 export ROUNDS=32 PROMPT=512
 SECS=70 ddtree_rounds d256_fresh ddtree 256 --fresh-buffers
 step prof64 110 python3 -m bench.profile_round --model qwen3-8b --prompt-len 512 --methods ddtree:64 \
   --rounds 16 --graphs --out "$R/prof64"
-finish s30f
+finish "${NAME:-s30f}"
