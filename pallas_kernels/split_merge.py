@@ -9,6 +9,12 @@ both in one launch: each program takes `width` columns of one batch row's flatte
 ``[T * Hq * Dh]`` output, gathers every share's partials and its rows' log2-sum-exp2 from the
 kernel's folded row order, and stores the merged columns. Selected by the config's ``m``
 (MgpuConfig.merge_kernel); a CPU path through ``interpret=True``.
+
+Measured on the H200 (session 30, s30a), it loses, so no default config takes it: 4.3 us a layer
+at T = 72 against XLA's 1.6 + 1.2 (at T = 264's tail split over 4096 keys, 60.0 us a call in all
+against 54.2: the kernel 7.1 us against XLA's 2.6 + 1.3), and DDTree-64
+rounds 6.270 / 6.406 ms a call against 6.220 / 6.214. It reads every share's partials in float32
+through gathers by column, while XLA's two fusions stream them.
 """
 from __future__ import annotations
 
