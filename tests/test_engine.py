@@ -267,3 +267,33 @@ def test_requests_reuse_the_last_state_buffers(pair, ar_tokens, method):
     gen.release_buffers()
     assert gen._kept is None
     assert [r.token_ids for r in gen.generate_ids([PROMPTS[2]], max_new_tokens=MAX_NEW)] == [ar_tokens[2]]
+
+
+def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
+    """The device's bytes in use include the state kept from the last request; a request reuses or
+    frees it before allocating, so the memory check does not count it twice (and does count memory
+    held by anything else)."""
+    import jax
+
+    from ddtree_jax import generate as generate_mod
+    from ddtree_jax.errors import UserError
+
+    gen = Generator(pair, method="ar")
+    gen.generate_ids([PROMPTS[2]], max_new_tokens=8)
+    kept = gen._kept_bytes()
+    weights = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(gen.tparams))
+    assert kept > 0
+
+    class Device:
+        device_kind = "fake"
+
+        @staticmethod
+        def memory_stats():  # the kept state in use, room for half as much again
+            return {"bytes_in_use": weights + kept, "bytes_limit": weights + kept + kept // 2}
+
+    monkeypatch.setattr(generate_mod.jax, "devices", lambda *a: [Device()])
+    spec = gen.spec_for(len(PROMPTS[2]), 8, SamplingConfig())
+    gen.check_memory(1, spec)  # the kept caches are this request's: it fits
+    gen.release_buffers()  # now the same bytes in use belong to something else
+    with pytest.raises(UserError, match="not enough device memory"):
+        gen.check_memory(1, spec)
