@@ -38,6 +38,11 @@ def _pointers(state) -> list[int]:
     return [x.unsafe_buffer_pointer() for x in jax.tree_util.tree_leaves(state)]
 
 
+def _clock(t: float) -> str:
+    """Local wall-clock time with microseconds, as XLA's log lines print it (HH:MM:SS.ffffff)."""
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1e6):06d}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.probe_call_fixed", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
@@ -47,6 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--log-calls", action="store_true",
+                    help="print each timed call's wall-clock start and end (local time, microseconds), to line "
+                         "up with XLA's log (e.g. TF_CPP_VMODULE=command_buffer_thunk=3: one line a round)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -83,16 +91,21 @@ def main(argv=None) -> int:
         state = jax.block_until_ready(fresh_state(mode))
         ptrs = _pointers(state)
         moved = None if last["ptrs"] is None else sum(a != b for a, b in zip(ptrs, last["ptrs"]))
-        t0 = time.perf_counter()
+        w0, t0 = time.time(), time.perf_counter()
         state = run(gen.tparams, gen.dparams, state, req.knobs, jnp.int32(n))
         jax.block_until_ready(state.out)
         ms = 1e3 * (time.perf_counter() - t0)
         last["state"], last["ptrs"] = state, _pointers(state)
+        calls.append({"mode": mode, "rounds": n, "start": w0, "ms": ms})
+        if args.log_calls:
+            print(f"[probe_call_fixed] call {mode} {n} rounds from {_clock(w0)} to {_clock(w0 + ms / 1e3)} "
+                  f"({ms:.3f} ms)", flush=True)
         return ms, moved
 
+    calls = []  # every call, warm-up included: mode, rounds, wall-clock start (s), ms
     out = {"model": args.model, "method": args.method, "budget": gen.budget, "rounds": rounds,
            "device": jax.devices()[0].device_kind, "jax": jax.__version__, "cache_size": req.spec.cache_size,
-           "modes": {}}
+           "modes": {}, "calls": calls}
     for mode in modes:
         last["state"], last["ptrs"] = None, None
         call(mode, rounds), call(mode, 2 * rounds)  # warm-up pair

@@ -103,14 +103,21 @@ def test_bench_tree_and_probe_smoke(tmp_path):
 
 
 def test_probe_call_fixed_smoke(tmp_path):
-    """probe_call_fixed times calls in its four state modes; donating the whole last state to
-    the prefill ("state") or running it on ("continue") keeps every buffer's address, donating
-    only the caches keeps theirs; an unknown mode is a usage error."""
+    """probe_call_fixed times calls in its four state modes (each call's wall-clock start kept,
+    --log-calls prints them); donating the whole last state to the prefill ("state") or running
+    it on ("continue") keeps every buffer's address, donating only the caches keeps theirs; an
+    unknown mode is a usage error."""
     from bench import probe_call_fixed
 
-    assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--log-calls",
+                                  "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "call_fixed.json").read_text())
     modes = out["modes"]
+    # every call (a warm-up pair and a timed pair a mode) with its rounds, start and time
+    assert [(c["mode"], c["rounds"]) for c in out["calls"]] == [
+        (m, n) for m in probe_call_fixed.MODES for n in (2, 4, 2, 4)]
+    starts = [c["start"] for c in out["calls"]]
+    assert starts == sorted(starts) and all(c["ms"] > 0 for c in out["calls"])
     assert list(modes) == list(probe_call_fixed.MODES)
     for name, r in modes.items():
         assert len(r["round_ms_a_call"]) == len(r["call_fixed_ms"]) == 1 and r["round_ms_a_call"][0] > 0, name
