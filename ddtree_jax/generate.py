@@ -92,6 +92,10 @@ class Generator:
 
     method: "ar" (budget 0), "dflash" (chain of the drafter's top-1 tokens), or "ddtree"
     (a tree of `budget` nodes chosen by `policy`).
+
+    It keeps the device state of its last request (KV caches included) and prefills the next
+    request of the same shapes into those buffers (`engine.prefill_into`), which spares the GPU
+    an update of the rounds' CUDA graphs each request; `release_buffers()` frees them.
     """
 
     def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
