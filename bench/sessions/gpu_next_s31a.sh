@@ -21,7 +21,7 @@ done
 export SECS=65 ROUNDS=32 PROMPT=512
 ddtree_rounds d64_vlog ddtree 64 TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=command_buffer_thunk=3 > /dev/null
 grep "bench_round\] P=" "$R/d64_vlog.log" || true
-grep -o "Updated command buffer in [0-9]* .s; num_commands=[0-9]*" "$R/d64_vlog.log" | sort | uniq -c | sort -rn | head -20
+grep -o "Updated command buffer in [0-9]* .s; num_commands=[0-9]*" "$R/d64_vlog.log" | tail -40
 C3="DDTREE_MGPU_ATTENTION=72-1032 DDTREE_MGPU_CONFIG=72:64x4w2kc3,64x3w2so"
 export SECS=75 ROUNDS=32 PROMPT=2048
 SECS=95 ddtree_rounds b2p2048_tri ddtree 64 --batch 2
