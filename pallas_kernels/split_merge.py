@@ -5,16 +5,18 @@ With ``key_splits`` (and the tail split's second launch) the Mosaic GPU kernel
 and each row's log2-sum-exp2; ``tree_attention_mgpu.merge_splits`` combines them in XLA, which
 on the H200 makes two fusions: the weights' exponentials, then the weighted sum (session 29,
 s29d: 1.2 + 1.6 us a layer at DDTree-64's 72 rows, plus the gap between them). This kernel does
-both in one launch: each program takes `width` columns of one batch row's flattened
-``[T * Hq * Dh]`` output, gathers every share's partials and its rows' log2-sum-exp2 from the
-kernel's folded row order, and stores the merged columns. Selected by the config's ``m``
+both in one launch: each program takes a block of query heads of one token of one batch row,
+loads every share's log2-sum-exp2 for them (from the kernel's folded row order) and their
+partials ``[shares, heads, Dh]``, and stores the merged ``[heads, Dh]``. Selected by the config's ``m``
 (MgpuConfig.merge_kernel); a CPU path through ``interpret=True``.
 
-Measured on the H200 (session 30, s30a), it loses, so no default config takes it: 4.3 us a layer
-at T = 72 against XLA's 1.6 + 1.2 (at T = 264's tail split over 4096 keys, 60.0 us a call in all
-against 54.2: the kernel 7.1 us against XLA's 2.6 + 1.3), and DDTree-64
-rounds 6.270 / 6.406 ms a call against 6.220 / 6.214. It reads every share's partials in float32
-through gathers by column, while XLA's two fusions stream them.
+Session 29's first version lost on the H200 (session 30, s30a), so no default config takes
+`m`: 4.3 us a layer at T = 72 against XLA's 1.6 + 1.2 (at T = 264's tail split over 4096 keys,
+60.0 us a call in all against 54.2: the kernel 7.1 us against XLA's 2.6 + 1.3), and DDTree-64
+rounds 6.270 / 6.406 ms a call against 6.220 / 6.214. It took 2048 columns a program (144
+programs at T = 72) and gathered each share's log2-sum-exp2 once per column, 128 times per
+(token, head). This version (session 30, untimed) gathers it once per (token, head) and runs
+twice the programs (a block of 8 heads of 128 dims: 288 at T = 72).
 """
 from __future__ import annotations
 
@@ -30,32 +32,38 @@ try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
 except ImportError:  # pragma: no cover - depends on the installed jax
     pl = pltriton = None
 
-MERGE_WIDTH = 2048    # output columns a program (a power of two)
+MERGE_WIDTH = 1024    # output columns a program at most: a power-of-two block of heads x Dh
 
 
 def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: int, g: int, dh: int,
-            rows: int, block_m: int, width: int):
-    """Program (k, b): output columns [k * width, (k + 1) * width) of batch row b.
-    lse_ref [N * Bt, Hkv * rows] float32; parts_ref [N * Bt, T * Hq * Dh]; out_ref [Bt, T * Hq * Dh]."""
+            rows: int, block_m: int, heads: int):
+    """Program (i, b): query heads [hb * heads, (hb + 1) * heads) of token i // n_hb (hb = i % n_hb)
+    of batch row b. lse_ref [N * Bt, Hkv * rows] float32; parts_ref [N * Bt, T * Hq * Dh];
+    out_ref [Bt, T * Hq * Dh]. Each (share, head) weight is computed once and broadcast over Dh."""
     b = pl.program_id(1)
-    n_cols = t * hq * dh
-    col = pl.program_id(0) * width + jnp.arange(width, dtype=jnp.int32)
-    colc = jnp.minimum(col, n_cols - 1)                  # every read in range
-    tok, head = lax.div(colc, hq * dh), lax.rem(lax.div(colc, dh), hq)
+    n_hb = pl.cdiv(hq, heads)
+    tok = lax.div(pl.program_id(0), n_hb)
+    head = lax.rem(pl.program_id(0), n_hb) * heads + jnp.arange(heads, dtype=jnp.int32)      # [H]
+    headc = jnp.minimum(head, hq - 1)                                                      # reads in range
     tb = block_m // g
     # Token m * TB + tl of head h * G + gi is folded row gi * TB + tl of row block m.
-    lrow = lax.div(head, g) * rows + lax.div(tok, tb) * block_m + lax.rem(head, g) * tb + lax.rem(tok, tb)
+    lrow = lax.div(headc, g) * rows + lax.div(tok, tb) * block_m + lax.rem(headc, g) * tb + lax.rem(tok, tb)
     share = jnp.arange(pl.next_power_of_2(splits), dtype=jnp.int32)
-    real = (share < splits)[:, None]
-    prow = (jnp.minimum(share, splits - 1) * bt + b)[:, None]
-    lse = pltriton.load(lse_ref.at[prow, lrow[None, :]], mask=real, other=-jnp.inf)       # [P, W]
-    part = pltriton.load(parts_ref.at[prow, colc[None, :]], mask=real, other=0.0).astype(jnp.float32)
+    real = share < splits
+    prow = jnp.minimum(share, splits - 1) * bt + b                                          # [P]
+    lse = pltriton.load(lse_ref.at[prow[:, None], lrow[None, :]], mask=real[:, None], other=-jnp.inf)  # [P, H]
+    col = (tok * hq + headc)[:, None] * dh + jnp.arange(dh, dtype=jnp.int32)[None, :]      # [H, Dh]
+    part = pltriton.load(parts_ref.at[prow[:, None, None], col[None, :, :]], mask=real[:, None, None],
+                         other=0.0).astype(jnp.float32)                                      # [P, H, Dh]
     # A share that saw no key has -1e30 (weight 0 beside any share that did); the padding
     # shares -inf (weight 0 always).
     w = jnp.exp2(lse - lse.max(axis=0)[None, :])
     den = w.sum(axis=0)
-    out = (w * part).sum(axis=0) / jnp.where(den > 0.0, den, 1.0)
-    pltriton.store(out_ref.at[b, col], out.astype(out_ref.dtype), mask=col < n_cols)
+    out = (w[:, :, None] * part).sum(axis=0) / jnp.where(den > 0.0, den, 1.0)[:, None]
+    # stored at the unclamped heads: masked lanes must not share an address with a real one (in
+    # interpret mode a masked store writes the old value back, and duplicates race)
+    dst = (tok * hq + head)[:, None] * dh + jnp.arange(dh, dtype=jnp.int32)[None, :]
+    pltriton.store(out_ref.at[b, dst], out.astype(out_ref.dtype), mask=(head < hq)[:, None])
 
 
 def merge_splits_kernel(parts, lse, *, splits: int, g: int, block_m: int, interpret: bool = False):
@@ -69,12 +77,14 @@ def merge_splits_kernel(parts, lse, *, splits: int, g: int, block_m: int, interp
     nb, t, hq, dh = parts.shape
     bt, hkv, rows = nb // splits, lse.shape[1], lse.shape[2]
     n_cols = t * hq * dh
-    width = min(MERGE_WIDTH, pl.next_power_of_2(n_cols))
+    if dh & (dh - 1):
+        raise ValueError(f"the merge kernel needs a power-of-two head dim (got {dh}); use the XLA merge")
+    heads = min(max(1, MERGE_WIDTH // dh), pl.next_power_of_2(hq))
     kernel = functools.partial(_kernel, splits=splits, bt=bt, t=t, hq=hq, g=g, dh=dh, rows=rows,
-                               block_m=block_m, width=width)
+                               block_m=block_m, heads=heads)
     out = pl.pallas_call(
         kernel,
-        grid=(pl.cdiv(n_cols, width), bt),
+        grid=(t * pl.cdiv(hq, heads), bt),
         in_specs=[pl.BlockSpec((nb, hkv * rows), lambda k, b: (0, 0)),
                   pl.BlockSpec((nb, n_cols), lambda k, b: (0, 0))],
         out_specs=pl.BlockSpec((bt, n_cols), lambda k, b: (0, 0)),

@@ -71,11 +71,13 @@ def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, p
     assert rel_err(got, want) < 1e-2
 
 
-@pytest.mark.parametrize("splits,bt,t,hkv,g,dh", [(3, 2, 24, 2, 4, 64), (8, 1, 72, 2, 4, 128), (2, 1, 16, 1, 8, 64)])
+@pytest.mark.parametrize("splits,bt,t,hkv,g,dh", [(3, 2, 24, 2, 4, 64), (8, 1, 72, 2, 4, 128), (2, 1, 16, 1, 8, 64),
+                                                 (3, 1, 9, 5, 8, 128), (2, 2, 9, 3, 4, 128)])
 def test_merge_kernel_matches_the_xla_merge(splits, bt, t, hkv, g, dh):
     """split_merge's one-kernel merge (interpret mode) equals merge_splits on the kernel's
     layout: shares at rows c * Bt + b, log2-sum-exp2 in folded row order, -1e30 where a share
-    saw no key; T not a multiple of a row block's tokens; N not a power of two."""
+    saw no key; T not a multiple of a row block's tokens; N not a power of two; 40 query heads
+    in five blocks of 8, and 12 in two (the second block's last 4 masked)."""
     rng = np.random.default_rng(splits)
     tb = 64 // g
     parts = jnp.asarray(rng.standard_normal((splits * bt, t, hkv * g, dh)), jnp.bfloat16)
