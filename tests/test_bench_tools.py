@@ -650,3 +650,36 @@ def test_profile_mgpu_unwraps_the_global_timer():
     s = summarize_trace({"traceEvents": ev}, warpgroups=2, compute_wgs=1, clock_ghz=1.0)
     assert s["ctas"] == 2
     assert s["start_spread_us"] == pytest.approx(0.15)
+
+
+def test_call_phases_reads_a_call_off_the_command_buffer_log(tmp_path, capsys):
+    """call_phases lines a call's start and end (probe_call_fixed --log-calls) up with XLA's
+    command-buffer log: launches before the call (the prefill's) do not count; the phases are
+    start to first launch, launch to launch, last launch to end; updates inside are counted."""
+    from bench import call_phases
+
+    log = tmp_path / "probe.log"
+    log.write_text("\n".join([
+        "I1204 09:59:59.990000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=1",
+        "[probe_call_fixed] call state 2 rounds from 10:00:00.000000 to 10:00:00.020000 (20.000 ms)",
+        "I1204 10:00:00.001000     465 command_buffer_thunk.cc:330] Update command buffer on device #0 by recoding",
+        "I1204 10:00:00.003000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=1",
+        "I1204 10:00:00.010000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=2",
+        "W1204 10:00:00.011000     465 other.cc:1] unrelated",
+        "[probe_call_fixed] call state 2 rounds from 10:00:01.000000 to 10:00:01.016000 (16.000 ms)",
+        "I1204 10:00:01.002000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=3",
+        "I1204 10:00:01.008000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=4",
+    ]))
+    out = tmp_path / "phases.json"
+    assert call_phases.main([str(log), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["calls"]
+    assert [r["launches"] for r in rows] == [2, 2] and [r["updates"] for r in rows] == [1, 0]
+    assert rows[0]["to_first_launch_ms"] == pytest.approx(3.0) and rows[0]["after_last_launch_ms"] == pytest.approx(10.0)
+    assert rows[1]["launch_to_launch_ms"] == pytest.approx(6.0)
+    summ = json.loads(out.read_text())["summary"]["state 2"]
+    assert summ["calls"] == 2 and summ["to_first_launch_ms"] == pytest.approx(2.5)
+    assert "state 2" in capsys.readouterr().out
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing\n")
+    with pytest.raises(SystemExit):
+        call_phases.main([str(empty)])

@@ -15,6 +15,7 @@ for b in 64 0; do
     python3 -m bench.probe_call_fixed --model qwen3-8b --method "$m" --budget "$b" --modes state,continue \
     --repeats 4 --log-calls --out "$R/calls_$m$b" > /dev/null
   grep "probe_call_fixed\]" "$R/calls_$m$b.log" | grep -v " call " || true
+  python3 -m bench.call_phases "$R/calls_$m$b.log" --json "$R/calls_$m$b/phases.json" || true
 done
 # bench_round's calls (kept buffers): does any round-graph update remain outside the probe? (s30f's
 # traced call still showed one under the profiler)
