@@ -37,6 +37,10 @@ METHODS = ("ar", "dflash", "ddtree")
 DEFAULT_UNROLL = 1
 
 
+def _nbytes(tree) -> int:
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
+
+
 def _same_shapes(a, b) -> bool:
     """Whether two pytrees of arrays / ShapeDtypeStructs have one structure, shapes and dtypes."""
     la, ta = jax.tree_util.tree_flatten(a)
@@ -244,8 +248,7 @@ class Generator:
 
     def check_memory(self, batch: int, spec: engine.DecodeSpec):
         """Estimate weights + caches before allocating; refuse with the figure when it cannot fit."""
-        leaves = jax.tree_util.tree_leaves((self.tparams, self.dparams))
-        weights = sum(x.size * x.dtype.itemsize for x in leaves)
+        weights = _nbytes((self.tparams, self.dparams))
         itemsize = jnp.dtype(self.tparams["embed"].dtype).itemsize
         per_pos = 2 * self.tcfg.num_layers * self.tcfg.num_kv_heads * self.tcfg.head_dim
         if self.dcfg is not None and self.budget:
@@ -408,7 +411,7 @@ class Generator:
 
     def _kept_bytes(self) -> int:
         kept = self._kept
-        return 0 if kept is None else sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(kept))
+        return 0 if kept is None else _nbytes(kept)
 
     @staticmethod
     def _emit(state, emitted, on_tokens):

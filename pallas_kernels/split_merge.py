@@ -35,8 +35,8 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 MERGE_WIDTH = 1024    # output columns a program at most: a power-of-two block of heads x Dh
 
 
-def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: int, g: int, dh: int,
-            rows: int, block_m: int, heads: int):
+def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, hq: int, g: int, dh: int, rows: int,
+            block_m: int, heads: int):
     """Program (i, b): query heads [hb * heads, (hb + 1) * heads) of token i // n_hb (hb = i % n_hb)
     of batch row b. lse_ref [N * Bt, Hkv * rows] float32; parts_ref [N * Bt, T * Hq * Dh];
     out_ref [Bt, T * Hq * Dh]. Each (share, head) weight is computed once and broadcast over Dh."""
@@ -52,7 +52,8 @@ def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: in
     real = share < splits
     prow = jnp.minimum(share, splits - 1) * bt + b                                          # [P]
     lse = pltriton.load(lse_ref.at[prow[:, None], lrow[None, :]], mask=real[:, None], other=-jnp.inf)  # [P, H]
-    col = (tok * hq + headc)[:, None] * dh + jnp.arange(dh, dtype=jnp.int32)[None, :]      # [H, Dh]
+    d = jnp.arange(dh, dtype=jnp.int32)[None, :]
+    col = (tok * hq + headc)[:, None] * dh + d                                             # [H, Dh]
     part = pltriton.load(parts_ref.at[prow[:, None, None], col[None, :, :]], mask=real[:, None, None],
                          other=0.0).astype(jnp.float32)                                      # [P, H, Dh]
     # A share that saw no key has -1e30 (weight 0 beside any share that did); the padding
@@ -62,7 +63,7 @@ def _kernel(lse_ref, parts_ref, out_ref, *, splits: int, bt: int, t: int, hq: in
     out = (w[:, :, None] * part).sum(axis=0) / jnp.where(den > 0.0, den, 1.0)[:, None]
     # stored at the unclamped heads: masked lanes must not share an address with a real one (in
     # interpret mode a masked store writes the old value back, and duplicates race)
-    dst = (tok * hq + head)[:, None] * dh + jnp.arange(dh, dtype=jnp.int32)[None, :]
+    dst = (tok * hq + head)[:, None] * dh + d
     pltriton.store(out_ref.at[b, dst], out.astype(out_ref.dtype), mask=(head < hq)[:, None])
 
 
@@ -80,7 +81,7 @@ def merge_splits_kernel(parts, lse, *, splits: int, g: int, block_m: int, interp
     if dh & (dh - 1):
         raise ValueError(f"the merge kernel needs a power-of-two head dim (got {dh}); use the XLA merge")
     heads = min(max(1, MERGE_WIDTH // dh), pl.next_power_of_2(hq))
-    kernel = functools.partial(_kernel, splits=splits, bt=bt, t=t, hq=hq, g=g, dh=dh, rows=rows,
+    kernel = functools.partial(_kernel, splits=splits, bt=bt, hq=hq, g=g, dh=dh, rows=rows,
                                block_m=block_m, heads=heads)
     out = pl.pallas_call(
         kernel,
