@@ -15,6 +15,13 @@ differently and times calls of R and 2R rounds (fixed = 2 t(R) - t(2R)):
 - continue: no prefill, the previous call's state runs on (generate's streaming calls).
 
 For each call it also counts the state's buffers whose addresses differ from the call before.
+
+--dispatch splits the fixed part (session 31: 2.2 ms from a call's start to its first round and
+1.2 ms from its last round's end to the return, on the command-buffer log's clock): it times, in
+the "state" mode, a call of 0 rounds (the loop's predicate only), with the round count made
+inside the timed region (jnp.int32(n), as generate does) and made before it; and the same
+arguments through a jitted identity that donates the state (argument handling and dispatch
+alone, no device work).
 """
 from __future__ import annotations
 
@@ -55,6 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--log-calls", action="store_true",
                     help="print each timed call's wall-clock start and end (local time, microseconds), to line "
                          "up with XLA's log (e.g. TF_CPP_VMODULE=command_buffer_thunk=3: one line a round)")
+    ap.add_argument("--dispatch", action="store_true",
+                    help="also time 0-round calls and an identity over the same arguments (see above)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -121,10 +130,47 @@ def main(argv=None) -> int:
         print(f"[probe_call_fixed] {mode:8s} a call {statistics.median(per):.3f} ms/round, fixed "
               f"{statistics.median(fixed):.2f} ms (all {['%.2f' % f for f in fixed]}), buffers moved a call "
               f"{moved} of {r['leaves']}", flush=True)
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            (Path(args.out) / "call_fixed.json").write_text(json.dumps(out, indent=1))
+        _save(out, args.out)
+    if args.dispatch:
+        out["dispatch"] = dispatch_times(gen, req, run, args.repeats * 5)
+        print("[probe_call_fixed] dispatch, median ms: " + ", ".join(
+            f"{k} {statistics.median(v):.3f}" for k, v in out["dispatch"].items()), flush=True)
+        _save(out, args.out)
     return 0
+
+
+def _save(out: dict, folder: str | None) -> None:
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "call_fixed.json").write_text(json.dumps(out, indent=1))
+
+
+def dispatch_times(gen: Generator, req, run, repeats: int) -> dict[str, list[float]]:
+    """Wall ms (to the state's readiness) of: a 0-round call with its round count made in the timed
+    region (zero_made_inside) and before it (zero); the same arguments through a jitted identity
+    that donates the state (identity), and through one that takes the state alone
+(identity_state_only); and making the round count alone (jnp_int32)."""
+    ident = jax.jit(lambda tp, dp, s, k, n: s, donate_argnums=(2,))
+    ident_state = jax.jit(lambda s: s, donate_argnums=(0,))
+    zero = jnp.int32(0)
+    state = jax.block_until_ready(req.refill(None))
+    times = {"zero_made_inside": [], "zero": [], "identity": [], "identity_state_only": [], "jnp_int32": []}
+    for i in range(repeats + 1):
+        for name in times:
+            state = jax.block_until_ready(req.refill(state))
+            t0 = time.perf_counter()
+            if name == "jnp_int32":
+                jax.block_until_ready(jnp.int32(i))
+            elif name == "identity_state_only":
+                state = jax.block_until_ready(ident_state(state))
+            else:
+                fn = ident if name == "identity" else run
+                state = fn(gen.tparams, gen.dparams, state, req.knobs,
+                           jnp.int32(0) if name == "zero_made_inside" else zero)
+                jax.block_until_ready(state)
+            if i:  # the first pass warms each up
+                times[name].append(1e3 * (time.perf_counter() - t0))
+    return times
 
 
 if __name__ == "__main__":

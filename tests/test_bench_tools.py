@@ -126,6 +126,12 @@ def test_probe_call_fixed_smoke(tmp_path):
     assert all(m < modes["caches"]["leaves"] for m in modes["caches"]["buffers_moved"])
     with pytest.raises(SystemExit):
         probe_call_fixed.main(["--modes", "fresh,warm"])
+    # --dispatch: 0-round calls and the identity, every timing kept
+    assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--modes", "state",
+                                  "--dispatch", "--out", str(tmp_path)]) == 0
+    disp = json.loads((tmp_path / "call_fixed.json").read_text())["dispatch"]
+    assert set(disp) == {"zero_made_inside", "zero", "identity", "identity_state_only", "jnp_int32"}
+    assert all(len(v) == 5 and min(v) > 0 for v in disp.values())
 
 
 @pytest.mark.parametrize("flag,values,table,suffixes", [
