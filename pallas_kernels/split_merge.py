@@ -10,13 +10,15 @@ loads every share's log2-sum-exp2 for them (from the kernel's folded row order) 
 partials ``[shares, heads, Dh]``, and stores the merged ``[heads, Dh]``. Selected by the config's ``m``
 (MgpuConfig.merge_kernel); a CPU path through ``interpret=True``.
 
-Session 29's first version lost on the H200 (session 30, s30a), so no default config takes
-`m`: 4.3 us a layer at T = 72 against XLA's 1.6 + 1.2 (at T = 264's tail split over 4096 keys,
-60.0 us a call in all against 54.2: the kernel 7.1 us against XLA's 2.6 + 1.3), and DDTree-64
-rounds 6.270 / 6.406 ms a call against 6.220 / 6.214. It took 2048 columns a program (144
-programs at T = 72) and gathered each share's log2-sum-exp2 once per column, 128 times per
-(token, head). This version (session 30, untimed) gathers it once per (token, head) and runs
-twice the programs (a block of 8 heads of 128 dims: 288 at T = 72).
+Session 29's first version lost on the H200 (session 30, s30a): 4.3 us a layer at T = 72 against
+XLA's 1.6 + 1.2 (at T = 264's tail split over 4096 keys, 60.0 us a call in all against 54.2: the
+kernel 7.1 us against XLA's 2.6 + 1.3), and DDTree-64 rounds 6.270 / 6.406 ms a call against
+6.220 / 6.214. It took 2048 columns a program (144 programs at T = 72) and gathered each share's
+log2-sum-exp2 once per column, 128 times per (token, head). This version (session 30) gathers it
+once per (token, head) and runs twice the programs (a block of 8 heads of 128 dims: 288 at T =
+72). Session 31 (s31b) timed it: 1.74 us at T = 72 against XLA's 1.58 + 1.19, so DDTree-64's
+default config (ONE_WAVE_CONFIGS[72]) takes it; at T = 264's tail split it still loses (1.88 us
+against XLA's 1.30 slice fusion; 54.8 us a call in all against 54.2), so the tail split keeps XLA's.
 """
 from __future__ import annotations
 

@@ -178,9 +178,14 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # tie), prompt 2048 6.336 against 6.536 (s28c), prompt 4096 6.581 / 6.595 against 6.864 / 6.854
 # (ABAB, s28a), prompt 8192 7.054 against 7.601 (s27e); over an 8960-position cache at prompt
 # 512 6.048 against 6.230 (s28b). Session 27 took it over long caches only; s28c took it always.
+# Its 3 shares are merged by split_merge's kernel (m) where this jax has Pallas Triton (session
+# 31, s31b, alone, us a call: prefix 512 8.48 against XLA's merge 9.48, 4096 18.73 against 19.79,
+# the merge 1.74-1.79 against 1.58 + 1.19; DDTree-64 rounds ABAB, ms a call / steady: 6.144 /
+# 5.981 and 6.146 / 6.035 against 6.167 / 6.053 and 6.154 / 6.061).
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
-    72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3)}
+    72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3,
+                   merge_kernel=split_merge.pltriton is not None)}
 # Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
 # whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows x kv heads x
 # its CTAs a kv head, the tail split's first launch leaving out the last group), a second wave

@@ -7,6 +7,7 @@ padding of the verify rows (which this kernel needs: T % 8 == 0) is tested in te
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -16,6 +17,7 @@ import pytest
 
 from pallas_kernels import tree_attention as ta
 from pallas_kernels import tree_attention_mgpu as mgpu
+from pallas_kernels import split_merge
 from pallas_kernels.split_merge import merge_splits_kernel
 from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
 from test_kernels import make_inputs, numpy_reference, rel_err
@@ -61,6 +63,8 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     # ONE_WAVE_CONFIGS[72] (DDTree-64's default on the H200): one block a CTA, keys over 3 CTAs;
     # 5 key steps shared 2 / 2 / 1: the ragged 4th prefix step in CTA 1, the new keys alone in CTA 2
     (16, 304, 1, 4, 64, (250,), mgpu.ONE_WAVE_CONFIGS[72], np.nan),
+    # ... its shares merged by XLA (the form where jax has no Pallas Triton for split_merge)
+    (16, 304, 1, 4, 64, (250,), dataclasses.replace(mgpu.ONE_WAVE_CONFIGS[72], merge_kernel=False), np.nan),
     # the shares merged by the Pallas kernel (m), here the tail split's (block 2's keys over 2
     # CTAs; attention_mgpu runs cN's and tN's shares through the same merge call, and
     # test_merge_kernel_matches_the_xla_merge checks the kernel on key_splits' layouts)
@@ -229,6 +233,8 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     # SMs at batch 1, nor with 64 rows (no entry for T = 64).
     c72 = mgpu.ONE_WAVE_CONFIGS[72]
     assert auto_cfg(1, 72, long_seq) == auto_cfg(1, 72, 640) == c72 and c72.key_splits == 3
+    # its shares merged by split_merge's kernel where jax has Pallas Triton (session 31)
+    assert c72.merge_kernel == (split_merge.pltriton is not None)
     assert mgpu.grid_ctas(72, 1, 8, 4, c72) == 120
     assert auto_cfg(2, 72, long_seq) == auto_cfg(2, 72, 8192) == c72 == mgpu.LONG_CACHE_CONFIGS[72][0]
     assert auto_cfg(2, 72, long_seq - 128) is None and auto_cfg(3, 72, 8192) is None
