@@ -142,7 +142,7 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
         state = jax.block_until_ready(fresh_state(prev))
         del prev
         t0 = time.perf_counter()
-        state = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(n_rounds))
+        state = run(gen.tparams, gen.dparams, state, knobs, gen.rounds_limit(n_rounds))  # as generate
         jax.block_until_ready(state.out)
         ms = 1e3 * (time.perf_counter() - t0)
         last[0] = state

@@ -19,7 +19,8 @@ For each call it also counts the state's buffers whose addresses differ from the
 --dispatch splits the fixed part (session 31: 2.2 ms from a call's start to its first round and
 1.2 ms from its last round's end to the return, on the command-buffer log's clock): it times, in
 the "state" mode, a call of 0 rounds (the loop's predicate only), with the round count made
-inside the timed region (jnp.int32(n), as generate does) and made before it; and the same
+inside the timed region (jnp.int32(n), as generate did before session 31) and made before it
+(Generator.rounds_limit's cached scalar, as generate and the timed calls now do); and the same
 arguments through a jitted identity that donates the state (argument handling and dispatch
 alone, no device work).
 """
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
         ptrs = _pointers(state)
         moved = None if last["ptrs"] is None else sum(a != b for a, b in zip(ptrs, last["ptrs"]))
         w0, t0 = time.time(), time.perf_counter()
-        state = run(gen.tparams, gen.dparams, state, req.knobs, jnp.int32(n))
+        state = run(gen.tparams, gen.dparams, state, req.knobs, gen.rounds_limit(n))
         jax.block_until_ready(state.out)
         ms = 1e3 * (time.perf_counter() - t0)
         last["state"], last["ptrs"] = state, _pointers(state)
@@ -152,7 +153,7 @@ def dispatch_times(gen: Generator, req, run, repeats: int) -> dict[str, list[flo
 (identity_state_only); and making the round count alone (jnp_int32)."""
     ident = jax.jit(lambda tp, dp, s, k, n: s, donate_argnums=(2,))
     ident_state = jax.jit(lambda s: s, donate_argnums=(0,))
-    zero = jnp.int32(0)
+    zero = gen.rounds_limit(0)
     state = jax.block_until_ready(req.refill(None))
     times = {"zero_made_inside": [], "zero": [], "identity": [], "identity_state_only": [], "jnp_int32": []}
     for i in range(repeats + 1):

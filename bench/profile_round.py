@@ -300,7 +300,7 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
     state = jax.block_until_ready(fresh_state(kept.pop()))
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):
-            st = run(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds))
+            st = run(gen.tparams, gen.dparams, state, knobs, gen.rounds_limit(rounds))
             jax.block_until_ready(st.out)
         paths = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
         events = device_events(paths[-1]) if paths else []

@@ -201,8 +201,18 @@ class Generator:
         # buffers (`_state_buffers`); `release_buffers()` drops it
         self._kept: engine.State | None = None
         self._kept_lock = threading.Lock()
+        self._limits: dict[int, jax.Array] = {}  # rounds_limit's device scalars
         self.log = log
         self._stage_warm: dict = {}
+
+    def rounds_limit(self, n: int) -> jax.Array:
+        """The device scalar a run_rounds call takes as its round limit, made once per value: on
+        the H200 making one (jnp.int32(n): a host-to-device copy and a conversion's launch) cost
+        ~0.9 ms, a third of a call's fixed cost (bench/RESULTS.md, session 31)."""
+        limit = self._limits.get(n)
+        if limit is None:
+            limit = self._limits[n] = jax.block_until_ready(jnp.int32(n))
+        return limit
 
     @property
     def draft_vocab_size(self) -> int | None:
@@ -346,7 +356,7 @@ class Generator:
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
         if not profile:  # compile the rounds too before the clock starts, from the state's shapes
             run = self._compile("rounds", engine.run_rounds,
-                                (self.tparams, self.dparams, shapes, knobs, jnp.int32(limit)),
+                                (self.tparams, self.dparams, shapes, knobs, self.rounds_limit(limit)),
                                 static, self.round_options(spec))
 
         t0 = time.perf_counter()
@@ -361,10 +371,10 @@ class Generator:
             state, stage_ms = self._profiled_rounds(state, knobs, spec, on_tokens, emitted)
         else:
             while True:
-                state = run(self.tparams, self.dparams, state, knobs, jnp.int32(limit))
+                state = run(self.tparams, self.dparams, state, knobs, self.rounds_limit(limit))
                 if on_tokens is not None:
                     self._emit(state, emitted, on_tokens)
-                if bool(jnp.all(state.done)):
+                if np.asarray(state.done).all():  # a copy of Bt flags, no launch
                     break
                 limit = max(limit, min(2 * limit, STREAM_MAX_ROUNDS_PER_CALL))
         jax.block_until_ready(state.out)

@@ -245,7 +245,7 @@ def test_requests_reuse_the_last_state_buffers(pair, ar_tokens, method):
     rounds' command buffers keep their addresses), caches zeroed first: after a longer prompt of
     the same bucket, a shorter one gives the AR tokens, greedy, and a sampled one the tokens of a
     fresh Generator; a request of other shapes (a longer output) takes new buffers;
-    release_buffers drops them."""
+    release_buffers drops them; the calls' round limits are device scalars made once a value."""
     import jax
 
     def ptrs(state):
@@ -267,6 +267,10 @@ def test_requests_reuse_the_last_state_buffers(pair, ar_tokens, method):
     gen.release_buffers()
     assert gen._kept is None
     assert [r.token_ids for r in gen.generate_ids([PROMPTS[2]], max_new_tokens=MAX_NEW)] == [ar_tokens[2]]
+    # the calls' round limits: one device scalar per value, made once (session 31)
+    assert gen._limits and all(int(v) == n for n, v in gen._limits.items())
+    n = next(iter(gen._limits))
+    assert gen.rounds_limit(n) is gen._limits[n] and int(gen.rounds_limit(5)) == 5
 
 
 def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
