@@ -13,8 +13,8 @@ warpgroups share one row block instead and take alternate key steps, then merge 
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
 in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there) and at T = 72
-(DDTree-64) where ONE_WAVE_CONFIGS' key split fits one wave (at batch 2: over long caches,
-LONG_CACHE_CONFIGS). The engine pads those verifies to a
+(DDTree-64) and T = 16 (the drafter's block, DFlash's verify) where ONE_WAVE_CONFIGS' key split
+fits one wave (T = 72 at batch 2: over long caches, LONG_CACHE_CONFIGS). The engine pads those verifies to a
 multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA boxes of q / K / V need
 T % 8 == 0.
 
@@ -81,9 +81,8 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # (T = 1032): alone 58.4 us a layer with skip_empty against Triton's 172.1 (session 20). At
 # T = 72 (DDTree-64) the unsplit kernel's round attention is ~10 us a layer, as Triton's (session
 # 20 profiles; its key split pays: ONE_WAVE_CONFIGS[72], taken outside this range) and at T = 16
-# (the drafter) it is slower (8 CTAs; s28c alone with 8 key shares: 9.2 against 10.3 us over a
-# 512-token prefix, 13.5 against 19.7 over 4096, ~5 drafter layers a round), so small trees stay
-# on Triton.
+# (the drafter) it is slower (8 CTAs; its key split with the merge kernel pays:
+# ONE_WAVE_CONFIGS[16], session 31), so other small trees stay on Triton.
 # T = 256 (DDTree-255) from session 25 (s25d, one start): 9.498 / 9.270 ms a call / steady with
 # ONE_WAVE_CONFIGS[256] against 10.173 / 10.018 on Triton.
 AUTO_T_RANGE: tuple[int, int] | None = (256, 1032)
@@ -182,9 +181,18 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # 31, s31b, alone, us a call: prefix 512 8.48 against XLA's merge 9.48, 4096 18.73 against 19.79,
 # the merge 1.74-1.79 against 1.58 + 1.19; DDTree-64 rounds ABAB, ms a call / steady: 6.144 /
 # 5.981 and 6.146 / 6.035 against 6.167 / 6.053 and 6.154 / 6.061).
+#
+# T = 16 (the drafter's block, DFlash's verify): one row block a kv head, keys split over 8 CTAs,
+# the shares merged by split_merge's kernel: 64 CTAs at batch 1, 128 at batch 2. With XLA's merge
+# (c8: transposes and two fusions, ~5.5 us) it tied Triton in rounds (session 28); with the
+# kernel's (session 31, s31c), alone, us a call: prefix 512 7.29 against Triton's 10.38, 4096
+# 11.56 against 19.96; DDTree-64 rounds at prompt 4096 6.477 / 6.265 ms a call / steady against
+# 6.645 / 6.485. Verifies of 9-16 rows (DDTree-8 to -15) are padded to 16 and take it too.
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
     72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3,
+                   merge_kernel=split_merge.pltriton is not None),
+    16: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=8,
                    merge_kernel=split_merge.pltriton is not None)}
 # Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
 # whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows x kv heads x

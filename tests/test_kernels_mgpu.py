@@ -65,6 +65,9 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
     (16, 304, 1, 4, 64, (250,), mgpu.ONE_WAVE_CONFIGS[72], np.nan),
     # ... its shares merged by XLA (the form where jax has no Pallas Triton for split_merge)
     (16, 304, 1, 4, 64, (250,), dataclasses.replace(mgpu.ONE_WAVE_CONFIGS[72], merge_kernel=False), np.nan),
+    # ONE_WAVE_CONFIGS[16] (the drafter's block): keys over 8 CTAs; 3 key steps (2 prefix, 1 new),
+    # so 5 of the 8 shares see no key and the merge must drop them
+    (16, 104, 1, 4, 64, (70,), mgpu.ONE_WAVE_CONFIGS[16], np.nan),
     # the shares merged by the Pallas kernel (m), here the tail split's (block 2's keys over 2
     # CTAs; attention_mgpu runs cN's and tN's shares through the same merge call, and
     # test_merge_kernel_matches_the_xla_merge checks the kernel on key_splits' layouts)
@@ -239,6 +242,12 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert auto_cfg(2, 72, long_seq) == auto_cfg(2, 72, 8192) == c72 == mgpu.LONG_CACHE_CONFIGS[72][0]
     assert auto_cfg(2, 72, long_seq - 128) is None and auto_cfg(3, 72, 8192) is None
     assert auto_cfg(1, 64, 8192) is None
+    # T = 16 (the drafter's block): 8 key shares, 64 CTAs a batch row; batches 1-2 fit one wave,
+    # batch 3 (192) does not (session 31)
+    c16 = mgpu.ONE_WAVE_CONFIGS[16]
+    assert c16.key_splits == 8 and c16.merge_kernel == (split_merge.pltriton is not None)
+    assert mgpu.grid_ctas(16, 1, 8, 4, c16) == 64
+    assert auto_cfg(1, 16, 640) == auto_cfg(2, 16, long_seq) == c16 and auto_cfg(3, 16, 640) is None
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq) == 8
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=640) == 8
     assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=8192, batch=2) == 8
