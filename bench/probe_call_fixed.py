@@ -150,7 +150,7 @@ def dispatch_times(gen: Generator, req, run, repeats: int) -> dict[str, list[flo
     """Wall ms (to the state's readiness) of: a 0-round call with its round count made in the timed
     region (zero_made_inside) and before it (zero); the same arguments through a jitted identity
     that donates the state (identity), and through one that takes the state alone
-(identity_state_only); and making the round count alone (jnp_int32)."""
+    (identity_state_only); and making the round count alone (jnp_int32)."""
     ident = jax.jit(lambda tp, dp, s, k, n: s, donate_argnums=(2,))
     ident_state = jax.jit(lambda s: s, donate_argnums=(0,))
     zero = gen.rounds_limit(0)

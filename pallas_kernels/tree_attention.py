@@ -32,8 +32,8 @@ and Dh = 128 the prefix attention does 4*Hq*T*Dh FLOP per prefix key against 4*H
 so at T = 65 the FLOP floor already exceeds the byte floor on an H200.
 
 On Hopper (compute capability 9.0) "auto" hands the verify of larger trees (padded T in
-tree_attention_mgpu.AUTO_T_RANGE, bf16), and DDTree-64's 72 rows where that kernel's key split
-fits one wave (tree_attention_mgpu.takes), to the Mosaic GPU kernel in tree_attention_mgpu.py
+tree_attention_mgpu.AUTO_T_RANGE, bf16), and DDTree-64's 72 rows and the drafter's 16 where that
+kernel's key split fits one wave (tree_attention_mgpu.takes), to the Mosaic GPU kernel in tree_attention_mgpu.py
 (TMA, wgmma, warp specialization), and verify_rows tells the engine to pad those verifies to a
 multiple of 8 rows.
 
