@@ -95,8 +95,9 @@ def nbytes(tree) -> int:
 def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1, *,
                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> types.SimpleNamespace:
     """`batch` random prompts (one length) for gen: its spec, static args, knobs, a factory of fresh prefill
-    arguments (new donated caches each call), the compiled prefill, and `refill(old)`: the prefill as
-    generate runs it, into a finished state's buffers. Greedy unless a temperature is given."""
+    arguments (new donated caches each call) for `prefill` (engine.prefill, compiled at its first
+    call), `zeros()` (a new state of zeros) and `refill(old)`: the prefill as generate runs it, into a
+    finished state's buffers (or new zeros). Greedy unless a temperature is given."""
     spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig.make(temperature, top_k))
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
@@ -110,21 +111,31 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: i
         caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, batch, dtype)
         return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
 
-    prefill = engine.prefill.lower(*pre_args(), **static).compile(compiler_options=gen.compiler_options)
+    compiled = {}
+
+    def prefill(*a):
+        """engine.prefill (new caches donated), compiled at its first call: only probe_call_fixed's
+        fresh and caches modes use it; everything else prefills as generate does (refill)."""
+        if "prefill" not in compiled:
+            compiled["prefill"] = engine.prefill.lower(*a, **static).compile(compiler_options=gen.compiler_options)
+        return compiled["prefill"](*a)
+
     args = (prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
     shapes = engine.state_shapes(gen.tparams, gen.dparams, *args, **static)
     into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args, **static).compile(
         compiler_options=gen.compiler_options)
 
+    def zeros():
+        """A new state of zeros, in new buffers (what a first request prefills into)."""
+        return jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
     def refill(old=None):
         """A state as Generator.generate_ids makes one: prefilled into `old` (a finished call's state,
         donated: every buffer reused) or, without one, into new zeros."""
-        if old is None:
-            old = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-        return into(old, gen.tparams, gen.dparams, *args)
+        return into(zeros() if old is None else old, gen.tparams, gen.dparams, *args)
 
     return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill,
-                                 refill=refill)
+                                 zeros=zeros, refill=refill)
 
 
 def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: int,
@@ -161,32 +172,35 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
 
 def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1,
             verify_loop: bool = False, stage_loop: bool = False, fresh_buffers: bool = False) -> dict:
-    """fresh_buffers: every timed call's state in new buffers (new caches and a prefill), as
+    """fresh_buffers: every timed call's state in new buffers (new zeros and a prefill), as
     generate did before session 30; by default each call prefills into the last call's state,
     as generate does (engine.prefill_into)."""
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
     req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
-    spec, static, knobs, pre_args, prefill = req.spec, req.static, req.knobs, req.pre_args, req.prefill
-    prefill_ms = []  # the first call includes the executable's first-run set-up; the second is warm
+    spec, static, knobs = req.spec, req.static, req.knobs
+    # the prefill as generate runs it (engine.prefill_into): the first into new zeros (it includes
+    # the executable's first-run set-up), the second into the first's state (warm, buffers kept).
+    # Before session 31 this timed engine.prefill into new caches, a second compile a row.
+    prefill_ms, state = [], None
     for _ in range(2):
-        args = jax.block_until_ready(pre_args())
+        old = jax.block_until_ready(req.zeros() if state is None else state)
         t0 = time.perf_counter()
-        state = jax.block_until_ready(prefill(*args))
+        state = jax.block_until_ready(req.refill(old))
         prefill_ms.append(1e3 * (time.perf_counter() - t0))
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
         compiler_options=gen.round_options(spec))
 
-    fresh = (lambda prev: prefill(*pre_args())) if fresh_buffers else req.refill
+    fresh = (lambda prev: req.refill(None)) if fresh_buffers else req.refill
     fused, steady = fused_times(gen, run, fresh, knobs, rounds, repeats)
     call_fixed = [(f - s) * rounds for f, s in zip(fused, steady)]
     loops = {}
     if stage_loop or verify_loop:
-        loops = stage_loop_times(gen, spec, prefill(*pre_args()), knobs, rounds, repeats,
+        loops = stage_loop_times(gen, spec, req.refill(None), knobs, rounds, repeats,
                                  only=None if stage_loop else ("verify",))
     if stage_loop:
         stages = {k: statistics.median(v) for k, v in loops.items()}
     else:
-        stages = stage_times(gen, spec, lambda: prefill(*pre_args()), knobs, stage_repeats)
+        stages = stage_times(gen, spec, lambda: req.refill(None), knobs, stage_repeats)
     return {
         "verify_ms_steady": statistics.median(loops["verify"]) if loops else None,
         "verify_ms_steady_all": loops.get("verify", []),

@@ -286,7 +286,7 @@ def verify_alone_ms(gen, prompt_len: int, temperature: float, opts: SuiteOptions
 
     req = setup_request(gen, prompt_len, opts.max_new_tokens, temperature=temperature, top_k=opts.top_k,
                         top_p=opts.top_p)
-    state = req.prefill(*req.pre_args())
+    state = req.refill(None)
     times = stage_loop_times(gen, req.spec, state, req.knobs, rounds, repeats, only=("verify",))["verify"]
     return statistics.median(times)
 

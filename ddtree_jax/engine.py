@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
@@ -134,8 +135,10 @@ class Knobs:
 
 
 def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Knobs:
+    """Numpy values in one device_put: jnp.float32(x) launches a conversion (on the H200 five
+    small inputs took 0.9-1.4 ms through jnp against 0.35-0.43 this way; session 31, s31e)."""
     ids = list(stop_ids) or [-1]
-    return Knobs(jnp.float32(temperature), jnp.float32(top_p), jnp.asarray(ids, jnp.int32))
+    return Knobs(*jax.device_put((np.float32(temperature), np.float32(top_p), np.asarray(ids, np.int32))))
 
 
 # ----------------------------------------------------------------------------- stages
