@@ -188,12 +188,13 @@ AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=
 # kernel's (session 31, s31c), alone, us a call: prefix 512 7.29 against Triton's 10.38, 4096
 # 11.56 against 19.96; DDTree-64 rounds at prompt 4096 6.477 / 6.265 ms a call / steady against
 # 6.645 / 6.485. Verifies of 9-16 rows (DDTree-8 to -15) are padded to 16 and take it too.
+_MERGE_KERNEL = split_merge.pltriton is not None  # m wherever this jax has Pallas Triton
 ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
     72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3,
-                   merge_kernel=split_merge.pltriton is not None),
+                   merge_kernel=_MERGE_KERNEL),
     16: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=8,
-                   merge_kernel=split_merge.pltriton is not None)}
+                   merge_kernel=_MERGE_KERNEL)}
 # Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
 # whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows x kv heads x
 # its CTAs a kv head, the tail split's first launch leaving out the last group), a second wave
