@@ -66,11 +66,24 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
 __all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
-           "config_for", "config_for_inputs", "wanted", "row_multiple"]
+           "config_for", "config_for_inputs", "wanted", "row_multiple", "make_room_for_interpret"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
 _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - inf
+
+# Interpret mode on the CPU runs each warpgroup of a block as its own CPU computation, and they
+# meet at barriers. XLA's CPU client sizes its thread pool by the core count (PJRT_NPROC
+# overrides it): on 2 cores a kernel inside a jitted forward, whose outer computation holds a
+# pool thread, waits forever for a warpgroup that never gets one. 16 threads remove that.
+INTERPRET_CPU_THREADS = 16
+
+
+def make_room_for_interpret(threads: int = INTERPRET_CPU_THREADS) -> None:
+    """Ask XLA's CPU client for `threads` pool threads (PJRT_NPROC, unless already set) so the
+    interpreter's warpgroups never wait for one. Takes effect only before jax's CPU backend
+    starts (its first computation): call it first thing in a process that interprets."""
+    os.environ.setdefault("PJRT_NPROC", str(threads))
 
 
 # Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's
