@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import engine
-from ddtree_jax.generate import Generator
+from ddtree_jax.generate import Generator, tree_nbytes as nbytes
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 
@@ -86,10 +86,6 @@ def build(model: str, dtype) -> types.SimpleNamespace:
     jax.block_until_ready((tp, dp))
     return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
                                  tokenizer_dir=None, meta={})
-
-
-def nbytes(tree) -> int:
-    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
 def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1, *,

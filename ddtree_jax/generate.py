@@ -37,7 +37,8 @@ METHODS = ("ar", "dflash", "ddtree")
 DEFAULT_UNROLL = 1
 
 
-def _nbytes(tree) -> int:
+def tree_nbytes(tree) -> int:
+    """Bytes held by a pytree's arrays (or ShapeDtypeStructs)."""
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
@@ -258,7 +259,7 @@ class Generator:
 
     def check_memory(self, batch: int, spec: engine.DecodeSpec):
         """Estimate weights + caches before allocating; refuse with the figure when it cannot fit."""
-        weights = _nbytes((self.tparams, self.dparams))
+        weights = tree_nbytes((self.tparams, self.dparams))
         itemsize = jnp.dtype(self.tparams["embed"].dtype).itemsize
         per_pos = 2 * self.tcfg.num_layers * self.tcfg.num_kv_heads * self.tcfg.head_dim
         if self.dcfg is not None and self.budget:
@@ -422,7 +423,7 @@ class Generator:
 
     def _kept_bytes(self) -> int:
         kept = self._kept
-        return 0 if kept is None else _nbytes(kept)
+        return 0 if kept is None else tree_nbytes(kept)
 
     @staticmethod
     def _emit(state, emitted, on_tokens):
@@ -448,7 +449,7 @@ class Generator:
         first_compiles = not self._stage_warm.get(spec, False)
         self._stage_warm[spec] = True
 
-        while not bool(jnp.all(state.done)):
+        while not np.asarray(state.done).all():
             key, sub = jax.random.split(state.key)
             if spec.speculative:
                 logp = timed("draft", fns["draft"], self.tparams, self.dparams, state)
