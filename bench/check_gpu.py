@@ -25,7 +25,7 @@ from ddtree_jax.models import target
 from ddtree_jax.models.config import RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_target
 from ddtree_jax.models.layers import KVCache, append
-from pallas_kernels.tree_attention_mgpu import make_room_for_interpret
+from pallas_kernels.tree_attention_mgpu import prepare_cpu_for_interpret
 
 
 def perturb_norms(params: dict, key) -> dict:
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tol", type=float, default=3e-2, help="max |a-b| / max |b| allowed (bf16)")
     args = ap.parse_args(argv)
     if args.impl.endswith("_interpret"):
-        make_room_for_interpret()  # before the first computation starts jax's CPU backend
+        prepare_cpu_for_interpret()  # before the first computation starts jax's CPU backend
     if args.small:
         dims = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1, head_dim=64)
         cases = [(1, 0), (5, 21), (16, 21)]

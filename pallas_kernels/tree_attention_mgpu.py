@@ -66,24 +66,33 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
 __all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
-           "config_for", "config_for_inputs", "wanted", "row_multiple", "make_room_for_interpret"]
+           "config_for", "config_for_inputs", "wanted", "row_multiple", "prepare_cpu_for_interpret"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
 _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - inf
 
-# Interpret mode on the CPU runs each warpgroup of a block as its own CPU computation, and they
-# meet at barriers. XLA's CPU client sizes its thread pool by the core count (PJRT_NPROC
-# overrides it): on 2 cores a kernel inside a jitted forward, whose outer computation holds a
-# pool thread, waits forever for a warpgroup that never gets one. 16 threads remove that.
+# Interpret mode on the CPU runs each warpgroup of a block as its own CPU computation, in its
+# own thread; they meet at barriers, and their host callbacks run eager jax ops. Two deadlocks
+# follow on a small machine (session 32, py-spy stacks of hung runs):
+# - XLA's CPU client sizes its thread pools by the core count (PJRT_NPROC overrides it). On 2
+#   cores a kernel inside a jitted forward, whose outer computation holds a pool thread, leaves
+#   its warpgroups' computations waiting for threads while a peer waits at a barrier for them.
+# - With async dispatch the caller enqueues its next op (waiting on the kernel's output) while
+#   the kernel still runs; the client orders a device's computations, so a callback's eager op
+#   waits behind the caller's op, which waits for the kernel, which waits for the callback.
 INTERPRET_CPU_THREADS = 16
 
 
-def make_room_for_interpret(threads: int = INTERPRET_CPU_THREADS) -> None:
-    """Ask XLA's CPU client for `threads` pool threads (PJRT_NPROC, unless already set) so the
-    interpreter's warpgroups never wait for one. Takes effect only before jax's CPU backend
-    starts (its first computation): call it first thing in a process that interprets."""
+def prepare_cpu_for_interpret(threads: int = INTERPRET_CPU_THREADS) -> None:
+    """Set up XLA's CPU client for Mosaic GPU interpret mode: `threads` pool threads (PJRT_NPROC,
+    unless already set) and synchronous dispatch (jax_cpu_enable_async_dispatch off), against the
+    two deadlocks above. Both are read when jax's CPU backend starts (its first computation):
+    call this first thing in a process that interprets. Measured on 2 cores: either alone still
+    hung (sync with 2 threads: 3 of 4 model-forward runs; 16 threads with async: the kernel
+    alone within 3 calls, twice); both together passed 4 of 4 and 24 of 24."""
     os.environ.setdefault("PJRT_NPROC", str(threads))
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
 # Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's

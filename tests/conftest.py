@@ -21,12 +21,11 @@ for p in (str(ROOT), str(ROOT / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The Mosaic GPU interpreter's warpgroups deadlocked a 2-core CI run inside a jitted forward
-# without more XLA CPU pool threads than cores; they must be asked for before jax starts. 16
-# threads cost nothing measurable here (test_kernels_mgpu: 124 s either way).
-from pallas_kernels.tree_attention_mgpu import make_room_for_interpret  # noqa: E402
+# Mosaic GPU interpret mode deadlocked 2-core CI runs (XLA's CPU pools sized by the cores, and
+# async dispatch; see prepare_cpu_for_interpret). Both settings must be made before jax starts.
+from pallas_kernels.tree_attention_mgpu import prepare_cpu_for_interpret  # noqa: E402
 
-make_room_for_interpret()
+prepare_cpu_for_interpret()
 if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per test session, not ~/.cache
     import tempfile
 

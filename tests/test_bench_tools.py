@@ -229,8 +229,8 @@ def test_check_gpu_smoke_mosaic_interpret(capsys, monkeypatch):
     and tree mask, against XLA; the T it cannot take (not a multiple of 8) are skipped by name.
 
     T = 16 runs its default config (8 key-split CTAs and the merge kernel). The interpreter runs
-    each warpgroup as a nested CPU computation; with XLA's CPU pool sized by the 2 cores this
-    deadlocked inside the forward (conftest sets PJRT_NPROC for it; check_gpu does too)."""
+    each warpgroup as a nested CPU computation, which deadlocked inside the forward on 2 cores
+    until conftest (and check_gpu) called prepare_cpu_for_interpret."""
     from bench.check_gpu import main
     from pallas_kernels import tree_attention_mgpu as mgpu
 
