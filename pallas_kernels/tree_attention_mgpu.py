@@ -78,21 +78,29 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 # - XLA's CPU client sizes its thread pools by the core count (PJRT_NPROC overrides it). On 2
 #   cores a kernel inside a jitted forward, whose outer computation holds a pool thread, leaves
 #   its warpgroups' computations waiting for threads while a peer waits at a barrier for them.
-# - With async dispatch the caller enqueues its next op (waiting on the kernel's output) while
-#   the kernel still runs; the client orders a device's computations, so a callback's eager op
-#   waits behind the caller's op, which waits for the kernel, which waits for the callback.
+# - The caller enqueues its next op while the kernel still runs (async dispatch); the client
+#   orders a device's computations, so a callback's eager op waits behind the caller's op, which
+#   waits for the kernel, which waits for the callback. attention_mgpu therefore waits for an
+#   eager interpreted kernel before its merge (_settled); a caller that runs one inside its own
+#   jit must wait for that computation before dispatching more (as bench.check_gpu does).
+#   Synchronous dispatch (jax_cpu_enable_async_dispatch off) also cures it, but it empties the
+#   CPU profiler traces that profile_round's tests read.
 INTERPRET_CPU_THREADS = 16
 
 
 def prepare_cpu_for_interpret(threads: int = INTERPRET_CPU_THREADS) -> None:
-    """Set up XLA's CPU client for Mosaic GPU interpret mode: `threads` pool threads (PJRT_NPROC,
-    unless already set) and synchronous dispatch (jax_cpu_enable_async_dispatch off), against the
-    two deadlocks above. Both are read when jax's CPU backend starts (its first computation):
-    call this first thing in a process that interprets. Measured on 2 cores: either alone still
-    hung (sync with 2 threads: 3 of 4 model-forward runs; 16 threads with async: the kernel
-    alone within 3 calls, twice); both together passed 4 of 4 and 24 of 24."""
+    """Ask XLA's CPU client for `threads` pool threads (PJRT_NPROC, unless already set), against
+    the first deadlock above. Read when jax's CPU backend starts (its first computation): call
+    this first thing in a process that interprets."""
     os.environ.setdefault("PJRT_NPROC", str(threads))
-    jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+def _settled(out, interpret):
+    """An eager interpreted kernel's output, waited for (the second deadlock above); traced
+    values and the compiled path pass through."""
+    if interpret and not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(out)):
+        return jax.block_until_ready(out)
+    return out
 
 
 # Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's
@@ -923,7 +931,7 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
                              profile_dir=None if interpret else profile_dir)
 
     def run(c: MgpuConfig, groups=None):
-        out = call(cfg=dataclasses.replace(c, merge_kernel=False), groups=groups)
+        out = _settled(call(cfg=dataclasses.replace(c, merge_kernel=False), groups=groups), interpret)
         if c.key_splits == 1:
             return out
         if c.merge_kernel:
