@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .tree_attention_mgpu import interpret_params
+from .tree_attention_mgpu import interpret_params, wait_if_interpreted
 
 try:
     from jax.experimental import pallas as pl
@@ -236,7 +236,7 @@ def matmul_mgpu(x: jax.Array, w: jax.Array, *, config: MgpuMatmulConfig | None =
     mo = _padded(m)[1]
     if mo != m:   # TMA takes a tiled array's rows in whole 8-row tiles: one small XLA pad
         x = jnp.pad(x, ((0, mo - m), (0, 0)))
-    out = _call_jit(x, w.astype(x.dtype), cfg=cfg, interpret=interpret)
+    out = wait_if_interpreted(_call_jit(x, w.astype(x.dtype), cfg=cfg, interpret=interpret), interpret)
     if cfg.parts == 1:
         return out[:m]
     return out[:, :m] if partials else out[:, :m].sum(0).astype(x.dtype)

@@ -66,7 +66,8 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
 __all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
-           "config_for", "config_for_inputs", "wanted", "row_multiple", "prepare_cpu_for_interpret"]
+           "config_for", "config_for_inputs", "wanted", "row_multiple", "prepare_cpu_for_interpret",
+           "wait_if_interpreted"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
@@ -80,9 +81,10 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 #   its warpgroups' computations waiting for threads while a peer waits at a barrier for them.
 # - The caller enqueues its next op while the kernel still runs (async dispatch); the client
 #   orders a device's computations, so a callback's eager op waits behind the caller's op, which
-#   waits for the kernel, which waits for the callback. attention_mgpu therefore waits for an
-#   eager interpreted kernel before its merge (_settled); a caller that runs one inside its own
-#   jit must wait for that computation before dispatching more (as bench.check_gpu does).
+#   waits for the kernel, which waits for the callback. So attention_mgpu waits for an eager
+#   interpreted kernel before its merge, and matmul_mgpu before its slice (wait_if_interpreted).
+#   A caller that runs one inside its own jit must wait for that computation before
+#   dispatching more (as bench.check_gpu does).
 #   Synchronous dispatch (jax_cpu_enable_async_dispatch off) also cures it, but it empties the
 #   CPU profiler traces that profile_round's tests read.
 INTERPRET_CPU_THREADS = 16
@@ -95,7 +97,7 @@ def prepare_cpu_for_interpret(threads: int = INTERPRET_CPU_THREADS) -> None:
     os.environ.setdefault("PJRT_NPROC", str(threads))
 
 
-def _settled(out, interpret):
+def wait_if_interpreted(out, interpret: bool):
     """An eager interpreted kernel's output, waited for (the second deadlock above); traced
     values and the compiled path pass through."""
     if interpret and not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(out)):
@@ -931,7 +933,7 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
                              profile_dir=None if interpret else profile_dir)
 
     def run(c: MgpuConfig, groups=None):
-        out = _settled(call(cfg=dataclasses.replace(c, merge_kernel=False), groups=groups), interpret)
+        out = wait_if_interpreted(call(cfg=dataclasses.replace(c, merge_kernel=False), groups=groups), interpret)
         if c.key_splits == 1:
             return out
         if c.merge_kernel:
