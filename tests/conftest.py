@@ -21,8 +21,8 @@ for p in (str(ROOT), str(ROOT / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Mosaic GPU interpret mode deadlocked 2-core CI runs (XLA's CPU pools sized by the cores, and
-# async dispatch; see prepare_cpu_for_interpret). Both settings must be made before jax starts.
+# Mosaic GPU interpret mode deadlocked 2-core CI runs with XLA's CPU pools sized by the cores
+# (see prepare_cpu_for_interpret); the pool size must be set before jax starts.
 from pallas_kernels.tree_attention_mgpu import prepare_cpu_for_interpret  # noqa: E402
 
 prepare_cpu_for_interpret()
