@@ -130,7 +130,11 @@ def test_probe_call_fixed_smoke(tmp_path):
     assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--modes", "state",
                                   "--dispatch", "--out", str(tmp_path)]) == 0
     disp = json.loads((tmp_path / "call_fixed.json").read_text())["dispatch"]
-    assert set(disp) == {"zero_made_inside", "zero", "identity", "identity_state_only", "jnp_int32"}
+    stacked = [k for k in disp if k.startswith("identity_state_stacked (")]
+    assert set(disp) - set(stacked) == {"zero_made_inside", "zero", "identity", "identity_state_only",
+                                        "identity_weights_only", "jnp_int32"}
+    # the tiny pair's caches (4 target + 1 drafter layers, K and V each) stacked into 4 leaves
+    assert stacked == [f"identity_state_stacked ({modes['state']['leaves'] - 10 + 4} leaves)"]
     assert all(len(v) == 5 and min(v) > 0 for v in disp.values())
 
 
@@ -290,6 +294,28 @@ def test_probe_prefetch_smoke(tmp_path):
     assert {"o_cold", "o_warm", "attn+o_cold", "attn+o_cold_pfside1", "attn+o_cold_pfmain1",
             "attn+down_cold", "attn+down_cold_pfside0.5"} <= set(rows)
     assert all(v > 0 for v in rows.values())
+
+
+def test_probe_read_floor_reads_every_key_once(tmp_path):
+    """probe_read_floor's read kernel (interpret mode) sums each chunk's keys of K and V exactly
+    once; a cache that does not cut into whole blocks and a malformed config are refused; the
+    --small run times the decode attention and every config that fits."""
+    from bench import probe_read_floor as prf
+
+    rng = np.random.default_rng(0)
+    k = jnp.asarray(rng.standard_normal((2, 3, 256, 16)), jnp.bfloat16)
+    v = jnp.asarray(rng.standard_normal((2, 3, 256, 16)), jnp.bfloat16)
+    got = prf.read_cache(k, v, chunks=2, block_k=32, warps=4, stages=2, interpret=True)
+    want = (k.astype(jnp.float32) + v.astype(jnp.float32)).reshape(2, 3, 2, 128, 16).sum(axis=3)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="whole 64-key blocks"):
+        prf.read_cache(k, v, chunks=3, block_k=64, warps=4, stages=2, interpret=True)
+    with pytest.raises(ValueError, match="CHUNKSxBLOCK_K"):
+        prf.parse_config("32x64")
+    assert prf.main(["--small", "--prefixes", "256", "--configs", "2x64w4s2,3x64w4s2", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "read_floor.json").read_text())["rows"]
+    assert [r["config"] for r in rows] == ["attention (default)", "2x64w4s2"]   # 3 x 64 keys do not cut 256
+    assert all(r["wall_us"] > 0 and "error" not in r for r in rows)
 
 
 def test_round_latency_plot_from_a_bench_round_json(tmp_path):
