@@ -298,18 +298,20 @@ def test_probe_prefetch_smoke(tmp_path):
 
 def test_probe_read_floor_reads_every_key_once(tmp_path):
     """probe_read_floor's read kernel (interpret mode) sums each chunk's keys of K and V exactly
-    once; a cache that does not cut into whole blocks and a malformed config are refused; the
+    once, plus the batch row's seed (what keeps a chain's calls from being merged); a cache that does not cut into whole blocks and a malformed config are refused; the
     --small run times the decode attention and every config that fits."""
     from bench import probe_read_floor as prf
 
     rng = np.random.default_rng(0)
     k = jnp.asarray(rng.standard_normal((2, 3, 256, 16)), jnp.bfloat16)
     v = jnp.asarray(rng.standard_normal((2, 3, 256, 16)), jnp.bfloat16)
-    got = prf.read_cache(k, v, chunks=2, block_k=32, warps=4, stages=2, interpret=True)
+    seed = jnp.asarray([0.5, -2.0], jnp.float32)
+    got = prf.read_cache(seed, k, v, chunks=2, block_k=32, warps=4, stages=2, interpret=True)
     want = (k.astype(jnp.float32) + v.astype(jnp.float32)).reshape(2, 3, 2, 128, 16).sum(axis=3)
+    want = want + seed[:, None, None, None]
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="whole 64-key blocks"):
-        prf.read_cache(k, v, chunks=3, block_k=64, warps=4, stages=2, interpret=True)
+        prf.read_cache(seed, k, v, chunks=3, block_k=64, warps=4, stages=2, interpret=True)
     with pytest.raises(ValueError, match="CHUNKSxBLOCK_K"):
         prf.parse_config("32x64")
     assert prf.main(["--small", "--prefixes", "256", "--configs", "2x64w4s2,3x64w4s2", "--out", str(tmp_path)]) == 0
