@@ -370,8 +370,10 @@ def main():
         kc = KernelConfig
         dec = functools.partial(dataclasses.replace, default_config(1, g, dh))  # decode's chunk rule
         sweep_cfgs = {
+            # 2-3 stages: a 4-stage 64-key K + V ring is 128 KB of shared memory, one program an SM
             1: [dec(), dec(split_edges=False), dec(block_k=128), dec(block_k=32), dec(num_stages=3),
-                dec(num_warps=2), dec(block_k=128, num_warps=8), dec(target_programs=512)],
+                dec(num_stages=2), dec(block_k=128, num_stages=2), dec(num_warps=2),
+                dec(block_k=128, num_warps=8), dec(target_programs=512)],
             65: [kc(64, 64, 4, 3), kc(64, 64, 4, 4), kc(128, 64, 8, 3), kc(64, 128, 4, 3),
                  kc(64, 64, 4, 3, block_new=64)],
             257: [kc(128, 128, 8, 3), kc(128, 64, 8, 3), kc(128, 64, 8, 4), kc(64, 64, 4, 3),
