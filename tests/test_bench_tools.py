@@ -298,8 +298,9 @@ def test_probe_prefetch_smoke(tmp_path):
 
 def test_probe_read_floor_reads_every_key_once(tmp_path):
     """probe_read_floor's read kernel (interpret mode) sums each chunk's keys of K and V exactly
-    once, plus the batch row's seed (what keeps a chain's calls from being merged); a cache that does not cut into whole blocks and a malformed config are refused; the
-    --small run times the decode attention and every config that fits."""
+    once, plus the batch row's seed (what keeps a chain's calls from being merged); a cache that
+    does not cut into whole blocks and a malformed config are refused; the --small run times the
+    decode attention and every config that fits."""
     from bench import probe_read_floor as prf
 
     rng = np.random.default_rng(0)
