@@ -22,9 +22,9 @@ the "state" mode, a call of 0 rounds (the loop's predicate only), with the round
 inside the timed region (jnp.int32(n), as generate did before session 31) and made before it
 (Generator.rounds_limit's cached scalar, as generate and the timed calls now do); and the same
 arguments through a jitted identity that donates the state (argument handling and dispatch
-alone, no device work), and through identities over the state with its per-layer caches stacked
-into one K and one V array per model (what fewer, larger state leaves would cost) and over the
-weights alone.
+alone, no device work), and through identities over the state alone and over the weights
+alone. (Session 33's row with the per-layer caches stacked went in session 34: the caches are
+stacked now, models.layers.KVCache.)
 """
 from __future__ import annotations
 
@@ -152,17 +152,15 @@ def dispatch_times(gen: Generator, req, run, repeats: int) -> dict[str, list[flo
     """Wall ms (to the state's readiness) of: a 0-round call with its round count made in the timed
     region (zero_made_inside) and before it (zero); the same arguments through a jitted identity
     that donates the state (identity), and through one that takes the state alone
-    (identity_state_only); the state with each model's per-layer caches stacked into one K and
-    one V array, donated (identity_state_stacked: its leaf count in the key); the weights alone,
-    not donated (identity_weights_only); and making the round count alone (jnp_int32)."""
+    (identity_state_only); the weights alone, not donated (identity_weights_only); and making the
+    round count alone (jnp_int32)."""
     ident = jax.jit(lambda tp, dp, s, k, n: s, donate_argnums=(2,))
     ident_state = jax.jit(lambda s: s, donate_argnums=(0,))
     ident_weights = jax.jit(lambda tp, dp: 0)
     zero = gen.rounds_limit(0)
     state = jax.block_until_ready(req.refill(None))
-    stacked = jax.block_until_ready(_stacked_state(state))
     times = {"zero_made_inside": [], "zero": [], "identity": [], "identity_state_only": [],
-             "identity_state_stacked": [], "identity_weights_only": [], "jnp_int32": []}
+             "identity_weights_only": [], "jnp_int32": []}
     for i in range(repeats + 1):
         for name in times:
             state = jax.block_until_ready(req.refill(state))
@@ -171,8 +169,6 @@ def dispatch_times(gen: Generator, req, run, repeats: int) -> dict[str, list[flo
                 jax.block_until_ready(jnp.int32(i))
             elif name == "identity_state_only":
                 state = jax.block_until_ready(ident_state(state))
-            elif name == "identity_state_stacked":
-                stacked = jax.block_until_ready(ident_state(stacked))
             elif name == "identity_weights_only":
                 jax.block_until_ready(ident_weights(gen.tparams, gen.dparams))
             else:
@@ -182,19 +178,7 @@ def dispatch_times(gen: Generator, req, run, repeats: int) -> dict[str, list[flo
                 jax.block_until_ready(state)
             if i:  # the first pass warms each up
                 times[name].append(1e3 * (time.perf_counter() - t0))
-    times[f"identity_state_stacked ({len(jax.tree_util.tree_leaves(stacked))} leaves)"] = \
-        times.pop("identity_state_stacked")
     return times
-
-
-def _stacked_state(state) -> dict:
-    """A copy of the state's arrays with each model's per-layer caches stacked: {"cache": (K [L, ...],
-    V [L, ...]), "dcache": (...) or None, "rest": the other leaves}."""
-    def stack(c):
-        return None if c is None else (jnp.stack(c.k), jnp.stack(c.v))
-    caches = {id(a) for c in (state.cache, state.dcache) if c is not None for a in c.k + c.v}
-    rest = [jnp.copy(a) for a in jax.tree_util.tree_leaves(state) if id(a) not in caches]
-    return {"cache": stack(state.cache), "dcache": stack(state.dcache), "rest": rest}
 
 
 if __name__ == "__main__":

@@ -17,14 +17,34 @@ scores *and* zeroed in V, so stale entries, even inf or NaN, cannot reach the ou
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
+
+from .stacking import one_layer
 
 __all__ = ["attention_reference", "check_attention_shapes"]
 
 
-def check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start=None):
-    """Validate the shared interface; returns (Bt, T, Hq, Hkv, Dh, S, G)."""
+def check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start=None,
+                           layer=None):
+    """Validate the shared interface; returns (Bt, T, Hq, Hkv, Dh, S, G).
+
+    layer None: k_cache and v_cache are one layer's [Bt, Hkv, S, Dh]; else they are every
+    layer's, stacked [L, Bt, Hkv, S, Dh], and `layer` (an int in [0, L), or an int32 scalar)
+    picks the one attended to."""
+    if layer is not None:
+        if k_cache.ndim != 5:
+            raise ValueError(f"with a layer index, k_cache must be the stacked [L, Bt, Hkv, S, Dh], "
+                             f"got shape {k_cache.shape}")
+        if isinstance(layer, int) and not 0 <= layer < k_cache.shape[0]:
+            raise ValueError(f"layer {layer} is out of range for a cache of {k_cache.shape[0]} layers")
+        if not isinstance(layer, int) and (jnp.ndim(layer) > 1 or jnp.size(layer) != 1
+                                           or not jnp.issubdtype(jnp.result_type(layer), jnp.integer)):
+            raise ValueError(f"layer must be an int or an integer scalar, got {layer!r}")
+        if v_cache.shape != k_cache.shape:
+            raise ValueError(f"v_cache shape {v_cache.shape} must equal k_cache shape {k_cache.shape}")
+        k_cache = v_cache = jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
     if q.ndim != 4:
         raise ValueError(f"q must be [Bt, T, Hq, Dh], got shape {q.shape}")
     bt, t, hq, dh = q.shape
@@ -56,15 +76,16 @@ def _precision(dtype):
 
 
 def attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-                        kv_start=None):
+                        kv_start=None, layer=None):
     """Reference attention; same contract as :func:`pallas_kernels.attention`.
 
-    Shapes: q [Bt, T, Hq, Dh]; k_new, v_new [Bt, T, Hkv, Dh]; k_cache, v_cache [Bt, Hkv, S, Dh];
-    cache_len int32[Bt]; new_mask bool[Bt, T, T]; kv_start int32[Bt] or None. Returns
-    [Bt, T, Hq, Dh] in q.dtype.
+    Shapes: q [Bt, T, Hq, Dh]; k_new, v_new [Bt, T, Hkv, Dh]; k_cache, v_cache [Bt, Hkv, S, Dh]
+    (or [L, Bt, Hkv, S, Dh] with a layer index); cache_len int32[Bt]; new_mask bool[Bt, T, T];
+    kv_start int32[Bt] or None. Returns [Bt, T, Hq, Dh] in q.dtype.
     """
     bt, t, hq, hkv, dh, s, g = check_attention_shapes(
-        q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
+        q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
+    k_cache, v_cache = one_layer(k_cache, layer), one_layer(v_cache, layer)
     prec = _precision(q.dtype)
     qg = q.reshape(bt, t, hkv, g, dh)
 

@@ -5,12 +5,17 @@ layer's cache: 72 arrays for the Qwen3-8B target. XLA makes one small in-place k
 (a gather of the path rows fused into a dynamic-update-slice, ~1.5 us apiece on an H200, 74-84
 cache-write kernels a round in session 2's profile). Here one ``pallas_call`` takes all arrays,
 aliases every cache to its output (nothing is copied: only the new rows are stored) and moves
-the rows of all of them: a program per (batch row, kv head, array), or per group of arrays.
+the rows of all of them: a program per (batch row, kv head, layer), or per group of layers. The
+caches may be stacked (every layer in one array: two buffers a call instead of 72, ~7.7 us of host
+time saved per donated buffer).
 
-Contract (as ``ddtree_jax.models.layers.append`` with ``rows``): caches ``[Bt, Hkv, S, Dh]``,
-new ``[Bt, T, Hkv, Dh]`` (a list, one per cache) or all of them stacked ``[Bt, T, n, Hkv, Dh]``
-(array j at ``[:, :, j]``: the drafter's context K/V of every layer from one product); cache row
-``start[b] + p`` of batch row b gets new entry ``rows[b, p]`` (p < P), cast to the cache dtype.
+Contract (as ``ddtree_jax.models.layers.append`` with ``rows``): each cache is one layer's
+``[Bt, Hkv, S, Dh]`` or L layers stacked ``[L, Bt, Hkv, S, Dh]``; its layers are "slots", counted
+across the caches in order (cache 0's layers, then cache 1's: the engine passes ``[k, v]`` stacked,
+so the K layers come first). The new arrays are one ``[Bt, T, Hkv, Dh]`` a slot (a list) or all of
+them stacked ``[Bt, T, n_slots, Hkv, Dh]`` (slot j at ``[:, :, j]``: the drafter's context K/V of
+every layer from one product); row ``start[b] + p`` of batch row b in slot j gets slot j's new
+entry ``rows[b, p]`` (p < P), cast to the cache dtype. The caches come back in the shapes given.
 Writes reaching past S are outside the contract (the engine sizes its caches so that it never
 makes them; XLA's path would move them back to fit, the kernel drops them). ``impl="auto"`` is the
 kernel on NVIDIA GPUs with a Triton lowering (measured on the H200, session 6: DDTree-64's 8B round
@@ -38,13 +43,13 @@ MAX_ROWS = 64      # path rows a program holds in one [rows, Dh] tile
 def _groups_setting() -> int:
     text = os.environ.get("DDTREE_CACHE_WRITE_GROUPS", "0")
     if not text.isdigit():
-        raise ValueError(f"DDTREE_CACHE_WRITE_GROUPS={text!r}: give a whole number (0: a program per array)")
+        raise ValueError(f"DDTREE_CACHE_WRITE_GROUPS={text!r}: give a whole number (0: a program per layer)")
     return int(text)
 
 
-# Programs per (batch row, kv head), each moving every GROUPS-th array (0: one program per array).
-# A program's arrays go one after the other (a gather, then a store: latency-bound), so fewer
-# arrays a program means more copies in flight. Session 6 shipped 8 (untimed); the H200 profiles
+# Programs per (batch row, kv head), each moving every GROUPS-th slot (0: one program per slot).
+# A program's slots go one after the other (a gather, then a store: latency-bound), so fewer
+# slots a program means more copies in flight. Session 6 shipped 8 (untimed); the H200 profiles
 # since (sessions 10-12, DDTree-64) show the target's write at 11.4-11.7 us a round for 72 arrays
 # of 16 rows (2.4 MB), 9 arrays a program; with one array a program 2.8 us (session 16's profile,
 # 576 programs of one warp; bench/RESULTS.md).
@@ -52,24 +57,49 @@ def _groups_setting() -> int:
 GROUPS = _groups_setting()
 
 
-def _write_one(cache: jax.Array, new: jax.Array, start: jax.Array, rows: jax.Array) -> jax.Array:
+def _stacked5(cache: jax.Array) -> jax.Array:
+    """A cache as [L, Bt, Hkv, S, Dh] (a 4-D one as L = 1: a reshape, free)."""
+    return cache if cache.ndim == 5 else cache[None]
+
+
+def _slots(caches) -> list[tuple[int, int]]:
+    """(cache, layer) of every slot, in the order the new arrays come."""
+    return [(i, layer) for i, c in enumerate(caches) for layer in range(c.shape[0] if c.ndim == 5 else 1)]
+
+
+def _write_slot(cache: jax.Array, layer: int, new: jax.Array, start: jax.Array, rows: jax.Array) -> jax.Array:
+    """Slot `layer` of a [L, Bt, Hkv, S, Dh] cache with its path rows written: one scatter of a
+    [Hkv, P, Dh] window a batch row, at (layer, b, 0, start[b], 0), into the big array itself.
+    It is what vmap makes of a dynamic-update-slice a batch row, without the transposes that vmap
+    puts around a cache batched on axis 1 (they would copy the whole cache)."""
     picked = jnp.take_along_axis(new, rows[:, :, None, None], axis=1)          # [Bt, P, Hkv, Dh]
-    picked = jnp.swapaxes(picked, 1, 2).astype(cache.dtype)
-    return jax.vmap(lambda c, n, s: lax.dynamic_update_slice(c, n, (0, s, 0)))(cache, picked, start)
+    picked = jnp.swapaxes(picked, 1, 2).astype(cache.dtype)                   # [Bt, Hkv, P, Dh]
+    zero = jnp.zeros_like(start)
+    at = jnp.stack([zero + layer, zero, start], axis=1)                       # [Bt, 3]: (layer, h, s)
+    dims = lax.ScatterDimensionNumbers(
+        update_window_dims=(1, 2, 3), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, 2, 3),
+        operand_batching_dims=(1,), scatter_indices_batching_dims=(0,))
+    # CLIP: a window reaching past S moves back to fit, as dynamic-update-slice does
+    return lax.scatter(cache, at, picked, dims, indices_are_sorted=True, unique_indices=True,
+                       mode=lax.GatherScatterMode.CLIP)
 
 
 def write_cache_rows_reference(caches, news, start, rows):
-    """The XLA path: one gather + dynamic-update-slice per array (what XLA fuses per array)."""
-    return [_write_one(c, n, start, rows) for c, n in zip(caches, news)]
+    """The XLA path: one gather + in-place window write a slot (what XLA fuses per slot).
+    news: a list, one array a slot."""
+    out = [_stacked5(c) for c in caches]
+    for (i, layer), new in zip(_slots(caches), news):
+        out[i] = _write_slot(out[i], layer, new, start, rows)
+    return [o.reshape(c.shape) for o, c in zip(out, caches)]
 
 
-def _kernel(*refs, n_arrays: int, p: int, groups: int, stacked: bool):
+def _kernel(*refs, slots: tuple[tuple[int, int], ...], n_caches: int, p: int, groups: int, stacked: bool):
     start_ref, rows_ref = refs[0], refs[1]
-    n_news = 1 if stacked else n_arrays
+    n_news = 1 if stacked else len(slots)
     news = refs[2:2 + n_news]
-    outs = refs[2 + n_news + n_arrays:]     # the caches' outputs (aliased to the caches' inputs)
+    outs = refs[2 + n_news + n_caches:]     # the caches' outputs (aliased to the inputs), [L, S, Dh]
     t, dh = news[0].shape[0], news[0].shape[-1]
-    s = outs[0].shape[0]
+    s = outs[0].shape[1]
     pp = _pow2_at_least(p)
     offs = jnp.arange(pp, dtype=jnp.int32)
     src = rows_ref[jnp.minimum(offs, p - 1)]
@@ -83,10 +113,10 @@ def _kernel(*refs, n_arrays: int, p: int, groups: int, stacked: bool):
     ok = ok[:, None]
     cols = jnp.arange(dh, dtype=jnp.int32)[None, :]
     g = pl.program_id(2)
-    for j in range(n_arrays):
-        def copy(j=j, out_ref=outs[j]):
+    for j, (i, layer) in enumerate(slots):
+        def copy(j=j, out_ref=outs[i], layer=layer):
             vals = news[0][src, j, cols] if stacked else news[j][src, cols]   # [Pp, Dh] gather
-            pltriton.store(out_ref.at[dst, cols], vals.astype(out_ref.dtype), mask=ok)
+            pltriton.store(out_ref.at[layer, dst, cols], vals.astype(out_ref.dtype), mask=ok)
 
         if groups == 1:
             copy()
@@ -95,12 +125,16 @@ def _kernel(*refs, n_arrays: int, p: int, groups: int, stacked: bool):
 
 
 def _write_pallas(caches, news, start, rows, *, interpret: bool):
-    bt, hkv, s, dh = caches[0].shape
+    """The kernel; caches: 4-D or 5-D as the callers gave them, returned in their shapes."""
+    shapes = [c.shape for c in caches]
+    slots = tuple(_slots(caches))
+    caches = [_stacked5(c) for c in caches]
+    _, bt, hkv, s, dh = caches[0].shape
     stacked = not isinstance(news, (list, tuple))
     news = [news] if stacked else list(news)
     t = news[0].shape[1]
     p = rows.shape[1]
-    n = len(caches)
+    n = len(slots)
     groups = min(GROUPS, n) if GROUPS else n
     scalar = pl.BlockSpec((None,), lambda b, h, g: (b,))
     row_spec = pl.BlockSpec((None, p), lambda b, h, g: (b, 0))
@@ -108,19 +142,20 @@ def _write_pallas(caches, news, start, rows, *, interpret: bool):
         new_spec = pl.BlockSpec((None, t, n, None, dh), lambda b, h, g: (b, 0, 0, h, 0))
     else:
         new_spec = pl.BlockSpec((None, t, None, dh), lambda b, h, g: (b, 0, h, 0))
-    cache_spec = pl.BlockSpec((None, None, s, dh), lambda b, h, g: (b, h, 0, 0))
+    cache_specs = [pl.BlockSpec((c.shape[0], None, None, s, dh), lambda b, h, g: (0, b, h, 0, 0)) for c in caches]
     params = None if interpret else pltriton.CompilerParams(num_warps=1, num_stages=1)
-    return pl.pallas_call(
-        functools.partial(_kernel, n_arrays=n, p=p, groups=groups, stacked=stacked),
+    out = pl.pallas_call(
+        functools.partial(_kernel, slots=slots, n_caches=len(caches), p=p, groups=groups, stacked=stacked),
         grid=(bt, hkv, groups),
-        in_specs=[scalar, row_spec] + [new_spec] * len(news) + [cache_spec] * n,
-        out_specs=[cache_spec] * n,
+        in_specs=[scalar, row_spec] + [new_spec] * len(news) + cache_specs,
+        out_specs=cache_specs,
         out_shape=[jax.ShapeDtypeStruct(c.shape, c.dtype) for c in caches],
-        input_output_aliases={2 + len(news) + j: j for j in range(n)},
+        input_output_aliases={2 + len(news) + i: i for i in range(len(caches))},
         compiler_params=params,
         interpret=interpret,
         name="kv_cache_write",
     )(start.astype(jnp.int32), rows.astype(jnp.int32), *news, *caches)
+    return [o.reshape(shape) for o, shape in zip(out, shapes)]
 
 
 def _unstacked(news, n: int) -> list[jax.Array]:
@@ -128,17 +163,17 @@ def _unstacked(news, n: int) -> list[jax.Array]:
     if isinstance(news, (list, tuple)):
         return list(news)
     if news.ndim != 5 or news.shape[2] != n:
-        raise ValueError(f"stacked new arrays must be [Bt, T, {n}, Hkv, Dh] for {n} caches; got {news.shape}")
+        raise ValueError(f"stacked new arrays must be [Bt, T, {n}, Hkv, Dh] for {n} cache layers; got {news.shape}")
     return [news[:, :, j] for j in range(n)]
 
 
 def _unsupported(caches, news, rows) -> str | None:
     if not caches:
         return "no arrays"
-    shape = caches[0].shape
-    if any(c.shape != shape for c in caches) or any(x.shape != news[0].shape for x in news):
-        return "arrays of different shapes"
-    dh = shape[-1]
+    layer = caches[0].shape[-4:]
+    if any(c.shape[-4:] != layer for c in caches) or any(x.shape != news[0].shape for x in news):
+        return "layers or new arrays of different shapes"
+    dh = layer[-1]
     if dh & (dh - 1) or dh < 16:
         return f"head dim {dh} is not a power of two >= 16"
     if rows.shape[1] > MAX_ROWS or rows.shape[1] == 0:
@@ -159,19 +194,25 @@ def resolve_impl(impl: str) -> str:
 
 def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array", start: jax.Array,
                      rows: jax.Array, *, impl: str = "auto") -> list[jax.Array]:
-    """New caches with rows[b, p] of each new array written at start[b] + p (see the module doc).
+    """New caches with rows[b, p] of each slot's new array written at start[b] + p (see the
+    module doc). caches: [Bt, Hkv, S, Dh] (one slot) or [L, Bt, Hkv, S, Dh] (L slots) each;
+    news: one [Bt, T, Hkv, Dh] a slot, or [Bt, T, n_slots, Hkv, Dh]; start [Bt]; rows [Bt, P].
 
     impl: "auto" (resolve_impl: the kernel on NVIDIA GPUs) | "xla" | "pallas" (= "triton") |
     "pallas_interpret";
     the Pallas impls take XLA's path for what the kernel cannot take (more than MAX_ROWS rows,
-    arrays of different shapes, odd head dims).
+    layers of different shapes, odd head dims).
     """
     impl = resolve_impl(impl)
-    if isinstance(news, (list, tuple)) and len(caches) != len(news):
-        raise ValueError(f"{len(caches)} caches but {len(news)} new arrays")
-    listed = _unstacked(news, len(caches))      # views for the checks and XLA's path
+    for i, c in enumerate(caches):
+        if c.ndim not in (4, 5):
+            raise ValueError(f"cache {i} has shape {c.shape}: give [Bt, Hkv, S, Dh] or [L, Bt, Hkv, S, Dh]")
+    n_slots = len(_slots(caches))
+    if isinstance(news, (list, tuple)) and n_slots != len(news):
+        raise ValueError(f"{n_slots} cache layers but {len(news)} new arrays: give one new array a layer")
+    listed = _unstacked(news, n_slots)      # views for the checks and XLA's path
     if impl == "xla" or _unsupported(caches, listed, rows):
         return write_cache_rows_reference(caches, listed, start, rows)
     if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
-    return list(_write_pallas(caches, news, start, rows, interpret=impl == "pallas_interpret"))
+    return _write_pallas(caches, news, start, rows, interpret=impl == "pallas_interpret")

@@ -49,6 +49,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision
+from .stacking import layer_index, one_layer, split_row
 from .tables import read_device_table, table_path
 from .tree_attention import auto_impl
 
@@ -249,17 +250,45 @@ def _rms_scale(x: jax.Array, eps: float) -> jax.Array:
     return lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
 
 
+def _check_norm(prologue: str | None, norm_w, norm_layer, k: int) -> None:
+    """ValueError, one line, for a norm weight that does not go with the call."""
+    if (prologue == "rmsnorm") != (norm_w is not None):
+        raise ValueError("matmul: norm_w goes with prologue='rmsnorm' (and only with it)")
+    if norm_layer is not None and prologue != "rmsnorm":
+        raise ValueError("matmul: norm_layer goes with prologue='rmsnorm' and a stacked norm_w [L, K]")
+    if norm_w is None:
+        return
+    if norm_layer is None:
+        if norm_w.shape != (k,):
+            raise ValueError(f"matmul: norm_w {tuple(norm_w.shape)} is not [K = {k}]"
+                             + (" (a stacked [L, K] one needs norm_layer)" if norm_w.ndim == 2 else ""))
+        return
+    if norm_w.ndim != 2 or norm_w.shape[1] != k or norm_w.shape[0] < 1:
+        raise ValueError(f"matmul: norm_layer needs norm_w stacked as [L, K = {k}], got {tuple(norm_w.shape)}")
+    if isinstance(norm_layer, int):
+        if not 0 <= norm_layer < norm_w.shape[0]:
+            raise ValueError(f"matmul: norm_layer {norm_layer} is outside [0, {norm_w.shape[0]}) of norm_w's layers")
+    elif jnp.ndim(norm_layer) != 0 or not jnp.issubdtype(jnp.result_type(norm_layer), jnp.integer):
+        raise ValueError(f"matmul: norm_layer must be a Python int or an integer scalar, got "
+                         f"{jnp.result_type(norm_layer)}{list(jnp.shape(norm_layer))}")
+
+
 def matmul_reference(x: jax.Array, w, out_dtype=None, prologue: str | None = None, *, norm_w=None,
-                     eps: float = 1e-6, residual=None) -> jax.Array:
+                     eps: float = 1e-6, residual=None, norm_layer=None) -> jax.Array:
     """The XLA path, the same ops as the models' own dots: one einsum, in x.dtype (XLA
     accumulates in float32), or with preferred_element_type when out_dtype differs (the LM head's
     float32 logits). prologue "swiglu": the einsum of swiglu(x); "rmsnorm": of the RMSNorm of x
-    with weight norm_w (layers.rms_norm's math). An Int8Weight: the float32 product with its int8
-    values (exact in x's dtype), scaled per column. residual: residual + the product, in the
-    output dtype (as `x + linear(...)` in the models)."""
+    with weight norm_w [K] (layers.rms_norm's math), or row norm_layer of a stacked norm_w
+    [L, K] (`one_layer`: a traced index is clamped into [0, L), as the kernel's). An Int8Weight:
+    the float32 product with its int8 values (exact in x's dtype), scaled per column. residual:
+    residual + the product, in the output dtype (as `x + linear(...)` in the models). norm_w may
+    be a StackedRow (its stack and layer), as in `matmul`."""
+    norm_w, norm_layer = split_row(norm_w, norm_layer)
+    _check_norm(prologue, norm_w, norm_layer, w.shape[0])
     if prologue == "swiglu":
         x = swiglu(x)
     elif prologue == "rmsnorm":
+        norm_w = one_layer(norm_w, norm_layer)
         x = norm_w.astype(x.dtype) * (x.astype(jnp.float32) * _rms_scale(x, eps)).astype(x.dtype)
     if isinstance(w, Int8Weight):
         y = jnp.einsum("...i,io->...o", x, w.q.astype(x.dtype), preferred_element_type=jnp.float32) * w.scale
@@ -276,26 +305,29 @@ def _and(a, b):
 
 
 def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool, scaled: bool, norm: bool,
-            eps: float, residual: bool, swap: bool = False):
+            eps: float, residual: bool, swap: bool = False, n_layers: int = 1):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
     Refs: x [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w [K, BN]
-    (columns >= n masked in the last block only), then scale [BN] (scaled), norm_w [K] (norm),
-    residual [BM + TM, BN] (residual); out [BM + TM, BN] (or the part's float32 partial). Rows
-    [0, BM) are one tile, rows [BM, BM + TM) the tail tile; each weight tile loaded feeds both.
+    (columns >= n masked in the last block only), then scale [BN] (scaled), norm_w [L, K] and
+    layer [] (norm: every layer's norm weight and the one to apply, read at run time so that one
+    compiled kernel serves every layer; n_layers = L), residual [BM + TM, BN] (residual); out
+    [BM + TM, BN] (or the part's float32 partial). Rows [0, BM) are one tile, rows [BM, BM + TM)
+    the tail tile; each weight tile loaded feeds both.
     swiglu_in: x is [BM + TM, 2K] = [gate ; up] and the x tile is silu(gate) * up, in float32
     rounded to x's dtype (as the XLA fusion). scaled: w holds int8 values and scale their
-    per-column float32 scales, applied to the accumulated columns. norm: the x tile is x * norm_w
-    (rounded to x's dtype) and the accumulated rows are scaled by rsqrt(mean(x^2) + eps), the
-    mean taken over the K columns this program streams anyway (RMSNorm's scale is per row, so it
-    commutes with the product; split_k must be 1). residual: out = residual + (the product
+    per-column float32 scales, applied to the accumulated columns. norm: the x tile is
+    x * norm_w[layer] (rounded to x's dtype) and the accumulated rows are scaled by
+    rsqrt(mean(x^2) + eps), the mean taken over the K columns this program streams anyway
+    (RMSNorm's scale is per row, so it commutes with the product; split_k must be 1).
+    residual: out = residual + (the product
     rounded to the output dtype), rounded again (the models' `x + linear(...)`). swap: the
     accumulators are [BN, rows] (w_tile^T @ x_tile^T), transposed once after the K loop.
     """
     refs = list(refs)
     x_ref, w_ref = refs.pop(0), refs.pop(0)
     scale_ref = refs.pop(0) if scaled else None
-    nw_ref = refs.pop(0) if norm else None
+    nw_ref, layer_ref = (refs.pop(0), refs.pop(0)) if norm else (None, None)
     r_ref = refs.pop(0) if residual else None
     o_ref = refs.pop(0)
     bm, tm, bn, bk = plan.block_m, plan.tail_m, plan.block_n, plan.block_k
@@ -306,12 +338,14 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
         cols_ok = (pl.program_id(0) * bn + jnp.arange(bn, dtype=jnp.int32) < n)[None, :]
     k0 = pl.program_id(1) * (plan.steps * bk)
     k_total = w_ref.shape[0]
+    # clamped into the stack as XLA's dynamic index is, so that no load leaves the array
+    layer = jnp.clip(layer_ref[()], 0, n_layers - 1) if norm else None
 
     def step(i, carry):
         accs, sss = carry
         ks = pl.ds(pl.multiple_of(k0 + i * bk, bk), bk)
         wt = pltriton.load(w_ref.at[ks, :], mask=cols_ok, other=None if cols_ok is None else 0.0)
-        nw = nw_ref[ks].astype(jnp.float32) if norm else None
+        nw = nw_ref[layer, ks].astype(jnp.float32) if norm else None
         out, out_ss = [], []
         for (r0, h), ok, acc, ss in zip(tiles, rows_ok, accs, sss):
             xt = pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok, other=None if ok is None else 0.0)
@@ -353,7 +387,8 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
 
 
 def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bool,
-                   prologue: str | None = None, norm_w=None, eps: float = 1e-6, residual=None):
+                   prologue: str | None = None, norm_w=None, eps: float = 1e-6, residual=None, norm_layer=None):
+    """The kernel's call; norm_w [K], or [L, K] with norm_layer (an int or an int32 scalar)."""
     m, kx = x2.shape
     k, n = w.shape
     plan = matmul_plan(m, k, n, cfg)
@@ -361,12 +396,15 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     split = plan.split_k > 1
     scaled = isinstance(w, Int8Weight)
     norm = prologue == "rmsnorm"
+    if norm and norm_layer is None:      # one layer's weight: a stack of one (free)
+        norm_w, norm_layer = norm_w.reshape(1, -1), 0
+    n_layers = norm_w.shape[0] if norm else 1
     if norm and split:
         raise ValueError("the rmsnorm prologue needs split_k = 1 (each program's K range is the whole row)")
     fuse_residual = residual is not None and not split
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
                                    swiglu_in=prologue == "swiglu", scaled=scaled, norm=norm, eps=eps,
-                                   residual=fuse_residual, swap=cfg.swap_ab)
+                                   residual=fuse_residual, swap=cfg.swap_ab, n_layers=n_layers)
     if split:
         out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
@@ -382,8 +420,9 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     if scaled:
         specs.append(pl.BlockSpec((bn,), lambda j, s: (j,)))
     if norm:
-        specs.append(pl.BlockSpec((k,), lambda j, s: (0,)))
-        args.append(norm_w)
+        # every layer's weight (the programs stream their K steps of row `layer`) and the layer
+        specs += [pl.BlockSpec((n_layers, k), lambda j, s: (0, 0)), pl.BlockSpec((None,), lambda j, s: (0,))]
+        args += [norm_w, layer_index(norm_layer)]
     if fuse_residual:
         specs.append(pl.BlockSpec((bm, bn), lambda j, s: (0, j)))
         args.append(residual)
@@ -449,13 +488,19 @@ def kernel_path(x_shape, w, *, impl: str = "auto", config: MatmulConfig | None =
 
 def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: str = "auto",
            config: MatmulConfig | None = None, prologue: str | None = None, norm_w: jax.Array | None = None,
-           eps: float = 1e-6, residual: jax.Array | None = None) -> jax.Array:
+           eps: float = 1e-6, residual: jax.Array | None = None, norm_layer=None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
 
     prologue "swiglu": x is [..., 2K] = [gate ; up] and the product is swiglu(x) @ w (the MLP's
     down projection straight from the gate_up output: the activation is never written).
     prologue "rmsnorm": the product is rms_norm(x, norm_w, eps) @ w (the normed activation is
     never written; in the kernel the row scale is applied to the accumulated product).
+    norm_layer (a Python int, or an integer scalar, possibly traced): norm_w is every layer's
+    stacked [L, K] and its row norm_layer the norm weight; the kernel reads the layer at run time,
+    so every layer of a forward calls one compiled kernel (a traced index is clamped into [0, L),
+    as XLA's dynamic index; a Python int outside it is a ValueError). norm_w may also be a
+    StackedRow(stacked, layer) (pallas_kernels.stacking: what the models pass), with no
+    norm_layer. Path and config depend on x's and w's shapes only, never on norm_w's.
     residual [..., N]: residual + the product, in residual's dtype (a decoder's residual add).
 
     impl: "auto" (on NVIDIA GPUs the kernel where the tuned table says it is faster, with the
@@ -465,17 +510,19 @@ def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: s
     config: overrides the table and the default.
     """
     out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
-    if (prologue == "rmsnorm") != (norm_w is not None):
-        raise ValueError("matmul: norm_w goes with prologue='rmsnorm' (and only with it)")
+    norm_w, norm_layer = split_row(norm_w, norm_layer)
+    if prologue in PROLOGUES:            # (an unknown prologue: _plan_call's error)
+        _check_norm(prologue, norm_w, norm_layer, w.shape[0])
     path, cfg, m, k, n, kx = _plan_call(x.shape, w, impl, config, prologue)
     lead = x.shape[:-1]
     if residual is not None and residual.shape != (*lead, n):
         raise ValueError(f"matmul: residual {residual.shape} does not match the output {(*lead, n)}")
     if path == "xla":
-        return matmul_reference(x, w, out_dtype, prologue, norm_w=norm_w, eps=eps, residual=residual)
+        return matmul_reference(x, w, out_dtype, prologue, norm_w=norm_w, eps=eps, residual=residual,
+                                norm_layer=norm_layer)
     if not isinstance(w, Int8Weight):
         w = w.astype(x.dtype)
     y = _matmul_pallas(x.reshape(m, kx), w, out_dtype, cfg, interpret=path == "pallas_interpret",
-                       prologue=prologue, norm_w=norm_w, eps=eps,
+                       prologue=prologue, norm_w=norm_w, eps=eps, norm_layer=norm_layer,
                        residual=None if residual is None else residual.reshape(m, n))
     return y.reshape(*lead, n)

@@ -27,6 +27,16 @@ Blocking (Triton lowering, as in tree_attention.py: block shapes are powers of t
 What falls back to XLA under ``impl="auto"`` (and raises under ``impl="pallas"``): a head dim
 that is not a power of two, a hidden size above 16384 (a row would not fit one program's
 registers), empty inputs.
+
+Weights: each call takes ``layer=None`` and a one-layer weight ([H], [Dh]), or ``layer`` and the
+weight of every layer stacked ([L, H], [L, Dh]; pallas_kernels/stacking.py): a jitted call pays
+host time for each buffer it takes (~2.7 us a weight on the H200), and a model has four norm
+weights a layer, so they travel as four stacked arrays. The layer is an int32[1] kernel input
+read at run time, so every layer of a forward calls one compiled kernel (a static index would
+compile one a layer), and the kernel reads its row of the stack in place (a sliced operand
+would be a copy). A traced layer is clamped into [0, L) as XLA's dynamic index is; a Python
+int out of range is an error. A weight may also be a ``StackedRow(stacked, layer)`` (what the
+models pass, stacking.py), with no ``layer``.
 """
 
 from __future__ import annotations
@@ -35,9 +45,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
+from .stacking import layer_index, one_layer, split_row
 from .tree_attention import auto_impl
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
@@ -89,6 +101,37 @@ def _resolve(impl: str, why_not: str | None) -> str:
     return impl
 
 
+def _weight(w, layer, width: int, what: str) -> tuple[jax.Array, object]:
+    """(weight, layer) of a call's weight argument (a StackedRow carries its layer), checked: with
+    a layer, the weight must be the stacked [L, width] and a static layer index a row of it."""
+    w, layer = split_row(w, layer)
+    if layer is None:
+        return w, None
+    if jnp.ndim(w) != 2 or w.shape[1] != width:
+        raise ValueError(f"with a layer, the {what} weight must be every layer's stacked [L, {width}]; "
+                         f"got {jnp.shape(w)}")
+    if jnp.ndim(layer) != 0 or not jnp.issubdtype(jnp.result_type(layer), jnp.integer):
+        raise ValueError(f"the layer must be a Python int or an integer scalar; got "
+                         f"{jnp.result_type(layer)}{list(jnp.shape(layer))}")
+    if isinstance(layer, (int, np.integer)) and not 0 <= layer < w.shape[0]:
+        raise ValueError(f"layer {layer} is out of range for {w.shape[0]} stacked {what} weights")
+    return w, layer
+
+
+def _as_stack(w: jax.Array, layer) -> tuple[jax.Array, object]:
+    """(the [L, width] stack a kernel reads, the layer): a one-layer weight (layer None) is a
+    stack of one, read at layer 0."""
+    return (w.reshape(1, -1), 0) if layer is None else (w, layer)
+
+
+def _layer_rows(layer_ref, *n_layers: int):
+    """The row a program reads of each stack (of n_layers[i] rows): the run-time layer, read
+    once and clamped into [0, L) (as XLA's dynamic index clamps one past the end) so that no
+    load leaves the stack; a stack of one needs no load."""
+    layer = layer_ref[()] if max(n_layers, default=1) > 1 else None
+    return [jnp.int32(0) if n == 1 else jnp.clip(layer, 0, n - 1) for n in n_layers]
+
+
 def _compiler_params(interpret: bool, tile: int):
     if pltriton is None or interpret:
         return None
@@ -97,15 +140,17 @@ def _compiler_params(interpret: bool, tile: int):
 
 # ----------------------------------------------------------------------------- references
 
-def rms_norm_reference(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+def rms_norm_reference(x: jax.Array, w: jax.Array, eps: float, *, layer=None) -> jax.Array:
+    """The XLA path of :func:`rms_norm` (layers.rms_norm's math); layer: w is stacked [L, H]."""
+    w = one_layer(w, layer)
     x32 = x.astype(jnp.float32)
     y = x32 * lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return w.astype(x.dtype) * y.astype(x.dtype)
 
 
-def add_rms_norm_reference(x, delta, w, eps):
+def add_rms_norm_reference(x, delta, w, eps, *, layer=None):
     s = x + delta
-    return s, rms_norm_reference(s, w, eps)
+    return s, rms_norm_reference(s, w, eps, layer=layer)
 
 
 def _rope_reference(x, cos, sin):
@@ -117,8 +162,9 @@ def _rope_reference(x, cos, sin):
 
 
 def qk_norm_rope_reference(qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads: int,
-                           num_kv_heads: int, head_dim: int, eps: float):
+                           num_kv_heads: int, head_dim: int, eps: float, layer=None):
     """The XLA path of :func:`qk_norm_rope` (target._qkv's math)."""
+    q_norm_w, k_norm_w = (None if w is None else one_layer(w, layer) for w in (q_norm_w, k_norm_w))
     nq, nkv = num_heads * head_dim, num_kv_heads * head_dim
     q, k, v = jnp.split(qkv, [nq, nq + nkv], axis=-1)
     q, k, v = (a.reshape(*a.shape[:-1], a.shape[-1] // head_dim, head_dim) for a in (q, k, v))
@@ -151,17 +197,22 @@ def _tail_mask(block: int, n: int, ndim: int):
 
 
 def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
-    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w. Refs are [BR, Hp] tiles;
-    delta's is [P, BR, Hp] for split-K partials (summed in float32 first)."""
+    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w[layer]. Refs are [BR, Hp]
+    tiles; delta's is [P, BR, Hp] for split-K partials (summed in float32 first); w's the whole
+    stack [L, Hp]; layer's a scalar."""
     if residual:
-        x_ref, d_ref, w_ref, s_ref, y_ref = refs
+        x_ref, d_ref, w_ref, layer_ref, s_ref, y_ref = refs
     else:
-        x_ref, w_ref, y_ref = refs
+        x_ref, w_ref, layer_ref, y_ref = refs
     br, hp = x_ref.shape
     col_ok = None if hp == hidden else jnp.arange(hp, dtype=jnp.int32) < hidden
     mask = _and(_tail_mask(br, n_rows, 2), None if col_ok is None else col_ok[None, :])
     # Padding lanes and rows past the end load as 0: they add nothing to the sum of squares.
     fill = None if mask is None else 0.0
+    # The weight row first: its load waits on the layer's, and neither may move above the store
+    # of s below (the compiler does not reorder a load above a store; see _qk_kernel). Untimed.
+    w_row = w_ref.at[_layer_rows(layer_ref, w_ref.shape[0])[0]]
+    w = pltriton.load(w_row, mask=col_ok, other=None if col_ok is None else 0.0).astype(y_ref.dtype)
     x = pltriton.load(x_ref, mask=mask, other=fill).astype(y_ref.dtype)
     if residual:  # in the activation dtype, as x + delta
         if len(d_ref.shape) == 3:  # the product's split-K partials: their sum, rounded as XLA's reduce does
@@ -173,7 +224,6 @@ def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
     x32 = x.astype(jnp.float32)
     ms = jnp.sum(x32 * x32, axis=1, keepdims=True) / hidden
     y = (x32 * lax.rsqrt(ms + eps)).astype(x.dtype)
-    w = pltriton.load(w_ref, mask=col_ok, other=None if col_ok is None else 0.0).astype(x.dtype)
     pltriton.store(y_ref, w[None, :] * y, mask=mask)
 
 
@@ -185,8 +235,9 @@ def _norm_unsupported(x) -> str | None:
     return None
 
 
-def _norm_pallas(x, delta, w, eps, *, interpret: bool):
-    """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x, or [P, ...] partials."""
+def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool):
+    """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x, or [P, ...] partials;
+    w: the stacked weights [L, H], normalising with row layer (read at run time)."""
     h = x.shape[-1]
     parts = delta is not None and delta.ndim == x.ndim + 1
     dtype = x.dtype if delta is None or parts else jnp.result_type(x, delta)
@@ -206,54 +257,66 @@ def _norm_pallas(x, delta, w, eps, *, interpret: bool):
         lambda *refs: _norm_kernel(*refs, n_rows=n, hidden=h, eps=eps,
                                    residual=delta is not None),
         grid=(pl.cdiv(n, br),),
-        in_specs=specs + [pl.BlockSpec((hp,), lambda i: (0,))],
+        # the whole stack (wider than H, masked) and the layer: one kernel for every layer
+        in_specs=specs + [pl.BlockSpec((w.shape[0], hp), lambda i: (0, 0)),
+                          pl.BlockSpec((None,), lambda i: (0,))],
         out_specs=[row] * (1 if delta is None else 2),
         out_shape=[out_shape] * (1 if delta is None else 2),
         compiler_params=_compiler_params(interpret, br * hp),
         interpret=interpret,
         name="ddtree_rms_norm" if delta is None else "ddtree_add_rms_norm",
-    )(*ins, w)
+    )(*ins, w, layer_index(layer))
     outs = [o.reshape(*x.shape[:-1], h) for o in outs]
     return (None, outs[0]) if delta is None else tuple(outs)
 
 
-def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "auto") -> jax.Array:
-    """RMSNorm of x [..., H] with weight w [H], as ``layers.rms_norm``; one kernel on Pallas."""
+def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "auto", layer=None) -> jax.Array:
+    """RMSNorm of x [..., H] with weight w [H], as ``layers.rms_norm``; one kernel on Pallas.
+
+    layer (a Python int or an int32 scalar, possibly traced): w is every layer's weight stacked
+    [L, H], and row ``layer`` is the weight (see the module doc); or w a StackedRow and no layer."""
+    w, layer = _weight(w, layer, x.shape[-1], "norm")
     impl = _resolve(impl, _norm_unsupported(x))
     if impl == "xla":
-        return rms_norm_reference(x, w, eps)
-    return _norm_pallas(x, None, w, eps, interpret=impl == "pallas_interpret")[1]
+        return rms_norm_reference(x, w, eps, layer=layer)
+    return _norm_pallas(x, None, *_as_stack(w, layer), eps, interpret=impl == "pallas_interpret")[1]
 
 
 def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
-                 impl: str = "auto") -> tuple[jax.Array, jax.Array]:
+                 impl: str = "auto", layer=None) -> tuple[jax.Array, jax.Array]:
     """(s, rms_norm(s, w, eps)) with s = x + delta: a residual add and the norm after it.
 
     s is the new residual stream, added in the activation dtype as ``x + delta`` is; one kernel
     on Pallas. delta may also be [P, ...x's shape] float32: a product's split-K partials
     (layers.linear_partials), whose sum, rounded to x's dtype, is the delta; the kernel then
     sums them as it loads them, in place of XLA's reduce kernel after its own split-K GEMMs.
+    layer: w is the stacked [L, H] and row ``layer`` the weight (or w a StackedRow), as in
+    :func:`rms_norm`.
     """
     parts = delta.ndim == x.ndim + 1
     if (delta.shape[1:] if parts else delta.shape) != x.shape or (parts and delta.dtype != jnp.float32):
         raise ValueError(f"x {x.shape} and delta {delta.shape} {delta.dtype} must have the same shape, or delta "
                          "be float32 partials [P, *x.shape]")
+    w, layer = _weight(w, layer, x.shape[-1], "norm")
     n_parts = delta.shape[0] if parts else 1
     impl = _resolve(impl, _norm_unsupported(x) or (
         f"{n_parts} partials (a power of two, for the kernel's tiles)" if n_parts & (n_parts - 1) else None))
     if impl == "xla":
-        return add_rms_norm_reference(x, delta.sum(0).astype(x.dtype) if parts else delta, w, eps)
-    return _norm_pallas(x, delta, w, eps, interpret=impl == "pallas_interpret")
+        return add_rms_norm_reference(x, delta.sum(0).astype(x.dtype) if parts else delta, w, eps, layer=layer)
+    return _norm_pallas(x, delta, *_as_stack(w, layer), eps, interpret=impl == "pallas_interpret")
 
 
 # ----------------------------------------------------------------------------- q/k norm + RoPE
 
 def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
     """One block of tokens. x_ref [BT, Hin, Dh]: the tokens' heads [q | k | v] (Hin >= what is read);
-    cos/sin [BT, Dh] float32; then one weight ref [Dh] per normed part; then one output
-    [BT, Hp, Dh] per part. parts: (first head, heads, normed, roped) per output."""
+    cos/sin [BT, Dh] float32; then, when a part is normed, the layer (a scalar) and one stacked
+    weight ref [L, Dh] per normed part; then one output [BT, Hp, Dh] per part. parts: (first
+    head, heads, normed, roped) per output."""
     n_w = sum(normed for _, _, normed, _ in parts)
+    layer_ref, refs = (refs[0], refs[1:]) if n_w else (None, refs)
     w_refs, out_refs = refs[:n_w], refs[n_w:]
+    rows = _layer_rows(layer_ref, *(w_ref.shape[0] for w_ref in w_refs))
     bt, _, dh = x_ref.shape
     half = dh // 2
     lo, hi = pl.ds(0, half), pl.ds(half, half)
@@ -268,7 +331,7 @@ def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
     # an earlier store (it has no alias information for the buffers), so part by part the three
     # parts' load -> store latencies would add up (session 10's DDTree-64 profile: 3.6 us a call
     # against add_rms_norm's 2.3; the reordering is untimed).
-    w_iter = iter(w_refs)
+    w_iter = iter(zip(w_refs, rows))
     loaded = []
     for (h0, nh, normed, roped), o_ref in zip(parts, out_refs):
         hp = o_ref.shape[1]
@@ -283,8 +346,8 @@ def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
         x2 = pltriton.load(x_ref.at[:, heads, hi], mask=mask, other=fill)
         w = None
         if normed:
-            w_ref = next(w_iter)
-            w = (w_ref[lo], w_ref[hi])
+            w_ref, row = next(w_iter)
+            w = (w_ref[row, lo], w_ref[row, hi])
         loaded.append((o_ref, mask, True, w, (x1, x2)))
     for o_ref, mask, roped, w, x in loaded:
         if not roped:
@@ -313,8 +376,9 @@ def _qk_unsupported(qkv, head_dim: int) -> str | None:
     return None
 
 
-def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads, num_kv_heads, head_dim, eps,
+def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, layer, *, num_heads, num_kv_heads, head_dim, eps,
                interpret: bool):
+    """q_norm_w / k_norm_w: None or stacked [L, Dh], normalising with row layer (run time)."""
     lead = qkv.shape[:-1]
     n, dh, hq, hkv = math.prod(lead), head_dim, num_heads, num_kv_heads
     x = qkv.reshape(n, hq + 2 * hkv, dh)
@@ -332,18 +396,20 @@ def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads, num_kv_heads, he
     h_in = max(h0 + hp for (h0, _, _, _), hp in zip(parts, pads))
     per_tok = sum(pads) * dh
     bt = min(max(1, _TILE // per_tok), _pow2_at_least(n))
+    layer_in = [layer_index(layer)] if weights else []
     outs = pl.pallas_call(
         lambda *refs: _qk_kernel(*refs, n_tok=n, parts=tuple(parts), eps=eps),
         grid=(pl.cdiv(n, bt),),
         in_specs=[pl.BlockSpec((bt, h_in, dh), lambda i: (i, 0, 0))]
         + [pl.BlockSpec((bt, dh), lambda i: (i, 0))] * 2
-        + [pl.BlockSpec((dh,), lambda i: (0,))] * len(weights),
+        + [pl.BlockSpec((None,), lambda i: (0,))] * len(layer_in)
+        + [pl.BlockSpec(w.shape, lambda i: (0, 0)) for w in weights],  # whole stacks
         out_specs=[pl.BlockSpec((bt, hp, dh), lambda i: (i, 0, 0)) for hp in pads],
         out_shape=[jax.ShapeDtypeStruct((n, nh, dh), qkv.dtype) for _, nh, _, _ in parts],
         compiler_params=_compiler_params(interpret, bt * per_tok),
         interpret=interpret,
         name="ddtree_qk_norm_rope",
-    )(x, *tables, *weights)
+    )(x, *tables, *layer_in, *weights)
     outs = [o.reshape(*lead, o.shape[1], dh) for o in outs]
     if not hq:
         return (None, *outs)
@@ -352,7 +418,7 @@ def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads, num_kv_heads, he
 
 def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array | None,
                  cos: jax.Array, sin: jax.Array, *, num_heads: int, num_kv_heads: int,
-                 head_dim: int, eps: float, impl: str = "auto"):
+                 head_dim: int, eps: float, impl: str = "auto", layer=None):
     """Heads of a fused projection, q/k RMS-normed per head and roped: (q, k, v).
 
     qkv [..., (Hq + 2*Hkv) * Dh] laid out [q | k | v]; cos/sin [..., Dh] float32 (rope_tables).
@@ -360,16 +426,28 @@ def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array
     that norm (Llama, Qwen2). num_heads = 0 means qkv holds only [k | v] (q comes back None);
     num_kv_heads = 0 means only q (k and v come back None). Numerics: the per-head norm in the
     activation dtype (``layers.rms_norm``), then RoPE in float32 (``layers.apply_rope``).
-    One kernel on Pallas.
+    One kernel on Pallas. layer (a Python int or an int32 scalar, possibly traced): the norm
+    weights are every layer's stacked [L, Dh], and row ``layer`` is the weight (module doc); or
+    they are StackedRows of the same layer, and no layer is given.
     """
     width = (num_heads + 2 * num_kv_heads) * head_dim
     if qkv.shape[-1] != width or cos.shape != (*qkv.shape[:-1], head_dim) or sin.shape != cos.shape:
         raise ValueError(f"qkv must be [..., (Hq + 2*Hkv) * Dh = {width}] and cos/sin "
                          f"[..., Dh = {head_dim}] over the same leading dims; got qkv "
                          f"{qkv.shape}, cos {cos.shape}, sin {sin.shape}")
+    (q_norm_w, q_layer), (k_norm_w, k_layer) = (
+        (None, layer) if w is None else _weight(w, layer, head_dim, what)
+        for w, what in ((q_norm_w, "q norm"), (k_norm_w, "k norm")))
+    static = all(isinstance(i, (int, np.integer)) for i in (q_layer, k_layer))
+    if q_norm_w is not None and k_norm_w is not None and q_layer is not k_layer and not (
+            static and q_layer == k_layer):
+        raise ValueError(f"the q and k norm weights' layers differ ({q_layer} and {k_layer}): one call "
+                         "normalises one layer's heads")
+    layer = q_layer if q_norm_w is not None else k_layer
     kw = dict(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, eps=eps)
     impl = _resolve(impl, _qk_unsupported(qkv, head_dim))
     if impl == "xla":
-        return qk_norm_rope_reference(qkv, q_norm_w, k_norm_w, cos, sin, **kw)
-    return _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, **kw,
+        return qk_norm_rope_reference(qkv, q_norm_w, k_norm_w, cos, sin, **kw, layer=layer)
+    q_norm_w, k_norm_w = (None if w is None else _as_stack(w, layer)[0] for w in (q_norm_w, k_norm_w))
+    return _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, 0 if layer is None else layer, **kw,
                       interpret=impl == "pallas_interpret")

@@ -65,6 +65,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision, attention_reference, check_attention_shapes
+from .stacking import layer_index
 from . import tree_attention_mgpu as mgpu
 from .tables import read_device_table, table_path
 
@@ -289,12 +290,13 @@ def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
 def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k: int,
                       block_new: int, n_split: int, seq: int, precision, split_edges: bool,
                       has_prefix: bool, has_window: bool, has_mask: bool, merged: bool,
-                      skip_empty: bool = False):
+                      skip_empty: bool = False, n_layers: int = 1):
     """One (row block, part, batch row, kv head).
 
     Refs, in order (some only when their flag is set): kv_start [] (has_window), cache_len []
-    (has_prefix), q [T, G, Dh], k_cache and v_cache [S, Dh] (has_prefix; the whole row of this
-    batch row and head, never copied), k_new and v_new [T, Dh], mask bits int32 [T, W]
+    and layer [] (has_prefix), q [T, G, Dh], k_cache and v_cache [L * Bt, S, Dh] (has_prefix;
+    this kv head of every layer's every batch row, never copied: the program reads row
+    layer * Bt + b), k_new and v_new [T, Dh], mask bits int32 [T, W]
     (has_mask; bit j % 32 of word j // 32 of row i: token i sees new key j);
     outputs: o [T, G, Dh] in q.dtype, or (merged) o [BM, Dh] float32 normalised and lse [BM]
     float32 (natural log, -inf for a part without keys).
@@ -305,6 +307,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     refs = list(refs)
     lo_ref = refs.pop(0) if has_window else None
     hi_ref = refs.pop(0) if has_prefix else None
+    layer_ref = refs.pop(0) if has_prefix else None
     q_ref = refs.pop(0)
     k_ref, v_ref = (refs.pop(0), refs.pop(0)) if has_prefix else (None, None)
     kn_ref, vn_ref = refs.pop(0), refs.pop(0)
@@ -368,6 +371,10 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
         f_lo = jnp.where(nonempty, lax.div(lo + (block_k - 1), block_k), j_lo)
         f_hi = jnp.maximum(jnp.where(nonempty, lax.div(hi, block_k), j_lo), f_lo)
         offs = jnp.arange(block_k, dtype=jnp.int32)
+        # This program's cache row: batch row b of the layer read at run time (one compiled
+        # kernel serves every layer of a forward), clamped into the stack as XLA's dynamic
+        # index is, so that no load leaves the array.
+        crow = jnp.clip(layer_ref[()], 0, n_layers - 1) * pl.num_programs(2) + pl.program_id(2)
 
         def prefix_step(j, carry, masked: bool):
             start = pl.multiple_of(j * block_k, block_k)
@@ -376,11 +383,11 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
                 idx = start + offs
                 valid = (idx >= lo) & (idx < hi)
                 # Rows past S are never touched; stale/NaN rows come in as zeros.
-                k = pltriton.load(k_ref.at[krows, :], mask=valid[:, None], other=0.0)
-                v = pltriton.load(v_ref.at[krows, :], mask=valid[:, None], other=0.0)
+                k = pltriton.load(k_ref.at[crow, krows, :], mask=valid[:, None], other=0.0)
+                v = pltriton.load(v_ref.at[crow, krows, :], mask=valid[:, None], other=0.0)
                 s = jnp.where(valid[None, :], scores(k), _NEG)
             else:
-                k, v = k_ref[krows, :], v_ref[krows, :]
+                k, v = k_ref[crow, krows, :], v_ref[crow, krows, :]
                 s = scores(k)
             # Each visited block holds >= 1 valid key, so exp2(_NEG - m_new) underflows to 0.
             return online(carry, s, v, None)
@@ -453,12 +460,17 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
                        mask=(tq < t)[:, None])
 
 
-def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mask_bits, *,
+def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, layer, mask_bits, *,
                     scale: float, cfg: KernelConfig, plan: LaunchPlan, interpret: bool):
-    """The main kernel. Returns o [Bt, T, Hkv, G, Dh] (one part) or the partials
-    (o [Bt, Hkv, parts, Mp, Dh], lse [Bt, Hkv, parts, Mp], float32)."""
+    """The main kernel over layer `layer` (int32[1]) of caches [L, Bt, Hkv, S, Dh]. Returns
+    o [Bt, T, Hkv, G, Dh] (one part) or the partials (o [Bt, Hkv, parts, Mp, Dh],
+    lse [Bt, Hkv, parts, Mp], float32)."""
     bt, t, hkv, g, dh = q5.shape
-    s = k_cache.shape[2]
+    n_layers, s = k_cache.shape[0], k_cache.shape[3]
+    # Layers and batch rows in one dimension (free): a program's row is layer * Bt + b, read
+    # at run time, since a block index can only come from the grid.
+    k_cache = k_cache.reshape(n_layers * bt, hkv, s, dh)
+    v_cache = v_cache.reshape(n_layers * bt, hkv, s, dh)
     bm = cfg.block_m
     n_m, parts, merged = plan.row_blocks, plan.parts, plan.merged
     mp = n_m * bm
@@ -470,26 +482,26 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mas
         # An unmasked block must fit in the cache row.
         split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
         has_window=has_window, has_mask=has_mask, merged=merged,
-        skip_empty=_skips(cfg, t, plan.block_new))
+        skip_empty=_skips(cfg, t, plan.block_new), n_layers=n_layers)
     # Grid order (row block, part, b, h): the row blocks of one chunk are launched next to
     # each other, so the chunk's K/V is read from HBM once and then hits L2.
     grid = (n_m, parts, bt, hkv)
     scalar = pl.BlockSpec((None,), lambda m, c, b, h: (b,))
     per_head = pl.BlockSpec((None, t, None, g, dh), lambda m, c, b, h: (b, 0, h, 0, 0))
-    cache_row = pl.BlockSpec((None, None, s, dh), lambda m, c, b, h: (b, h, 0, 0))
+    cache_rows = pl.BlockSpec((n_layers * bt, None, s, dh), lambda m, c, b, h: (0, h, 0, 0))
     new_kv = pl.BlockSpec((None, t, None, dh), lambda m, c, b, h: (b, 0, h, 0))
     args, specs = [], []
     if has_window:
         args.append(kv_start)
         specs.append(scalar)
     if has_prefix:
-        args.append(cache_len)
-        specs.append(scalar)
+        args += [cache_len, layer]
+        specs += [scalar, pl.BlockSpec((None,), lambda m, c, b, h: (0,))]
     args.append(q5)
     specs.append(per_head)
     if has_prefix:
         args += [k_cache, v_cache]
-        specs += [cache_row, cache_row]
+        specs += [cache_rows, cache_rows]
     args += [k_new, v_new]
     specs += [new_kv, new_kv]
     if has_mask:
@@ -572,21 +584,25 @@ def _pack_mask(new_mask):
 
 
 def _unsupported(q, k_cache) -> str | None:
-    """Why the kernel cannot run these shapes (None if it can)."""
+    """Why the kernel cannot run these shapes (None if it can); k_cache as passed (one layer's
+    or all layers' stacked)."""
     dh = q.shape[-1]
     if dh & (dh - 1) or dh < 16:
         return f"head dim {dh} is not a power of two >= 16 (Triton block shapes)"
-    if math.prod(k_cache.shape) >= 2**31:
-        return (f"cache of {math.prod(k_cache.shape)} elements overflows the kernel's int32 "
-                "offsets")
+    # Pallas's Triton lowering indexes an array of over 2**32 bytes with 64-bit offsets (jax
+    # 0.10 and 0.11), so only a 1-byte cache of 2**31 or more elements could overflow int32.
+    n = math.prod(k_cache.shape)
+    if n >= 2**31 and n * jnp.dtype(k_cache.dtype).itemsize <= 2**32:
+        return f"cache of {n} elements overflows the kernel's int32 offsets"
     return None
 
 
 def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-                     kv_start=None, interpret: bool = False, config: KernelConfig | None = None):
+                     kv_start=None, interpret: bool = False, config: KernelConfig | None = None,
+                     layer=None):
     """Pallas path (one kernel, or two with the merge); same contract as :func:`attention`."""
     bt, t, hq, hkv, dh, s, g = check_attention_shapes(
-        q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
+        q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
     why = _unsupported(q, k_cache)
     if why:
         raise ValueError(f"the Pallas attention kernel cannot take these shapes: {why}; "
@@ -604,8 +620,10 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
     # T = 1: the only new key is the token itself, which the contract says it sees.
     mask_bits = _pack_mask(new_mask) if t > 1 else None
     q5 = q.reshape(bt, t, hkv, g, dh)                     # free: head h*G + j -> (h, j)
-    out = _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, mask_bits,
-                          scale=scale, cfg=cfg, plan=plan, interpret=interpret)
+    if layer is None:                                     # one layer: a stack of one (free)
+        k_cache, v_cache, layer = k_cache.reshape(1, *k_cache.shape), v_cache.reshape(1, *v_cache.shape), 0
+    out = _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, layer_index(layer),
+                          mask_bits, scale=scale, cfg=cfg, plan=plan, interpret=interpret)
     if plan.merged:
         out = _merge_call(*out, t=t, g=g, dtype=q.dtype, plan=plan, interpret=interpret)
     return out.reshape(bt, t, hq, dh)
@@ -675,10 +693,12 @@ def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl:
 
 
 def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-              kv_start=None, impl: str = "auto", config: KernelConfig | None = None):
+              kv_start=None, impl: str = "auto", config: KernelConfig | None = None, layer=None):
     """Attention of T new tokens over a committed prefix plus themselves.
 
-    q [Bt, T, Hq, Dh]; k_new, v_new [Bt, T, Hkv, Dh]; k_cache, v_cache [Bt, Hkv, S, Dh];
+    q [Bt, T, Hq, Dh]; k_new, v_new [Bt, T, Hkv, Dh]; k_cache, v_cache [Bt, Hkv, S, Dh], or every
+    layer's stacked [L, Bt, Hkv, S, Dh] with `layer` (an int or an int32 scalar, read at run
+    time by the kernels: one compiled kernel serves every layer) picking the one attended to;
     cache_len int32[Bt] (traced; positions >= cache_len are ignored, whatever they hold);
     new_mask bool[Bt, T, T] (row i may see new key j; each row must allow itself);
     kv_start int32[Bt] or None (first visible prefix position, for sliding windows).
@@ -689,20 +709,23 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     """
     if impl not in _IMPLS:
         raise ValueError(f"unknown attention impl {impl!r}; choose one of {_IMPLS}")
+    check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
+    # One layer's shapes, for the choices made by them.
+    k_layer = k_cache if layer is None else jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
     mgpu_cfg = None
     if impl == "auto":
         impl = auto_impl()
-        if impl == "pallas" and (mgpu_cfg := mgpu.takes(q, k_cache, kv_start)) is not None:
+        if impl == "pallas" and (mgpu_cfg := mgpu.takes(q, k_layer, kv_start)) is not None:
             impl = "mosaic"
         elif impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
             impl = "xla"
     if impl == "xla":
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
-                                   scale=scale, kv_start=kv_start)
+                                   scale=scale, kv_start=kv_start, layer=layer)
     if impl in ("mosaic", "mosaic_interpret"):
         return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
-                                   kv_start=kv_start, config=mgpu_cfg or mgpu.config_for_inputs(q, k_cache),
-                                   interpret=impl == "mosaic_interpret")
+                                   kv_start=kv_start, config=mgpu_cfg or mgpu.config_for_inputs(q, k_layer),
+                                   interpret=impl == "mosaic_interpret", layer=layer)
     return attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
                             kv_start=kv_start, interpret=(impl == "pallas_interpret"),
-                            config=config)
+                            config=config, layer=layer)

@@ -25,8 +25,12 @@ Layout (the same contract as :func:`pallas_kernels.attention`):
   ``m * TB + tl`` of query head ``h * G + gi`` (m: the warpgroup's row block). Its q tile is G
   TMA boxes ``q[b, m*TB : m*TB+TB, h*G + gi, :]`` (rows past T come in as zeros) and its output
   goes back in boxes of 8 rows, those past T skipped.
-* Keys: first the committed prefix ``k_cache[b, h, 0:cache_len]`` in ``block_k`` steps (the
-  step count is traced), then the T new keys. The prefix's last block may run past cache_len:
+* The cache: every layer's, stacked ``[L, Bt, Hkv, S, Dh]`` (one layer's ``[Bt, Hkv, S, Dh]``
+  is a stack of one), viewed as ``[L * Bt, Hkv, S, Dh]``; the layer is an int32 kernel input,
+  read at run time, so a forward's layers all call one compiled kernel (a static index would
+  lower one a layer), and batch row b's cache rows are row ``layer * Bt + b`` of that view.
+* Keys: first the committed prefix ``k_cache[layer, b, h, 0:cache_len]`` in ``block_k`` steps
+  (the step count is traced), then the T new keys. The prefix's last block may run past cache_len:
   its scores are masked by position and its V rows zeroed in shared memory before the product,
   so stale cache entries (even NaN or inf) never reach the output.
 * The tree mask: an XLA fusion (shared by a forward's layers) expands ``new_mask`` into the
@@ -58,6 +62,7 @@ from jax import lax
 
 from . import split_merge
 from .attention_reference import check_attention_shapes
+from .stacking import layer_index
 
 try:
     from jax.experimental import pallas as pl
@@ -371,7 +376,8 @@ def _grid_of(q, k_cache) -> tuple[int, int, int]:
 
 
 def config_for_inputs(q, k_cache, device=None) -> MgpuConfig:
-    """config_for with the grid of these inputs (shapes or jax.ShapeDtypeStructs) on `device`."""
+    """config_for with the grid of these inputs (shapes or jax.ShapeDtypeStructs) on `device`;
+    k_cache: one layer's [Bt, Hkv, S, Dh] (of a stacked cache, a per-layer view)."""
     return config_for(q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2])
 
 
@@ -391,7 +397,8 @@ def wanted(t: int, device=None) -> bool:
 
 def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     """The config impl="auto" runs this kernel with for these inputs (shapes or
-    jax.ShapeDtypeStructs), or None where it should not: T out of the range (wanted) and, with
+    jax.ShapeDtypeStructs; k_cache one layer's [Bt, Hkv, S, Dh], of a stacked cache a per-layer
+    view), or None where it should not: T out of the range (wanted) and, with
     the range not set by $DDTREE_MGPU_ATTENTION, no fitted_config; or unsupported."""
     device = device or jax.devices()[0]
     t, grid, sms, seq = q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]
@@ -415,7 +422,8 @@ def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, devi
 
 
 def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None) -> str | None:
-    """Why the Mosaic GPU kernel cannot take these inputs (None if it can)."""
+    """Why the Mosaic GPU kernel cannot take these inputs (None if it can); k_cache: one
+    layer's [Bt, Hkv, S, Dh] (of a stacked cache, a per-layer view)."""
     cfg = config or MgpuConfig()
     if plgpu is None:
         return "this jax has no Mosaic GPU Pallas module"
@@ -493,14 +501,16 @@ def step_flags(mask, cfg: MgpuConfig):
     return (m > 0.5).any(axis=(2, 4)).astype(jnp.int32)
 
 
-def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref,
+def _kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref,
             q_smem, k_smem, v_smem, m_smem, q_bar, k_bar, v_bar, m_bar, k_free, v_free,
             part_acc, part_ml, part_bar, lse_smem, *, t: int, g: int, scale: float, cfg: MgpuConfig,
             interpret: bool, g0: int = 0):
     """One CTA: (row-block group n and key share c, kv head h, batch row b), warpgroups
     0..compute_wgs-1 compute, warpgroup compute_wgs loads. part_*: split_keys' merge; lse_*:
     key_splits' row log2-sum-exp2 (None otherwise). g0: the first row-block group of this
-    launch (tail_splits' second launch): o_ref's and lse_ref's rows start at its first token."""
+    launch (tail_splits' second launch): o_ref's and lse_ref's rows start at its first token.
+    k_ref, v_ref: every layer's cache, [L * Bt, Hkv, S, Dh]; layer_ref int32[1] picks rows
+    layer * Bt .. layer * Bt + Bt - 1 (q, the new keys, the mask and the outputs are one layer's)."""
     bk, stages, nwg = cfg.block_k, cfg.stages, cfg.compute_wgs
     split, per, nsplit = cfg.split_keys, cfg.blocks_per_cta, cfg.key_splits
     seq, dh = k_ref.shape[2], k_ref.shape[3]
@@ -533,6 +543,11 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
         if nwg == 2 and not interpret:
             plgpu.set_max_registers(40, action="decrease")
 
+        # This layer's cache rows. The index is clamped (as XLA's dynamic index is) so that no
+        # TMA copy can leave the array.
+        layers = k_ref.shape[0] // q_ref.shape[0]
+        cb = jnp.clip(layer_ref[0], 0, layers - 1) * q_ref.shape[0] + b
+
         def fetch(j, slot, cache_ref, new_ref, smem, bar, free):
             """Step j's K (or V) tile into its ring slot, once step j - stages has freed it: the
             prefix block j, or new-key block j - n_pre."""
@@ -542,7 +557,7 @@ def _kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o
 
             @pl.when(j < n_pre)
             def _():
-                plgpu.copy_gmem_to_smem(cache_ref.at[b, h, pl.ds(j * bk, bk)], smem.at[slot], bar.at[slot])
+                plgpu.copy_gmem_to_smem(cache_ref.at[cb, h, pl.ds(j * bk, bk)], smem.at[slot], bar.at[slot])
 
             @pl.when(j >= n_pre)
             def _():
@@ -830,17 +845,23 @@ def interpret_params():
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
 
 
-def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, scale: float,
+def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, layer, mask, flags, *, scale: float,
                  cfg: MgpuConfig, interpret: bool, profile_dir: str | None = None,
                  groups: tuple[int, int] | None = None):
     """The kernel on checked inputs, the folded mask (fold_mask) and its step flags
-    (step_flags; a dummy without skip_empty). profile_dir: Mosaic GPU's in-kernel profiler
+    (step_flags; a dummy without skip_empty). k_cache, v_cache: every layer's, stacked
+    [L, Bt, Hkv, S, Dh]; layer: int32[1], the one attended to (traced, so that every layer of a
+    forward calls this one compiled kernel). profile_dir: Mosaic GPU's in-kernel profiler
     writes a trace of the kernel's named scopes there at every call (bench/profile_mgpu.py).
     groups: (first, count) row-block groups of each (batch row, kv head) this launch takes
     (default: all); its outputs then hold the rows from its first token on (rows of later groups
     are left unwritten)."""
     bt, t, hq, dh = q.shape
-    hkv, g = k_cache.shape[1], q.shape[2] // k_cache.shape[1]
+    _, _, hkv, seq, _ = k_cache.shape
+    g = hq // hkv
+    # The layers' batch rows as one axis (a free reshape): the kernel's TMA copies index the
+    # cache rows with layer * Bt + b.
+    k_cache, v_cache = (c.reshape((-1,) + c.shape[2:]) for c in (k_cache, v_cache))
     dtype = q.dtype
     tb, _, ng = _groups(t, g, cfg)
     g0, ng = groups or (0, ng)
@@ -854,16 +875,17 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
     nsplit = cfg.key_splits
     profiler = {}
     if profile_dir:   # Mosaic GPU's in-kernel profiler, sized to the shapes (profile_ranges)
-        profiler = dict(profile_space=profile_ranges(t, k_cache.shape[2], cfg), profile_dir=profile_dir)
+        profiler = dict(profile_space=profile_ranges(t, seq, cfg), profile_dir=profile_dir)
     out_type = jax.ShapeDtypeStruct((nsplit * bt, t_out, hq, dh), dtype)
     if nsplit > 1:   # the shares' partial outputs and their rows' log2-sum-exp2 (folded order)
         out_type = (out_type, jax.ShapeDtypeStruct((nsplit * bt, hkv, ng * per * BLOCK_M),
                                                    jnp.float32))
 
-    def entry(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref, lse_ref=None):
+    def entry(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref, o_ref,
+              lse_ref=None):
         pl.run_scoped(
-            lambda *scratch: kernel(len_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, flags_ref,
-                                    o_ref, lse_ref, *scratch),
+            lambda *scratch: kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref,
+                                    flags_ref, o_ref, lse_ref, *scratch),
             plgpu.SMEM((cfg.blocks_per_cta, BLOCK_M, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
             plgpu.SMEM((stages, bk, dh), dtype, transforms=tiled),
@@ -893,13 +915,14 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, mask, flags, *, s
         compiler_params=plgpu.CompilerParams(
             approx_math=True, **profiler),
         interpret=interpret_params() if interpret else None,
-    )(cache_len, q, k_cache, v_cache, k_new, v_new, mask, flags)
+    )(cache_len, layer, q, k_cache, v_cache, k_new, v_new, mask, flags)
 
 
 # Jitted, so that the layers of a forward call one lowered function: a Mosaic GPU kernel takes
 # ~0.4 s to lower (its Python lowering) and ~1 s to compile, and a forward inlining it 36 times
 # held 36 copies of it (s19_2: 16 calls lowered in 9.9 s and compiled in 21 s, against 0.5 and
-# 1.0 s through one callee; tests/test_kernels_mgpu.py checks the module holds one).
+# 1.0 s through one callee; tests/test_kernels_mgpu.py checks the module holds one). The layer
+# is a traced argument for the same reason: a static one would lower a kernel per layer.
 _kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret", "profile_dir", "groups"))
 
 
@@ -912,24 +935,33 @@ def profile_ranges(t: int, seq: int, cfg: MgpuConfig) -> int:
 
 def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
                    kv_start=None, config: MgpuConfig | None = None, interpret: bool = False,
-                   profile_dir: str | None = None):
+                   profile_dir: str | None = None, layer=None):
     """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start).
     profile_dir (GPU only): trace the kernel's named scopes there (bench/profile_mgpu.py).
+
+    layer None: k_cache and v_cache are one layer's [Bt, Hkv, S, Dh]. Else they are every
+    layer's, stacked [L, Bt, Hkv, S, Dh], and `layer` (a Python int or an int32 scalar, possibly
+    traced) is the one attended to: the kernel reads it at run time, so every layer of a forward
+    calls one compiled kernel, and only that layer's K / V tiles are read (no slice is copied).
+    A traced layer outside [0, L) is clamped into it, as XLA's dynamic index is.
 
     The mask is folded out here, outside the jitted kernel call, so that a forward's layers,
     which all pass the same new_mask, share one folding fusion (XLA's CSE); inside the callee
     each layer would fold its own copy."""
-    check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start)
+    check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
+    if layer is None:   # one code path: a stack of one layer
+        k_cache, v_cache, layer = k_cache.reshape(1, *k_cache.shape), v_cache.reshape(1, *v_cache.shape), 0
+    one = jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)    # a layer's [Bt, Hkv, S, Dh]
     cfg = config or MgpuConfig()
-    why = mgpu_unsupported(q, k_cache, kv_start, cfg)
+    why = mgpu_unsupported(q, one, kv_start, cfg)
     if why:
         raise ValueError(f"the Mosaic GPU attention kernel cannot take these inputs: {why}; "
                          "use impl='pallas' (Triton) or 'xla'")
-    g = q.shape[2] // k_cache.shape[1]
+    g = q.shape[2] // one.shape[1]
     mask = fold_mask(new_mask, g, cfg, q.dtype)
     flags = step_flags(mask, cfg) if cfg.skip_empty else jnp.zeros((1, 1, 1), jnp.int32)
-    call = functools.partial(_kernel_jit, q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32), mask,
-                             flags, scale=float(scale), interpret=interpret,
+    call = functools.partial(_kernel_jit, q, k_new, v_new, k_cache, v_cache, cache_len.astype(jnp.int32),
+                             layer_index(layer), mask, flags, scale=float(scale), interpret=interpret,
                              profile_dir=None if interpret else profile_dir)
 
     def run(c: MgpuConfig, groups=None):

@@ -1,5 +1,6 @@
 """pallas_kernels.cache_write: every layer's cache write in one kernel (interpret mode) against
-the per-array XLA path, its CUDA lowering, and the engine with it."""
+the per-layer XLA path and numpy, for per-layer and stacked caches; its CUDA lowering; the engine
+with it."""
 from __future__ import annotations
 
 import jax
@@ -71,16 +72,78 @@ def test_falls_back_and_checks():
         np.testing.assert_array_equal(g, w)
     with pytest.raises(ValueError, match="unknown cache-write impl"):
         cw.write_cache_rows(caches, news, jnp.zeros(1, jnp.int32), rows, impl="cuda")
-    with pytest.raises(ValueError, match="2 caches but 1"):
+    with pytest.raises(ValueError, match="2 cache layers but 1 new arrays"):
         cw.write_cache_rows(caches, news[:1], jnp.zeros(1, jnp.int32), rows)
+    with pytest.raises(ValueError, match=r"give \[Bt, Hkv, S, Dh\] or \[L, Bt, Hkv, S, Dh\]"):
+        cw.write_cache_rows([caches[0][0]], news[:1], jnp.zeros(1, jnp.int32), rows)
+
+
+def numpy_write(caches, news, start, rows):
+    """The contract by loops: slot j (the caches' layers in order) gets news[j][b, rows[b, p]] at
+    row start[b] + p, cast to its cache's dtype; every other row keeps its old value."""
+    out = [np.array(np.asarray(c, np.float32)) for c in caches]
+    slots = [(o, layer, c.dtype) for o, c in zip(out, caches) for layer in range(o.shape[0] if o.ndim == 5 else 1)]
+    for (o, layer, dtype), new in zip(slots, news, strict=True):
+        o5 = o if o.ndim == 5 else o[None]
+        cast = np.asarray(jnp.asarray(new).astype(dtype), np.float32)
+        for b in range(rows.shape[0]):
+            for q, r in enumerate(np.asarray(rows[b])):
+                o5[layer, b, :, int(start[b]) + q] = cast[b, r]
+    return out
+
+
+def assert_writes(got, caches, want):
+    for g, c, w in zip(got, caches, want, strict=True):
+        assert g.shape == c.shape and g.dtype == c.dtype
+        np.testing.assert_array_equal(np.asarray(g, np.float32), w)
+
+
+@pytest.mark.parametrize("cache_dtype,groups", [(jnp.bfloat16, 0), (jnp.float32, 2)])
+def test_stacked_caches(cache_dtype, groups, monkeypatch):
+    """Two stacked caches [L=3, Bt, Hkv, S, Dh] (K's then V's: 6 slots), new arrays as a list and
+    stacked [Bt, T, 6, Hkv, Dh]: the kernel, XLA's path and numpy agree bit for bit."""
+    monkeypatch.setattr(cw, "GROUPS", groups)
+    rng = np.random.default_rng(7 + groups)
+    bt, hkv, s, t, p, dh = 2, 2, 40, 9, 5, 16
+    caches = [jnp.asarray(rng.standard_normal((3, bt, hkv, s, dh)), cache_dtype) for _ in range(2)]
+    news = [jnp.asarray(rng.standard_normal((bt, t, hkv, dh)), jnp.float32) for _ in range(6)]
+    start = jnp.array([0, s - p], jnp.int32)          # the first and the last rows a write can reach
+    rows = jnp.asarray(rng.integers(0, t, size=(bt, p)), jnp.int32)
+    want = numpy_write(caches, news, start, rows)
+    assert_writes(cw.write_cache_rows_reference(caches, news, start, rows), caches, want)
+    for given in (news, jnp.stack(news, axis=2)):
+        assert_writes(cw.write_cache_rows(caches, given, start, rows, impl="pallas_interpret"), caches, want)
+    with pytest.raises(ValueError, match="6 cache layers but 5 new arrays"):
+        cw.write_cache_rows(caches, news[:5], start, rows)
+
+
+def test_per_layer_and_stacked_caches_in_one_call():
+    """A 4-D cache (one slot, float32) before a stacked bf16 one (two slots): slot order and each
+    cache's dtype hold; layers of different shapes take XLA's path."""
+    rng = np.random.default_rng(3)
+    bt, hkv, s, t, p, dh = 2, 1, 24, 6, 3, 32
+    caches = [jnp.asarray(rng.standard_normal((bt, hkv, s, dh)), jnp.float32),
+              jnp.asarray(rng.standard_normal((2, bt, hkv, s, dh)), jnp.bfloat16)]
+    news = [jnp.asarray(rng.standard_normal((bt, t, hkv, dh)), jnp.float32) for _ in range(3)]
+    start = jnp.array([4, 11], jnp.int32)
+    rows = jnp.array([[5, 0, 2], [1, 1, 4]], jnp.int32)
+    want = numpy_write(caches, news, start, rows)
+    assert_writes(cw.write_cache_rows(caches, jnp.stack(news, axis=2), start, rows, impl="pallas_interpret"),
+                  caches, want)
+    assert_writes(cw.write_cache_rows(caches, news, start, rows, impl="xla"), caches, want)
+    longer = [caches[0], jnp.concatenate([caches[1], caches[1]], axis=3)]     # S = 24 and 48
+    assert cw._unsupported(longer, news, rows)
+    assert_writes(cw.write_cache_rows(longer, news, start, rows, impl="pallas_interpret"), longer,
+                  numpy_write(longer, news, start, rows))
 
 
 @pytest.mark.skipif(cw.pltriton is None, reason="this jax has no Pallas Triton lowering")
 def test_triton_lowering_72_arrays(monkeypatch):
-    """The Qwen3-8B commit: 72 bf16 caches [1, 8, 1280, 128] and a 16-row path, one kernel."""
+    """The Qwen3-8B commit: two stacked bf16 caches [36, 1, 8, 1280, 128] (K, V), 72 new arrays and
+    a 16-row path, one kernel."""
     modules = _verified_triton_modules(monkeypatch)
     sds = jax.ShapeDtypeStruct
-    caches = [sds((1, 8, 1280, 128), jnp.bfloat16)] * 72
+    caches = [sds((36, 1, 8, 1280, 128), jnp.bfloat16)] * 2
     news = [sds((1, 65, 8, 128), jnp.bfloat16)] * 72
     try:
         jax.jit(lambda c, n, s, r: cw.write_cache_rows(c, n, s, r, impl="pallas")).trace(
@@ -95,7 +158,8 @@ def test_engine_with_the_kernel_is_lossless(monkeypatch):
     gives the XLA path's AR tokens, batch rows of different lengths."""
     traced = []
     real = cw._write_pallas
-    monkeypatch.setattr(cw, "_write_pallas", lambda c, *a, **k: traced.append(len(c)) or real(c, *a, **k))
+    monkeypatch.setattr(cw, "_write_pallas",
+                        lambda c, *a, **k: traced.append(tuple(x.shape[0] for x in c)) or real(c, *a, **k))
     from ddtree_jax.generate import Generator
     from tiny import tiny_pair
 
@@ -112,8 +176,8 @@ def test_engine_with_the_kernel_is_lossless(monkeypatch):
     want = [r.token_ids for r in Generator(pair, method="ar", cache_impl="xla").generate_ids(prompts, max_new_tokens=24)]
     gen = Generator(pair, method="ddtree", budget=24, cache_impl="pallas_interpret")
     assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == want
-    # traced: the commit's target (4 arrays) and drafter (2 arrays) writes
-    assert traced == [4, 2], traced
+    # traced: the commit's target and drafter writes, each into two stacked caches (K and V)
+    assert traced == [(tc.num_layers,) * 2, (dc.num_layers,) * 2], traced
 
 
 def test_auto_takes_the_kernel_where_the_attention_kernels_run(monkeypatch):

@@ -28,8 +28,10 @@ def test_quantize_params_layout(pair):
     for p in q["layers"]:
         for name, leaf in p.items():
             assert isinstance(leaf, Int8Weight) == (name in dmodel.QUANT_MATRICES), name
-    # the norms stay as they were
-    np.testing.assert_array_equal(q["norm"], dp["norm"])
+    # the norms (stacked: layers.stack_norms) stay as they were
+    assert sorted(q["norms"]) == sorted(dp["norms"])
+    for name in dp["norms"]:
+        np.testing.assert_array_equal(q["norms"][name], dp["norms"][name])
 
 
 def test_int8_drafter_is_lossless(pair):

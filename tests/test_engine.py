@@ -301,3 +301,21 @@ def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
     gen.release_buffers()  # now the same bytes in use belong to something else
     with pytest.raises(UserError, match="not enough device memory"):
         gen.check_memory(1, spec)
+
+
+def test_a_call_takes_few_buffers(pair):
+    """Every buffer a call takes costs host time (bench/RESULTS.md, session 33), so the state
+    holds each model's KV cache as two arrays (every layer's K, every layer's V) and the
+    inference layout stacks the norm weights (none left in a layer's dict)."""
+    import jax
+
+    gen = Generator(pair, method="ddtree", budget=7)
+    gen.generate_ids([PROMPTS[1]], max_new_tokens=8)
+    state = gen._kept
+    for cache, cfg in ((state.cache, pair.target_cfg), (state.dcache, pair.drafter_cfg)):
+        assert len(jax.tree_util.tree_leaves(cache)) == 2
+        assert cache.k.shape == cache.v.shape and cache.k.shape[:3] == (cfg.num_layers, 1, cfg.num_kv_heads)
+    for params, cfg in ((gen.tparams, pair.target_cfg), (gen.dparams, pair.drafter_cfg)):
+        names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+        assert not [n for n in names if "layers" in n and "norm" in n], names
+        assert params["norms"]["in"].shape == (cfg.num_layers + 1, cfg.hidden_size) and "norm" not in params

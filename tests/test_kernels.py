@@ -302,12 +302,15 @@ def test_kernels_per_call(t, s, num_splits):
     jaxpr = _pallas_jaxpr(jargs, cfg).jaxpr
     mask_var = jaxpr.invars[6]
     from_mask = {mask_var}
-    calls = 0
+    calls, consts = 0, set()
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
+        ins = [v for v in eqn.invars if not isinstance(v, jax_core.Literal) and v not in consts]
         if name == "pallas_call":
             calls += 1
-        elif all(v in from_mask for v in eqn.invars if not isinstance(v, jax_core.Literal)):
+        elif not ins:
+            consts.update(eqn.outvars)      # made of constants: the cache's layer index
+        elif all(v in from_mask for v in ins):
             from_mask.update(eqn.outvars)
         else:
             assert name == "reshape", f"an XLA op on layer data: {eqn}"
@@ -490,3 +493,61 @@ def test_auto_takes_xla_for_prompt_sized_t(monkeypatch):
         out = ta.attention(q, kv, kv, cache, cache, jnp.zeros((1,), jnp.int32), mask, scale=0.25)
         assert out.shape == q.shape
     assert calls == [8]
+
+
+# ----------------------------------------------------------------------------- stacked caches
+
+@pytest.mark.parametrize("t,s,g,cache_len,config", [
+    (1, 300, 4, (300, 77), KernelConfig(block_m=16, block_k=32, num_splits=4)),   # decode, merged
+    (16, 100, 2, (100, 3), None),                                                 # one part
+])
+def test_a_layer_of_stacked_caches(t, s, g, cache_len, config):
+    """Caches of every layer stacked [L, Bt, Hkv, S, Dh] with a layer index (an int, or traced:
+    one compiled kernel for every layer): the kernel reads that layer alone (the others hold
+    NaN) and gives the one-layer call's output bit for bit."""
+    _, j = make_inputs(7, t=t, s=s, hkv=2, g=g, dh=64, dtype=jnp.bfloat16, cache_len=cache_len)
+    nan = jnp.full_like(j["k_cache"], jnp.nan)
+    kc = jnp.stack([nan, nan, j["k_cache"], nan])
+    vc = jnp.stack([nan, j["v_cache"], j["v_cache"], nan])
+    pos = [j[k] for k in ("q", "k_new", "v_new")]
+    rest = (j["cache_len"], j["new_mask"])
+    for impl in ("pallas_interpret", "xla"):
+        run = functools.partial(attention, scale=0.125, impl=impl, config=config)
+        want = jax.jit(run)(*pos, j["k_cache"], j["v_cache"], *rest)
+        got_int = jax.jit(functools.partial(run, layer=2))(*pos, kc, vc, *rest)
+        got_traced = jax.jit(lambda layer, *a: run(*a, layer=layer))(jnp.int32(2), *pos, kc, vc, *rest)
+        for got in (got_int, got_traced):
+            assert not np.isnan(np.asarray(got, np.float32)).any()
+            np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def test_stacked_cache_checks():
+    _, j = make_inputs(1, t=4, s=8, hkv=2, g=2, dh=64, dtype=jnp.float32, cache_len=(8, 8))
+    pos = [j[k] for k in ("q", "k_new", "v_new")]
+    stacked = jnp.stack([j["k_cache"]] * 3)
+    with pytest.raises(ValueError, match="layer 3 is out of range for a cache of 3 layers"):
+        attention(*pos, stacked, stacked, j["cache_len"], j["new_mask"], scale=1.0, layer=3)
+    with pytest.raises(ValueError, match=r"stacked \[L, Bt, Hkv, S, Dh\]"):
+        attention(*pos, j["k_cache"], j["v_cache"], j["cache_len"], j["new_mask"], scale=1.0, layer=0)
+
+
+@pytest.mark.parametrize("s,wide", [(4096, False), (32768, True)])
+def test_triton_lowering_of_stacked_caches(monkeypatch, s, wide):
+    """The Qwen3-8B decode over layer i of 36 stacked caches lowers for CUDA and verifies; past
+    4 GiB (36 layers of 32k keys, batch 2) the lowering indexes the cache with 64-bit offsets,
+    so the int32 offsets of a one-layer kernel never overflow."""
+    modules = _verified_triton_modules(monkeypatch)
+    sds = jax.ShapeDtypeStruct
+    bt, hkv, g, dh, dtype = (2 if wide else 1), 8, 4, 128, jnp.bfloat16
+    cache = sds((36, bt, hkv, s, dh), dtype)
+    args = (sds((bt, 1, hkv * g, dh), dtype), sds((bt, 1, hkv, dh), dtype), sds((bt, 1, hkv, dh), dtype),
+            cache, cache, sds((bt,), jnp.int32), sds((bt, 1, 1), jnp.bool_))
+    fn = functools.partial(attention, scale=dh ** -0.5, impl="pallas")
+    try:
+        jax.jit(lambda layer, *a: fn(*a, layer=layer)).trace(sds((), jnp.int32), *args).lower(
+            lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert modules and all(m.operation.verify() for m in modules)
+    main = str(modules[0])
+    assert ("tt.addptr" in main) and (("i64>" in main) == wide)

@@ -2,8 +2,9 @@
 
 On the CPU the kernel body runs in Mosaic GPU's interpret mode (TMA copies, barriers and the
 memory / compute warpgroups simulated; the two products as plain dots), against a float64
-reference, with the cache's stale tail poisoned; the real path is lowered for CUDA. The engine's
-padding of the verify rows (which this kernel needs: T % 8 == 0) is tested in test_engine.py.
+reference, with the cache's stale tail poisoned (and, over every layer's stacked caches, the
+other layers); the real path is lowered for CUDA. The engine's padding of the verify rows (which
+this kernel needs: T % 8 == 0) is tested in test_engine.py.
 """
 from __future__ import annotations
 
@@ -25,56 +26,75 @@ from test_kernels import make_inputs, numpy_reference, rel_err
 pytestmark = pytest.mark.skipif(mgpu.plgpu is None, reason="this jax has no Mosaic GPU Pallas module")
 
 
-def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None):
+def _stacked(cache, layers: int, layer: int):
+    """`cache` as layer `layer` of `layers` stacked ones [L, Bt, Hkv, S, Dh], every other layer
+    NaN: a kernel that read the wrong layer (or batch row of another layer) would return NaN."""
+    return jnp.stack([cache if i == layer else jnp.full_like(cache, jnp.nan) for i in range(layers)])
+
+
+def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None, stack=None):
     bt = len(cache_len) if bt is None else bt
     args, jargs = make_inputs(seed, bt=bt, t=t, s=s, hkv=hkv, g=g, dh=dh, dtype=jnp.bfloat16,
                               cache_len=cache_len, poison=poison)
-    out = attention_mgpu(**jargs, scale=dh**-0.5, config=cfg, interpret=True)
+    kw = dict(scale=dh**-0.5, config=cfg, interpret=True)
+    if stack is None:
+        out = attention_mgpu(**jargs, **kw)
+    else:
+        jargs = dict(jargs, k_cache=_stacked(jargs["k_cache"], 3, 1), v_cache=_stacked(jargs["v_cache"], 3, 1))
+        if stack == "int":
+            out = attention_mgpu(**jargs, **kw, layer=1)
+        else:   # waited for before anything else runs (see mgpu.wait_if_interpreted)
+            out = jax.block_until_ready(jax.jit(lambda layer, a: attention_mgpu(**a, **kw, layer=layer))(
+                jnp.int32(1), jargs))
     assert out.shape == (bt, t, hkv * g, dh) and out.dtype == jnp.bfloat16
     got = np.asarray(out, np.float32)
     assert not np.isnan(got).any()
     return got, numpy_reference(**args, scale=dh**-0.5)
 
 
-@pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison", [
+# stack: None, or every layer's caches stacked [3, Bt, Hkv, S, Dh] (the other layers NaN) with
+# layer 1 given as a Python int ("int") or a traced int32 inside jit ("traced"): the kernel
+# reads that layer's cache rows (layer * Bt + b) alone.
+@pytest.mark.parametrize("t,s,hkv,g,dh,cache_len,cfg,poison,stack", [
     # one compute warpgroup, two stages: the ring wraps; a whole number of prefix blocks
-    (24, 304, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan),
+    (24, 304, 2, 4, 64, (192,), MgpuConfig(compute_wgs=1, stages=2), np.nan, None),
     # G = 8 (8 tokens a block), Dh 128, a full cache (no stale tail)
-    (40, 104, 1, 8, 128, (104,), MgpuConfig(), np.nan),
+    (40, 104, 1, 8, 128, (104,), MgpuConfig(), np.nan, None),
     # G = 1 (64 tokens a block), 128-key steps
-    (64, 104, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan),
+    (64, 104, 2, 1, 64, (70,), MgpuConfig(block_k=128, stages=2, compute_wgs=1), np.nan, None),
     # 3 key steps over 4 CTAs (one has none), each CTA's share split between its warpgroups;
     # with skip_empty, CTA 2's one step is a new-key step
-    (16, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=4), np.nan),
+    (16, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, key_splits=4), np.nan, None),
     # overlap (the next QK issued before the softmax): split keys, 4 full prefix steps and a
     # ragged one (2 a warpgroup), a two-slot ring on two warpgroups, and two row blocks in one
     # CTA with the keys split over two CTAs (key_splits: partials merged by XLA): batch row 0's
     # two full prefix steps in CTA 0 (overlapped), its ragged step and new keys in CTA 1, row 1
     # with no prefix at all (every key a tree key; CTA 1 has no step); inf past cache_len
-    (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan),
-    (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan),
-    (24, 200, 1, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf),
+    (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan, None),
+    (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan, None),
+    (24, 200, 1, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf, "int"),
     # tail_splits: 3 row blocks in 2 groups of 2; group 0 in the first launch, group 1 (block 2
     # and an empty block 3) in a second, its 4 prefix steps and new-key step split over 2 CTAs
-    (40, 304, 1, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True, tail_splits=2), np.nan),
+    (40, 304, 1, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True, tail_splits=2), np.nan, None),
     # ... and one block a CTA (LONG_CACHE_CONFIGS[264]'s batch-1 form): blocks 0-1 in the first
     # launch, block 2 in a second, its 2 prefix steps and new-key step split over 3 CTAs
-    (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, tail_splits=3), np.nan),
+    (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, tail_splits=3), np.nan,
+     "traced"),
     # ONE_WAVE_CONFIGS[72] (DDTree-64's default on the H200): one block a CTA, keys over 3 CTAs;
     # 5 key steps shared 2 / 2 / 1: the ragged 4th prefix step in CTA 1, the new keys alone in CTA 2
-    (16, 304, 1, 4, 64, (250,), mgpu.ONE_WAVE_CONFIGS[72], np.nan),
+    (16, 304, 1, 4, 64, (250,), mgpu.ONE_WAVE_CONFIGS[72], np.nan, None),
     # ... its shares merged by XLA (the form where jax has no Pallas Triton for split_merge)
-    (16, 304, 1, 4, 64, (250,), dataclasses.replace(mgpu.ONE_WAVE_CONFIGS[72], merge_kernel=False), np.nan),
+    (16, 304, 1, 4, 64, (250,), dataclasses.replace(mgpu.ONE_WAVE_CONFIGS[72], merge_kernel=False), np.nan, None),
     # ONE_WAVE_CONFIGS[16] (the drafter's block): keys over 8 CTAs; 3 key steps (2 prefix, 1 new),
     # so 5 of the 8 shares see no key and the merge must drop them
-    (16, 104, 1, 4, 64, (70,), mgpu.ONE_WAVE_CONFIGS[16], np.nan),
+    (16, 104, 1, 4, 64, (70,), mgpu.ONE_WAVE_CONFIGS[16], np.nan, None),
     # the shares merged by the Pallas kernel (m), here the tail split's (block 2's keys over 2
     # CTAs; attention_mgpu runs cN's and tN's shares through the same merge call, and
     # test_merge_kernel_matches_the_xla_merge checks the kernel on key_splits' layouts)
-    (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, tail_splits=2, merge_kernel=True), np.nan),
+    (40, 104, 1, 4, 64, (70,), MgpuConfig(stages=4, split_keys=True, tail_splits=2, merge_kernel=True), np.nan, None),
 ])
-def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison):
-    got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison)
+def test_matches_reference_in_interpret_mode(t, s, hkv, g, dh, cache_len, cfg, poison, stack):
+    got, want = _run(3, t=t, s=s, hkv=hkv, g=g, dh=dh, cache_len=cache_len, cfg=cfg, poison=poison, stack=stack)
     assert rel_err(got, want) < 1e-2
 
 
@@ -143,6 +163,14 @@ def test_unsupported_inputs_are_named():
                        jnp.zeros((1, 25, 2, 64), jnp.bfloat16), jnp.zeros((1, 2, 104, 64), jnp.bfloat16),
                        jnp.zeros((1, 2, 104, 64), jnp.bfloat16), jnp.zeros((1,), jnp.int32),
                        jnp.ones((1, 25, 25), bool), scale=0.125, interpret=True)
+    stack, one = jnp.zeros((3, 1, 2, 104, 64), jnp.bfloat16), jnp.zeros((1, 2, 104, 64), jnp.bfloat16)
+    rest = (jnp.zeros((1,), jnp.int32), jnp.ones((1, 24, 24), bool))
+    new = (jnp.zeros((1, 24, 8, 64), jnp.bfloat16), jnp.zeros((1, 24, 2, 64), jnp.bfloat16),
+           jnp.zeros((1, 24, 2, 64), jnp.bfloat16))
+    with pytest.raises(ValueError, match="layer 3 is out of range"):
+        attention_mgpu(*new, stack, stack, *rest, scale=0.125, interpret=True, layer=3)
+    with pytest.raises(ValueError, match="stacked"):
+        attention_mgpu(*new, one, one, *rest, scale=0.125, interpret=True, layer=0)
 
 
 @pytest.mark.parametrize("t,cfg", [(264, MgpuConfig()), (72, MgpuConfig(compute_wgs=1, stages=4)),
@@ -163,6 +191,26 @@ def test_cuda_lowering(t, cfg):
               sds((1, 8, 1024, 128), bf), sds((1, 8, 1024, 128), bf), sds((1,), jnp.int32),
               sds((1, t, t), jnp.bool_))
     fn = functools.partial(attention_mgpu, scale=128**-0.5, config=cfg)
+    try:
+        txt = jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert "mosaic_gpu" in txt
+
+
+@pytest.mark.parametrize("t,cfg", [(264, mgpu.AUTO_CONFIGS[None]), (264, mgpu.LONG_CACHE_CONFIGS[264][0]),
+                                   (72, mgpu.ONE_WAVE_CONFIGS[72])])
+def test_cuda_lowering_of_a_stacked_cache(t, cfg):
+    """The real path over every layer's caches [L, Bt, Hkv, S, Dh] with a traced layer lowers
+    for CUDA (the default config, the tail split's two launches, the key split)."""
+    sds = jax.ShapeDtypeStruct
+    bf = jnp.bfloat16
+    shapes = (sds((1, t, 32, 128), bf), sds((1, t, 8, 128), bf), sds((1, t, 8, 128), bf),
+              sds((36, 1, 8, 1024, 128), bf), sds((36, 1, 8, 1024, 128), bf), sds((1,), jnp.int32),
+              sds((1, t, t), jnp.bool_), sds((), jnp.int32))
+
+    def fn(*a):
+        return attention_mgpu(*a[:-1], scale=128**-0.5, config=cfg, layer=a[-1])
     try:
         txt = jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
     except RuntimeError as e:  # pragma: no cover - depends on the installed jax

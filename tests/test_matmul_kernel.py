@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pallas_kernels import matmul as mm
+from pallas_kernels.stacking import StackedRow
 from tests.test_kernels import _verified_triton_modules
 
 
@@ -169,6 +170,72 @@ def test_norm_prologue_and_residual_epilogue(m, k, n, cfg, prologue, residual, i
     tol = 1e-5 if dtype == jnp.float32 else 1.2e-2
     assert rel_err(got, exact) < tol and rel_err(ref, exact) < tol
     assert rel_err(got, ref) < tol
+
+
+# K in several block_k steps (the norm weight is read a K slice a step), the swapped operands,
+# int8 weights, the residual
+@pytest.mark.parametrize("m,k,n,cfg,dtype,residual,int8", [
+    (5, 128, 64, mm.MatmulConfig(block_n=32, block_k=32), jnp.float32, False, False),
+    (17, 128, 96, mm.MatmulConfig(block_n=32, block_k=64, swap_ab=True), jnp.bfloat16, True, False),
+    (5, 128, 64, mm.MatmulConfig(block_n=64, block_k=64), jnp.float32, True, True),
+])
+def test_stacked_norm_weight(m, k, n, cfg, dtype, residual, int8):
+    """norm_w stacked [L, K] with norm_layer (a Python int, or traced: one compiled kernel for
+    every layer) is the call with row norm_layer, bit for bit; the other rows (NaN) are never
+    read; a traced layer past the stack is clamped to its last row, as XLA's path clamps it
+    (interpret mode's ref reads clamp as well: only a GPU run tells the kernel's own clamp)."""
+    rng = np.random.default_rng(m + n)
+    x = rand(rng, (m, k), dtype) * 2.0
+    w = rand(rng, (k, n), jnp.float32)
+    w = mm.quantize_int8(w) if int8 else w.astype(dtype)
+    nw = (1.0 + 0.3 * rand(rng, (k,), jnp.float32)).astype(dtype)
+    stacked = jnp.full((3, k), jnp.nan, dtype).at[1].set(nw)
+    r = rand(rng, (m, n), dtype) if residual else None
+    kw = dict(prologue="rmsnorm", eps=1e-6, residual=r)
+    run = jax.jit(lambda nw_, layer, impl: mm.matmul(x, w, impl=impl, config=cfg, norm_w=nw_, norm_layer=layer, **kw),
+                  static_argnums=2)
+    one = mm.matmul(x, w, impl="pallas_interpret", config=cfg, norm_w=nw, **kw)
+    assert np.isfinite(np.asarray(one, np.float32)).all()
+    np.testing.assert_array_equal(mm.matmul(x, w, impl="pallas_interpret", config=cfg, norm_w=stacked,
+                                            norm_layer=1, **kw), one)
+    np.testing.assert_array_equal(mm.matmul(x, w, impl="pallas_interpret", config=cfg,
+                                            norm_w=StackedRow(stacked, 1), **kw), one)   # the models' form
+    np.testing.assert_array_equal(run(stacked, jnp.int32(1), "pallas_interpret"), one)
+    last = stacked.at[2].set(nw)
+    np.testing.assert_array_equal(run(last, jnp.int32(7), "pallas_interpret"), one)   # the same kernel
+    ref = mm.matmul(x, w, impl="xla", norm_w=stacked, norm_layer=1, **kw)
+    np.testing.assert_array_equal(ref, mm.matmul(x, w, impl="xla", norm_w=nw, **kw))
+    np.testing.assert_array_equal(ref, mm.matmul_reference(x, w, prologue="rmsnorm", norm_w=StackedRow(stacked, 1),
+                                                           eps=1e-6, residual=r))
+    tol = 1e-5 if dtype == jnp.float32 else 1.2e-2   # (XLA fuses the jitted path differently)
+    for got in (one, run(stacked, jnp.int32(1), "xla"), run(last, jnp.int32(7), "xla")):
+        assert rel_err(got, ref) < tol
+
+
+def test_norm_layer_arguments_are_checked():
+    """A stacked norm weight's misuses: one-line ValueErrors, on every path."""
+    x, w, k = jnp.ones((2, 64)), jnp.ones((64, 32)), 64
+    stacked = jnp.ones((3, k))
+    for kw, match in [
+        (dict(norm_w=jnp.ones(k), norm_layer=0), r"norm_w stacked as \[L, K = 64\], got \(64,\)"),
+        (dict(norm_w=jnp.ones((3, 63)), norm_layer=0), r"stacked as \[L, K = 64\], got \(3, 63\)"),
+        (dict(norm_w=stacked, norm_layer=3), r"norm_layer 3 is outside \[0, 3\)"),
+        (dict(norm_w=stacked, norm_layer=-1), r"norm_layer -1 is outside"),
+        (dict(norm_w=stacked, norm_layer=jnp.float32(1)), "integer scalar"),
+        (dict(norm_w=stacked, norm_layer=jnp.zeros(2, jnp.int32)), "integer scalar"),
+        (dict(norm_w=stacked), "needs norm_layer"),
+        (dict(norm_w=StackedRow(stacked, 3)), r"norm_layer 3 is outside \[0, 3\)"),
+        (dict(norm_w=StackedRow(stacked, 1), norm_layer=1), "carries its own layer"),
+    ]:
+        for impl in ("xla", "pallas_interpret"):
+            with pytest.raises(ValueError, match=match):
+                mm.matmul(x, w, impl=impl, prologue="rmsnorm", **kw)
+        with pytest.raises(ValueError, match=match):
+            mm.matmul_reference(x, w, prologue="rmsnorm", **kw)
+    with pytest.raises(ValueError, match="norm_layer goes with prologue='rmsnorm'"):
+        mm.matmul(x, w, impl="xla", norm_layer=0)
+    with pytest.raises(ValueError, match="norm_layer goes with prologue='rmsnorm'"):
+        mm.matmul(jnp.ones((2, 2 * k)), w, impl="xla", prologue="swiglu", norm_layer=0)
 
 
 def test_fusion_arguments_are_checked():
@@ -373,6 +440,27 @@ def test_triton_lowering_of_the_fusions(monkeypatch, m, k, n, prologue, residual
     assert len(modules) == 1 and modules[0].operation.verify()
 
 
+@pytest.mark.skipif(mm.pltriton is None, reason="this jax has no Pallas Triton lowering")
+@pytest.mark.parametrize("m,k,n,int8,residual,swap", [
+    (65, 4096, 6144, False, False, False), (16, 4096, 4096, True, True, True)])
+def test_triton_lowering_of_a_stacked_norm(monkeypatch, m, k, n, int8, residual, swap):
+    """The norm weight of every layer [L, K] and a traced layer: one verified Triton module."""
+    modules = _verified_triton_modules(monkeypatch)
+    sds, bf = jax.ShapeDtypeStruct, jnp.bfloat16
+    w = mm.Int8Weight(sds((k, n), jnp.int8), sds((n,), jnp.float32)) if int8 else sds((k, n), bf)
+    cfg = mm.MatmulConfig(block_n=64, block_k=128, swap_ab=swap)
+
+    def fn(x, w, nw, layer, r):
+        return mm.matmul(x, w, impl="pallas", config=cfg, prologue="rmsnorm", norm_w=nw, norm_layer=layer,
+                         residual=r if residual else None)
+    try:
+        jax.jit(fn).trace(sds((m, k), bf), w, sds((36, k), bf), sds((), jnp.int32),
+                          sds((m, n), bf)).lower(lowering_platforms=("cuda",))
+    except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+        pytest.skip(f"cannot lower for CUDA here: {e}")
+    assert len(modules) == 1 and modules[0].operation.verify()
+
+
 def test_fused_layers_match_the_unfused_forward():
     """target.forward with every projection in the kernel runs the fused layers (norms and
     residual adds inside the products); in float32 it matches the XLA forward: hidden, taps, K/V."""
@@ -383,8 +471,8 @@ def test_fused_layers_match_the_unfused_forward():
     pair = tiny_pair(layers=2)
     tc, tp = pair.target_cfg, tmodel.fuse_params(pair.target_params)
     rng = np.random.default_rng(0)
-    cache = KVCache([jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2,
-                    [jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2)
+    cache = KVCache.from_layers([jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2,
+                                [jnp.asarray(rng.standard_normal((2, tc.num_kv_heads, 32, tc.head_dim)), jnp.float32)] * 2)
     tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (2, 9)), jnp.int32)
     length = jnp.asarray([5, 11], jnp.int32)
     pos = length[:, None] + jnp.arange(9, dtype=jnp.int32)
@@ -413,8 +501,8 @@ def test_fused_drafter_layers_match_the_unfused_pass():
     if quant:
         dp = dmodel.quantize_params(dp, pair.target_params["lm_head"])
     rng = np.random.default_rng(1)
-    cache = KVCache([jnp.asarray(rng.standard_normal((2, dc.num_kv_heads, 40, dc.head_dim)), jnp.float32)] * 2,
-                    [jnp.asarray(rng.standard_normal((2, dc.num_kv_heads, 40, dc.head_dim)), jnp.float32)] * 2)
+    cache = KVCache.from_layers([jnp.asarray(rng.standard_normal((2, dc.num_kv_heads, 40, dc.head_dim)), jnp.float32)] * 2,
+                                [jnp.asarray(rng.standard_normal((2, dc.num_kv_heads, 40, dc.head_dim)), jnp.float32)] * 2)
     block = jnp.asarray(rng.standard_normal((2, dc.block_size, dc.hidden_size)), jnp.float32)
     length = jnp.asarray([3, 20], jnp.int32)
     pos = length[:, None] + jnp.arange(dc.block_size, dtype=jnp.int32)

@@ -21,8 +21,9 @@ from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
-from ddtree_jax.models.layers import KVCache, apply_rope, rms_norm as layers_rms_norm, rope_tables
+from ddtree_jax.models.layers import KVCache, apply_rope, layer_view, rms_norm as layers_rms_norm, rope_tables
 from pallas_kernels import norms
+from pallas_kernels.stacking import StackedRow
 
 EPS = 1e-6
 
@@ -184,6 +185,116 @@ def test_qk_xla_path_is_the_models_math():
         np.testing.assert_array_equal(a, b)
 
 
+# ----------------------------------------------------------------------------- stacked weights
+
+def nan_stack(w, layer=1, n=3):
+    """[n, *w.shape]: w at row layer, NaN elsewhere (a kernel that reads another row shows it)."""
+    return jnp.full((n, *w.shape), jnp.nan, w.dtype).at[layer].set(w)
+
+
+def assert_same(outs, refs, what):
+    outs, refs = jax.tree_util.tree_leaves(outs), jax.tree_util.tree_leaves(refs)
+    assert len(outs) == len(refs), what
+    for o, r in zip(outs, refs):
+        assert o.dtype == r.dtype, what
+        np.testing.assert_array_equal(np.asarray(o, np.float32), np.asarray(r, np.float32), err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_norms_read_one_layer_of_stacked_weights(dtype):
+    """layer given: w is every layer's weight stacked [L, H] and the kernel reads row layer, a
+    Python int or a traced int32 (one compiled kernel for every layer), or w is a StackedRow (the
+    models' form). The other rows are NaN: the kernels' results are the one-layer call's bit for
+    bit (plain delta and split-K partials), the XLA path's within the tolerances above. A traced
+    layer past the end reads the last row, as XLA's dynamic index does."""
+    rng = np.random.default_rng(5)
+    x = rand(rng, (5, 96), dtype, 3.0)   # H = 96: the kernel's rows and weight padded to 128
+    d = rand(rng, (5, 96), dtype)
+    parts = rand(rng, (2, 5, 96), jnp.float32)
+    w = rand(rng, (96,), jnp.float32)
+
+    def calls(w, layer, impl):
+        kw = dict(impl=impl, layer=layer)
+        return (norms.rms_norm(x, w, EPS, **kw), norms.add_rms_norm(x, d, w, EPS, **kw),
+                norms.add_rms_norm(x, parts, w, EPS, **kw))
+
+    @jax.jit
+    def run(ws, w1, layer):
+        return {"traced": calls(ws, layer, "pallas_interpret"), "int": calls(ws, 1, "pallas_interpret"),
+                "row": calls(StackedRow(ws, layer), None, "pallas_interpret"),
+                "one": calls(w1, None, "pallas_interpret"), "xla": calls(ws, layer, "xla"),
+                "xla_int": calls(ws, 1, "xla")}
+
+    out = run(nan_stack(w), w, jnp.int32(1))
+    assert_same(out["traced"], out["one"], "traced layer")
+    assert_same(out["int"], out["one"], "static layer")
+    assert_same(out["row"], out["one"], "StackedRow")
+    for ref in (out["xla"], out["xla_int"]):
+        for o, r in zip(jax.tree_util.tree_leaves(out["traced"]), jax.tree_util.tree_leaves(ref)):
+            assert_close(o, r, dtype, "stacked vs xla")
+    ws = jnp.stack([w, 2 * w, -w])
+    out = run(ws, ws[2], jnp.int32(5))   # same shapes: no recompile
+    assert_same(out["traced"], out["one"], "clamped layer")
+    for o, r in zip(jax.tree_util.tree_leaves(out["traced"]), jax.tree_util.tree_leaves(out["xla"])):
+        assert_close(o, r, dtype, "clamped layer vs xla")
+
+
+@pytest.mark.parametrize("norms_of", ["qk", "q", "none"])
+def test_qk_norm_rope_reads_one_layer_of_stacked_weights(norms_of):
+    """As above for qk_norm_rope's q/k norm weights [L, Dh] (either may be None: a Llama layer
+    takes no layer input at all), given a layer or as StackedRows."""
+    hq, hkv, dh = 4, 2, 16
+    qkv, cos, sin, qw, kw = qk_inputs(9, hq, hkv, dh, 5, jnp.bfloat16)
+    ws = (qw if "q" in norms_of else None, kw if "k" in norms_of else None)
+    stacks = tuple(None if w is None else nan_stack(w) for w in ws)
+
+    def call(qw, kw, layer, impl):
+        return norms.qk_norm_rope(qkv, qw, kw, cos, sin, num_heads=hq, num_kv_heads=hkv, head_dim=dh,
+                                  eps=EPS, impl=impl, layer=layer)
+
+    @jax.jit
+    def run(stacks, ws, layer):
+        rows = (None if w is None else StackedRow(w, layer) for w in stacks)
+        return {"traced": call(*stacks, layer, "pallas_interpret"), "int": call(*stacks, 1, "pallas_interpret"),
+                "row": call(*rows, None, "pallas_interpret"),
+                "one": call(*ws, None, "pallas_interpret"), "xla": call(*stacks, layer, "xla")}
+
+    out = run(stacks, ws, jnp.int32(1))
+    assert_same(out["traced"], out["one"], "traced layer")
+    assert_same(out["int"], out["one"], "static layer")
+    assert_same(out["row"], out["one"], "StackedRow")
+    for o, r in zip(out["traced"], out["xla"]):
+        assert_close(o, r, jnp.bfloat16, "stacked vs xla")
+
+
+def test_stacked_weights_bad_inputs():
+    x, w = jnp.ones((2, 8)), jnp.ones((3, 8))
+    for impl in ("xla", "pallas_interpret"):
+        for bad in (jnp.ones(8), jnp.ones((3, 6)), jnp.ones((3, 8, 1))):
+            with pytest.raises(ValueError, match=r"stacked \[L, 8\]"):
+                norms.rms_norm(x, bad, EPS, impl=impl, layer=0)
+            with pytest.raises(ValueError, match=r"stacked \[L, 8\]"):
+                norms.add_rms_norm(x, x, bad, EPS, impl=impl, layer=0)
+        for layer in (3, -1, np.int32(5)):
+            with pytest.raises(ValueError, match=f"layer {layer} is out of range for 3 stacked norm weights"):
+                norms.rms_norm(x, w, EPS, impl=impl, layer=layer)
+            with pytest.raises(ValueError, match="out of range"):
+                norms.add_rms_norm(x, x[None], w, EPS, impl=impl, layer=layer)
+        qkv, cos, sin, qw, kw = qk_inputs(0, 2, 1, 16, 3, jnp.float32)
+        kw_args = dict(num_heads=2, num_kv_heads=1, head_dim=16, eps=EPS, impl=impl)
+        with pytest.raises(ValueError, match="the q norm weight must be"):
+            norms.qk_norm_rope(qkv, qw, None, cos, sin, layer=0, **kw_args)
+        with pytest.raises(ValueError, match="layer 4 is out of range for 2 stacked k norm weights"):
+            norms.qk_norm_rope(qkv, None, jnp.stack([kw, kw]), cos, sin, layer=4, **kw_args)
+        two = jnp.stack([kw, kw])
+        with pytest.raises(ValueError, match="layers differ"):
+            norms.qk_norm_rope(qkv, StackedRow(two, 0), StackedRow(two, 1), cos, sin, **kw_args)
+        with pytest.raises(ValueError, match="carries its own layer"):
+            norms.rms_norm(x, StackedRow(w, 0), EPS, impl=impl, layer=0)
+        with pytest.raises(ValueError, match="Python int or an integer scalar"):
+            norms.rms_norm(x, w, EPS, impl=impl, layer=jnp.float32(1))
+
+
 # ----------------------------------------------------------------------------- dispatch, lowering
 
 def test_impl_selection_and_fallbacks():
@@ -235,6 +346,35 @@ def test_triton_lowering_one_kernel_each():
             assert triton_calls(fn, sds((1, t, (hq + 2 * hkv) * dh), bf), tab, tab, w, w) == 1
 
 
+@pytest.mark.skipif(norms.pltriton is None, reason="this jax has no Pallas Triton lowering")
+def test_triton_lowering_stacked_weights_traced_layer(monkeypatch):
+    """The stacked form with a traced layer lowers for CUDA (Qwen3-8B shapes, 36 layers): one
+    kernel a call, whose Triton module verifies, taking the stack whole (no slice before it)."""
+    from test_kernels import _verified_triton_modules
+    modules = _verified_triton_modules(monkeypatch)
+    sds, bf, f32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.float32
+    layer = sds((), jnp.int32)
+
+    def check(fn, *avals):
+        before = len(modules)
+        txt = jax.jit(fn).trace(*avals, layer).lower(lowering_platforms=("cuda",)).as_text()
+        assert txt.count("__gpu$xla.gpu.triton") == 1 and "dynamic_slice" not in txt
+        assert len(modules) == before + 1 and modules[-1].operation.verify()
+
+    for t, h in [(1, 4096), (3, 5120)]:   # 5120: the stack's rows padded to 8192 and masked
+        x, w = sds((1, t, h), bf), sds((36, h), bf)
+        check(lambda a, w, i: norms.rms_norm(a, w, EPS, impl="pallas", layer=i), x, w)
+        check(lambda a, b, w, i: norms.add_rms_norm(a, b, w, EPS, impl="pallas", layer=i), x, x, w)
+        check(lambda a, b, w, i: norms.add_rms_norm(a, b, w, EPS, impl="pallas", layer=i), x,
+              sds((2, 1, t, h), f32), w)
+    w = sds((36, 128), bf)
+    for hq, hkv, t in [(32, 8, 1), (32, 8, 17), (0, 8, 16)]:
+        tab = sds((1, t, 128), f32)
+        check(lambda qkv, c, s, qw, kw, i, hq=hq, hkv=hkv: norms.qk_norm_rope(
+            qkv, qw, kw, c, s, num_heads=hq, num_kv_heads=hkv, head_dim=128, eps=EPS, impl="pallas", layer=i),
+            sds((1, t, (hq + 2 * hkv) * 128), bf), tab, tab, w, w)
+
+
 # ----------------------------------------------------------------------------- the models
 
 def tiny_models(qk_norm=True, fused=True):
@@ -266,8 +406,8 @@ def forward_inputs(tc, seed: int, cache_len: list[int], t: int = 5, s: int = 24)
     tokens = jnp.asarray(rng.integers(0, tc.vocab_size, (bt, t)), jnp.int32)
     cache_len = jnp.array(cache_len, jnp.int32)
     pos = cache_len[:, None] + jnp.arange(t, dtype=jnp.int32)
-    cache = KVCache([rand(rng, (bt, 2, s, 16), jnp.float32) for _ in range(2)],
-                    [rand(rng, (bt, 2, s, 16), jnp.float32) for _ in range(2)])
+    cache = KVCache.from_layers([rand(rng, (bt, 2, s, 16), jnp.float32) for _ in range(2)],
+                                [rand(rng, (bt, 2, s, 16), jnp.float32) for _ in range(2)])
     return tokens, pos, cache, cache_len, tmodel.causal_mask(bt, t)
 
 
@@ -339,7 +479,7 @@ def test_drafter_pallas_interpret_matches_xla():
         return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, length, attn_impl="xla", norm_impl=impl)
 
     (c, h), (c_ref, h_ref) = jax.jit(lambda: (run("pallas_interpret"), run("xla")))()
-    for a, b in zip(c.k + c.v, c_ref.k + c_ref.v):
+    for a, b in ((c.k, c_ref.k), (c.v, c_ref.v)):
         assert_close(a, b, jnp.float32, "drafter context k/v")
     assert_close(h, h_ref, jnp.float32, "drafter hidden")
 
@@ -354,8 +494,9 @@ def test_drafter_fused_layout_matches_per_layer(cache_impl):
     assert "ctx_kv" in fused and fused["ctx_kv"].shape == (dc.hidden_size, dc.num_layers * 2 * dc.num_kv_heads * dc.head_dim)
     assert all("qkv" in p and not {"q", "k", "v"} & set(p) for p in fused["layers"])
     rng = np.random.default_rng(3)
-    cache = KVCache([rand(rng, (2, dc.num_kv_heads, 20, dc.head_dim), jnp.float32) for _ in range(dc.num_layers)],
-                    [rand(rng, (2, dc.num_kv_heads, 20, dc.head_dim), jnp.float32) for _ in range(dc.num_layers)])
+    cache = KVCache.from_layers(
+        [rand(rng, (2, dc.num_kv_heads, 20, dc.head_dim), jnp.float32) for _ in range(dc.num_layers)],
+        [rand(rng, (2, dc.num_kv_heads, 20, dc.head_dim), jnp.float32) for _ in range(dc.num_layers)])
     taps = rand(rng, (2, 5, 2 * dc.hidden_size), jnp.float32)
     start = jnp.array([3, 9], jnp.int32)
     ctx_pos = start[:, None] + jnp.arange(5, dtype=jnp.int32)
@@ -367,7 +508,7 @@ def test_drafter_fused_layout_matches_per_layer(cache_impl):
         return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, start + 5, attn_impl="xla", norm_impl=impl)
 
     (c, h), (c_ref, h_ref) = jax.jit(lambda: (run(fused, "xla"), run(raw, "xla")))()
-    for a, b in zip(c.k + c.v, c_ref.k + c_ref.v):
+    for a, b in ((c.k, c_ref.k), (c.v, c_ref.v)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(h, h_ref, rtol=1e-4, atol=1e-4)
     # the untouched cache rows stay as they were
@@ -386,7 +527,7 @@ def test_training_paths_stay_on_xla(monkeypatch):
     assert count_pallas_calls(lambda: tmodel.forward_train(tp, tc, tokens)) == []
     x = jnp.zeros((1, 4, dc.hidden_size))
     cos, sin = rope_tables(jnp.zeros((1, 4), jnp.int32), dc.rope, dc.head_dim)
-    p = dp["layers"][0]
+    p = layer_view(dp, 0)   # its norm weights: StackedRows of the stacks
     assert count_pallas_calls(lambda: dmodel.block_qkv(p, dc, x, cos, sin)) == []
     assert count_pallas_calls(lambda: dmodel.layer_finish(p, dc, x, jnp.zeros((1, 4, 4, 16)))) == []
     # ... while the inference forward under "auto" takes the kernels.

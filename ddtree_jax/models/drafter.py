@@ -4,7 +4,8 @@ Param layout: {"fc": [nTaps*H, H], "hidden_norm": [H], "norm": [H],
                "layers": [{"attn_norm", "q", "k", "v", "o", "q_norm", "k_norm", "q_bias"?,
                            "k_bias"?, "v_bias"?, "mlp_norm", "gate", "up", "down"}, ...]}
 Embeddings and the LM head are the target's. The inference layout (`fuse_params`) fuses q/k/v and
-gate/up per layer and stacks every layer's k/v for the context into one matrix.
+gate/up per layer, stacks every layer's k/v for the context into one matrix and the norm weights
+into "norms" (layers.stack_norms; the final "norm" becomes the last row of "norms"["in"]).
 
 Each layer's keys/values come from [context features ; noise block]; queries from the block only,
 non-causal. The context part depends only on the context features (not on the layer's input), so
@@ -26,13 +27,15 @@ from ddtree_jax.models.layers import (
     append,
     append_stacked,
     apply_rope,
+    final_norm,
     fuse_layer_weights,
+    layer_view,
     linear,
     mlp,
     rms_norm,
     rope_tables,
     split_heads,
-    write_rows,
+    stack_norms,
 )
 from pallas_kernels import attention
 from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl
@@ -66,7 +69,7 @@ def fuse_params(dparams: dict) -> dict:
         if all("k_bias" in p and "v_bias" in p for p in layers):
             stacked["ctx_kv_bias"] = jnp.concatenate([jnp.concatenate([p["k_bias"], p["v_bias"]]) for p in layers])
     groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
-    return {**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]}
+    return stack_norms({**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]})
 
 
 # The weight matrices a quantized drafter stores as int8 (norm weights and biases stay).
@@ -120,7 +123,8 @@ def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax
     layers, hkv, dh = len(dparams["layers"]), cfg.num_kv_heads, cfg.head_dim
     kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), impl=matmul_impl)
     kv = kv.reshape(bt, n, layers, 2, hkv, dh)
-    k_norm = jnp.stack([p["k_norm"] for p in dparams["layers"]])[:, None, :]           # [L, 1, Dh]
+    k_norm = (dparams["norms"]["k"] if "norms" in dparams
+              else jnp.stack([p["k_norm"] for p in dparams["layers"]]))[:, None, :]     # [L, 1, Dh]
     k = rms_norm(kv[:, :, :, 0], k_norm, cfg.rms_eps)                                   # [Bt, C, L, Hkv, Dh]
     k = apply_rope(k.reshape(bt, n, layers * hkv, dh), cos, sin).reshape(bt, n, layers, hkv, dh)
     return jnp.concatenate([k, kv[:, :, :, 1]], axis=2)
@@ -186,7 +190,8 @@ def extend_cache(
             kv = context_kv_stacked(dparams, cfg, c, cos, sin, matmul_impl=matmul_impl)
         return append_stacked(cache, kv, cache_len, impl=cache_impl)
     ks, vs = [], []
-    for i, p in enumerate(dparams["layers"]):
+    for i in range(len(dparams["layers"])):
+        p = layer_view(dparams, i)
         with jax.named_scope(f"draft_ctx{i}"):
             k, v = context_kv(p, cfg, c, cos, sin, matmul_impl=matmul_impl)
             ks.append(k)
@@ -194,8 +199,7 @@ def extend_cache(
     if resolve_cache_impl(cache_impl) != "xla":
         rows = jnp.broadcast_to(jnp.arange(taps.shape[1], dtype=jnp.int32), taps.shape[:2])
         return append(cache, ks, vs, cache_len, rows, impl=cache_impl)
-    return KVCache([write_rows(c, k, cache_len) for c, k in zip(cache.k, ks)],
-                   [write_rows(c, v, cache_len) for c, v in zip(cache.v, vs)])
+    return append(cache, ks, vs, cache_len)
 
 
 def draft_hidden(
@@ -222,9 +226,9 @@ def draft_hidden(
     cos, sin = rope_tables(block_positions, cfg.rope, cfg.head_dim)
     full = jnp.ones((bt, bs, bs), bool)
     scale = cfg.head_dim**-0.5
-    layers = dparams["layers"]
+    layers = [layer_view(dparams, i) for i in range(len(dparams["layers"]))]
     # As in target.forward: a layer's last residual add is fused with the next norm.
-    norm_ws = [p["attn_norm"] for p in layers] + [dparams["norm"]]
+    norm_ws = [p["attn_norm"] for p in layers] + [final_norm(dparams)]
     fused = _fused_layers(dparams, cfg, x.shape, matmul_impl)
     h = None if fused else rms_norm_kernel(x, norm_ws[0], cfg.rms_eps, impl=norm_impl)
     for i, p in enumerate(layers):
@@ -235,8 +239,8 @@ def draft_hidden(
                 q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
             window = cfg.sliding_windows[i]
             kv_start = None if window is None else jnp.maximum(cache_len + bs - window, 0)
-            o = attention(q, k, v, cache.k[i], cache.v[i], cache_len, full, scale=scale,
-                          kv_start=kv_start, impl=attn_impl)
+            o = attention(q, k, v, cache.k, cache.v, cache_len, full, scale=scale,
+                          kv_start=kv_start, impl=attn_impl, layer=i)
             if fused:
                 mm = matmul_impl
                 x = matmul(o.reshape(*o.shape[:2], -1), p["o"], impl=mm, residual=x)
@@ -244,7 +248,7 @@ def draft_hidden(
                 x = matmul(gate_up, p["down"], impl=mm, prologue="swiglu", residual=x)
             else:
                 x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl, matmul_impl=matmul_impl)
-    return rms_norm_kernel(x, dparams["norm"], cfg.rms_eps, impl=norm_impl) if fused else h
+    return rms_norm_kernel(x, final_norm(dparams), cfg.rms_eps, impl=norm_impl) if fused else h
 
 
 def _fused_layers(dparams: dict, cfg: DrafterConfig, x_shape, mm: str) -> bool:

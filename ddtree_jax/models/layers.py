@@ -9,12 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
-from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl, write_cache_rows
+from pallas_kernels.cache_write import write_cache_rows
 from pallas_kernels.matmul import Int8Weight, matmul
+from pallas_kernels.stacking import StackedRow, one_layer
 
 
-def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
     # Computed in float32 and cast back, as Hugging Face's Qwen3RMSNorm / LlamaRMSNorm do.
+    w = one_layer(w)    # a StackedRow: its row
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return w.astype(x.dtype) * y.astype(x.dtype)
@@ -55,6 +57,48 @@ def mlp(p: dict, x: jax.Array, *, impl: str = "xla", parts: int = 1) -> jax.Arra
         gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
     act = jax.nn.silu(gate) * up
     return linear_partials(act, p["down"], parts) if parts > 1 else linear(act, p["down"], impl=impl)
+
+
+# The norm weights of a layer that the inference layout stacks (stack_norms), by stack name.
+NORM_STACKS = {"in": "attn_norm", "mlp": "mlp_norm", "q": "q_norm", "k": "k_norm"}
+
+
+def stack_norms(params: dict) -> dict:
+    """The inference layout's norm weights: every layer's attention (input) norm and then the
+    final norm ("norm") stacked in "norms"["in"] [L + 1, H], the MLP norms in "mlp" [L, H], the
+    q / k norms (where every layer has them) in "q" / "k" [L, Dh]; the layers and the top keep
+    none. Why: a jitted call spends host time on every buffer it takes (~2.7 us a weight on the
+    H200, session 33), and the 8B pair's ~170 norm vectors were half its weights' 338 leaves; the
+    norm kernels take the stacked array and the layer, read at run time (pallas_kernels.norms,
+    pallas_kernels.matmul's rmsnorm prologue). layer_view hands them to a layer's code."""
+    layers = params["layers"]
+    if not layers or "norms" in params:
+        return params
+    norms = {"in": jnp.stack([p["attn_norm"] for p in layers] + [params["norm"]]),
+             "mlp": jnp.stack([p["mlp_norm"] for p in layers])}
+    for name in ("q", "k"):
+        if all(NORM_STACKS[name] in p for p in layers):
+            norms[name] = jnp.stack([p[NORM_STACKS[name]] for p in layers])
+    stacked = {NORM_STACKS[n] for n in norms}
+    top = {k: v for k, v in params.items() if k != "norm"}
+    return {**top, "norms": norms, "layers": [{k: v for k, v in p.items() if k not in stacked} for p in layers]}
+
+
+def layer_view(params: dict, i: int) -> dict:
+    """Layer i's params as its code reads them: the layer's own dict, its norm weights (where
+    stack_norms stacked them) as StackedRows of the stacks (the kernels take the stack and the
+    layer; XLA's paths the row)."""
+    p = params["layers"][i]
+    norms = params.get("norms")
+    if norms is None:
+        return p
+    return {**p, **{NORM_STACKS[name]: StackedRow(w, i) for name, w in norms.items()}}
+
+
+def final_norm(params: dict):
+    """The final norm's weight: "norm", or the last row of the stacked input norms."""
+    norms = params.get("norms")
+    return params["norm"] if norms is None else StackedRow(norms["in"], len(params["layers"]))
 
 
 def fuse_layer_weights(p: dict, groups: dict[str, tuple[str, ...]]) -> dict:
@@ -113,37 +157,39 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class KVCache:
-    """Per-layer K/V of committed tokens: lists of [Bt, Hkv, S, Dh] arrays (one per layer).
+    """K/V of committed tokens, every layer's stacked: k and v [L, Bt, Hkv, S, Dh].
 
-    Positions at or beyond a row's length hold stale values; attention never reads them.
+    Two arrays, not two per layer: every buffer a jitted call takes or returns costs host time at
+    each call (~7.7 us a donated one on the H200, bench/RESULTS.md session 33), and the kernels
+    read and write a layer of the stacked array by an index given at run time (one compiled
+    kernel for all layers). Positions at or beyond a row's length hold stale values; attention
+    never reads them.
     """
 
-    k: list[jax.Array]
-    v: list[jax.Array]
+    k: jax.Array
+    v: jax.Array
 
     @staticmethod
     def zeros(num_layers: int, batch: int, num_kv_heads: int, length: int, head_dim: int, dtype) -> "KVCache":
-        shape = (batch, num_kv_heads, length, head_dim)
-        return KVCache([jnp.zeros(shape, dtype) for _ in range(num_layers)],
-                       [jnp.zeros(shape, dtype) for _ in range(num_layers)])
+        shape = (num_layers, batch, num_kv_heads, length, head_dim)
+        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+    @staticmethod
+    def from_layers(ks, vs) -> "KVCache":
+        """The cache of per-layer arrays [Bt, Hkv, S, Dh] (tests, conversions)."""
+        return KVCache(jnp.stack(list(ks)), jnp.stack(list(vs)))
+
+    @property
+    def num_layers(self) -> int:
+        return self.k.shape[0]
 
     @property
     def length(self) -> int:
-        return self.k[0].shape[2]
+        return self.k.shape[3]
 
     @property
     def nbytes(self) -> int:
-        return sum(a.size * a.dtype.itemsize for a in self.k + self.v)
-
-
-def write_rows(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-    """Write new [Bt, T, Hkv, Dh] into cache [Bt, Hkv, S, Dh] at per-row positions start[Bt]."""
-    new = jnp.swapaxes(new, 1, 2).astype(cache.dtype)
-
-    def one(c, n, s):
-        return jax.lax.dynamic_update_slice(c, n, (0, s, 0))
-
-    return jax.vmap(one)(cache, new, start)
+        return 2 * self.k.size * self.k.dtype.itemsize
 
 
 def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start: jax.Array,
@@ -153,31 +199,23 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
     rows [Bt, P] picks which of the T new entries to write, in order (the accepted path of a
     tree); entries past a row's accepted length may be anything, since their destinations lie
     beyond the row's new length. The verify pass never writes the cache itself, so nothing has to
-    be compacted afterwards. impl: pallas_kernels.cache_write's for a `rows` write (all layers'
-    arrays in one kernel); a whole-prompt write (rows None) is XLA's.
+    be compacted afterwards. impl: pallas_kernels.cache_write's for a `rows` write (all layers
+    in one kernel; XLA's path: a scatter a layer into the stacked array, in place); a whole-prompt
+    write (rows None) is XLA's.
     """
-    if rows is not None and resolve_cache_impl(impl) != "xla":
-        n = len(cache.k)
-        out = write_cache_rows(cache.k + cache.v, list(new_k) + list(new_v), start, rows, impl=impl)
-        return KVCache(out[:n], out[n:])
-
-    def pick(x):
-        return x if rows is None else jnp.take_along_axis(x, rows[:, :, None, None], axis=1)
-
-    return KVCache([write_rows(c, pick(k), start) for c, k in zip(cache.k, new_k)],
-                   [write_rows(c, pick(v), start) for c, v in zip(cache.v, new_v)])
+    if rows is None:   # a prompt: every new entry, in order, through XLA's writes
+        rows, impl = jnp.broadcast_to(jnp.arange(new_k[0].shape[1], dtype=jnp.int32), new_k[0].shape[:2]), "xla"
+    k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, rows, impl=impl)
+    return KVCache(k, v)
 
 
 def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str = "xla") -> KVCache:
     """`append` of all rows of kv [Bt, T, 2 L, Hkv, Dh] (the L layers' K, then their V, as
     models.drafter.context_kv_stacked makes them) at start[Bt]: one cache-write kernel reading
-    the stacked array where `impl` is the kernel's, else one XLA write per array."""
-    n = len(cache.k)
+    the stacked array where `impl` is the kernel's, else one XLA write per layer and array."""
+    n = cache.num_layers
     if kv.shape[2] != 2 * n:
         raise ValueError(f"append_stacked: kv holds {kv.shape[2]} arrays for a cache of {n} layers (K and V: {2 * n})")
-    if resolve_cache_impl(impl) != "xla":
-        rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
-        out = write_cache_rows(cache.k + cache.v, kv, start, rows, impl=impl)
-        return KVCache(out[:n], out[n:])
-    return KVCache([write_rows(c, kv[:, :, j], start) for j, c in enumerate(cache.k)],
-                   [write_rows(c, kv[:, :, n + j], start) for j, c in enumerate(cache.v)])
+    rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
+    k, v = write_cache_rows([cache.k, cache.v], kv, start, rows, impl=impl)
+    return KVCache(k, v)

@@ -1,0 +1,57 @@
+"""Every layer's array stacked in one ([L, ...]) and a layer index read at run time.
+
+The engine keeps per-layer arrays that its kernels read one layer at a time (the KV caches:
+models.layers.KVCache) stacked along a leading layer axis: a jitted call spends host time on
+each buffer it takes (~7.7 us a donated one, ~2.7 us a weight, on the H200; bench/RESULTS.md
+session 33), so two arrays cost far less than two a layer. A kernel then takes the stacked
+array and the layer as an int32[1] input (`layer_index`), read at run time: one compiled kernel
+serves every layer of a forward (a static index would compile a kernel a layer), and no layer
+is sliced out (for a kernel operand, XLA would copy the slice).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["StackedRow", "layer_index", "one_layer", "split_row"]
+
+
+class StackedRow(NamedTuple):
+    """Row `layer` of a stacked per-layer weight [L, ...]: what a model passes where a kernel
+    takes one layer's weight (a norm's), so that the kernel gets the stacked array and the layer
+    (models.layers.layer_view makes them)."""
+    stacked: jax.Array
+    layer: object   # a Python int or an int32 scalar
+
+
+def split_row(w, layer=None):
+    """(weight, layer) of a kernel's weight argument: a StackedRow's stacked array and layer,
+    else w and `layer` as given."""
+    if isinstance(w, StackedRow):
+        if layer is not None:
+            raise ValueError("a StackedRow weight carries its own layer: pass no layer with it")
+        return w.stacked, w.layer
+    return w, layer
+
+
+def layer_index(layer) -> jax.Array:
+    """A layer index (a Python int or an int32 scalar, traced or not) as the int32[1] array the
+    kernels read it from: one scalar load a program, and the same compiled kernel for every
+    layer of a forward."""
+    return jnp.asarray(layer, jnp.int32).reshape(1)
+
+
+def one_layer(stacked, layer=None) -> jax.Array:
+    """Layer `layer` of a stacked array [L, ...] (a static or traced index; a traced one is
+    clamped into [0, L), as the kernels clamp it), or a StackedRow's row; XLA fuses the slice
+    into what reads it on the XLA paths. layer None: the array itself (one layer's)."""
+    stacked, layer = split_row(stacked, layer)
+    if layer is None:
+        return stacked
+    if isinstance(layer, int):
+        return stacked[layer]
+    layer = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(()), 0, stacked.shape[0] - 1)   # as the kernels
+    return lax.dynamic_index_in_dim(stacked, layer, 0, keepdims=False)
