@@ -67,12 +67,13 @@ def _slots(caches) -> list[tuple[int, int]]:
     return [(i, layer) for i, c in enumerate(caches) for layer in range(c.shape[0] if c.ndim == 5 else 1)]
 
 
-def _write_slot(cache: jax.Array, layer: int, new: jax.Array, start: jax.Array, rows: jax.Array) -> jax.Array:
+def _write_slot(cache: jax.Array, layer: int, new: jax.Array, start: jax.Array, rows: jax.Array | None) -> jax.Array:
     """Slot `layer` of a [L, Bt, Hkv, S, Dh] cache with its path rows written: one scatter of a
     [Hkv, P, Dh] window a batch row, at (layer, b, 0, start[b], 0), into the big array itself.
     It is what vmap makes of a dynamic-update-slice a batch row, without the transposes that vmap
-    puts around a cache batched on axis 1 (they would copy the whole cache)."""
-    picked = jnp.take_along_axis(new, rows[:, :, None, None], axis=1)          # [Bt, P, Hkv, Dh]
+    puts around a cache batched on axis 1 (they would copy the whole cache). rows None: all of
+    new's rows in order (a prompt; no gather, which XLA compiles slowly)."""
+    picked = new if rows is None else jnp.take_along_axis(new, rows[:, :, None, None], axis=1)  # [Bt, P, Hkv, Dh]
     picked = jnp.swapaxes(picked, 1, 2).astype(cache.dtype)                   # [Bt, Hkv, P, Dh]
     zero = jnp.zeros_like(start)
     at = jnp.stack([zero + layer, zero, start], axis=1)                       # [Bt, 3]: (layer, h, s)
@@ -86,7 +87,7 @@ def _write_slot(cache: jax.Array, layer: int, new: jax.Array, start: jax.Array, 
 
 def write_cache_rows_reference(caches, news, start, rows):
     """The XLA path: one gather + in-place window write a slot (what XLA fuses per slot).
-    news: a list, one array a slot."""
+    news: a list, one array a slot; rows None: every new row, in order (no gather)."""
     out = [_stacked5(c) for c in caches]
     for (i, layer), new in zip(_slots(caches), news):
         out[i] = _write_slot(out[i], layer, new, start, rows)

@@ -72,6 +72,7 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None, stac
     # with no prefix at all (every key a tree key; CTA 1 has no step); inf past cache_len
     (24, 304, 2, 4, 64, (300,), MgpuConfig(stages=4, split_keys=True, skip_empty=True, overlap=True), np.nan, None),
     (24, 304, 2, 4, 64, (192,), MgpuConfig(stages=2, skip_empty=True, overlap=True), np.nan, None),
+    # (merge_kernel off: XLA's merge, the form where jax has no Pallas Triton for split_merge)
     (24, 200, 1, 4, 64, (137, 0), MgpuConfig(key_splits=2, overlap=True), np.inf, "int"),
     # tail_splits: 3 row blocks in 2 groups of 2; group 0 in the first launch, group 1 (block 2
     # and an empty block 3) in a second, its 4 prefix steps and new-key step split over 2 CTAs
@@ -83,8 +84,6 @@ def _run(seed, *, t, s, hkv, g, dh, cache_len, cfg, poison=np.nan, bt=None, stac
     # ONE_WAVE_CONFIGS[72] (DDTree-64's default on the H200): one block a CTA, keys over 3 CTAs;
     # 5 key steps shared 2 / 2 / 1: the ragged 4th prefix step in CTA 1, the new keys alone in CTA 2
     (16, 304, 1, 4, 64, (250,), mgpu.ONE_WAVE_CONFIGS[72], np.nan, None),
-    # ... its shares merged by XLA (the form where jax has no Pallas Triton for split_merge)
-    (16, 304, 1, 4, 64, (250,), dataclasses.replace(mgpu.ONE_WAVE_CONFIGS[72], merge_kernel=False), np.nan, None),
     # ONE_WAVE_CONFIGS[16] (the drafter's block): keys over 8 CTAs; 3 key steps (2 prefix, 1 new),
     # so 5 of the 8 shares see no key and the merge must drop them
     (16, 104, 1, 4, 64, (70,), mgpu.ONE_WAVE_CONFIGS[16], np.nan, None),

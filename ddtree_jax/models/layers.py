@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
-from pallas_kernels.cache_write import write_cache_rows
+from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl, write_cache_rows, write_cache_rows_reference
 from pallas_kernels.matmul import Int8Weight, matmul
 from pallas_kernels.stacking import StackedRow, one_layer
 
@@ -204,8 +204,9 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
     write (rows None) is XLA's.
     """
     if rows is None:   # a prompt: every new entry, in order, through XLA's writes
-        rows, impl = jnp.broadcast_to(jnp.arange(new_k[0].shape[1], dtype=jnp.int32), new_k[0].shape[:2]), "xla"
-    k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, rows, impl=impl)
+        k, v = write_cache_rows_reference([cache.k, cache.v], list(new_k) + list(new_v), start, None)
+    else:
+        k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, rows, impl=impl)
     return KVCache(k, v)
 
 
@@ -216,6 +217,9 @@ def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str
     n = cache.num_layers
     if kv.shape[2] != 2 * n:
         raise ValueError(f"append_stacked: kv holds {kv.shape[2]} arrays for a cache of {n} layers (K and V: {2 * n})")
-    rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
-    k, v = write_cache_rows([cache.k, cache.v], kv, start, rows, impl=impl)
+    if resolve_cache_impl(impl) == "xla":   # every row in order: no gather
+        k, v = write_cache_rows_reference([cache.k, cache.v], [kv[:, :, j] for j in range(2 * n)], start, None)
+    else:
+        rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
+        k, v = write_cache_rows([cache.k, cache.v], kv, start, rows, impl=impl)
     return KVCache(k, v)
