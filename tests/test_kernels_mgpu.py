@@ -8,7 +8,6 @@ this kernel needs: T % 8 == 0) is tested in test_engine.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
