@@ -275,6 +275,17 @@ def _silence_closed_loop_callbacks() -> None:
     sys.excepthook = quiet_excepthook
 
 
+def _quiet_aborted_reads() -> None:
+    """After a failed restore: the restore's other reads fail too, and when their asyncio tasks
+    are collected (often at exit) asyncio logs each as "Task exception was never retrieved" with
+    its traceback, after the one-line error (seen once in CI, session 34). Their errors are the
+    one already reported: drop exactly those records from the asyncio logger."""
+    import logging
+
+    logging.getLogger("asyncio").addFilter(
+        lambda record: not record.getMessage().startswith("Task exception was never retrieved"))
+
+
 def load_params(path: str | Path, dtype: Any = None) -> Any:
     """Restore a param tree written by `save_params` as host numpy arrays (lists stay lists)."""
     import orbax.checkpoint as ocp
@@ -289,6 +300,7 @@ def load_params(path: str | Path, dtype: Any = None) -> Any:
         tree = ckptr.restore(path)
     except (FileNotFoundError, ValueError) as e:
         why = (str(e).splitlines() or [""])[0][:200]
+        _quiet_aborted_reads()
         raise UserError(f"cannot restore {path} ({type(e).__name__}: {why}); convert it again") from None
     finally:
         if hasattr(ckptr, "close"):

@@ -457,3 +457,18 @@ def test_seeded_sampling_is_identical_across_processes(tmp_path):
     outs += [finish(p) for p in [start(7), start(8)]]
     assert len(outs[0]) == 32 and outs[0] == outs[1]
     assert outs[2] != outs[0]  # seed 8: checked to differ from seed 7 from the first tokens on
+
+
+def test_aborted_reads_are_not_logged_after_the_error(caplog):
+    """After a failed restore its other reads' never-retrieved task errors stay out of the log
+    (they are the error already reported); asyncio's other records do not."""
+    import logging
+
+    from ddtree_jax.checkpoint import _quiet_aborted_reads
+
+    _quiet_aborted_reads()
+    log = logging.getLogger("asyncio")
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        log.error("Task exception was never retrieved\nfuture: <Task finished name='Task-50'>")
+        log.error("Unclosed client session")
+    assert [r.getMessage() for r in caplog.records] == ["Unclosed client session"]
