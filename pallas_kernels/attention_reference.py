@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .stacking import one_layer
+from .stacking import check_layer, one_layer
 
 __all__ = ["attention_reference", "check_attention_shapes"]
 
@@ -37,11 +37,7 @@ def check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mas
         if k_cache.ndim != 5:
             raise ValueError(f"with a layer index, k_cache must be the stacked [L, Bt, Hkv, S, Dh], "
                              f"got shape {k_cache.shape}")
-        if isinstance(layer, int) and not 0 <= layer < k_cache.shape[0]:
-            raise ValueError(f"layer {layer} is out of range for a cache of {k_cache.shape[0]} layers")
-        if not isinstance(layer, int) and (jnp.ndim(layer) > 1 or jnp.size(layer) != 1
-                                           or not jnp.issubdtype(jnp.result_type(layer), jnp.integer)):
-            raise ValueError(f"layer must be an int or an integer scalar, got {layer!r}")
+        check_layer(layer, k_cache.shape[0], f"layer {layer} is out of range for a cache of {k_cache.shape[0]} layers")
         if v_cache.shape != k_cache.shape:
             raise ValueError(f"v_cache shape {v_cache.shape} must equal k_cache shape {k_cache.shape}")
         k_cache = v_cache = jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)

@@ -59,7 +59,7 @@ GROUPS = _groups_setting()
 
 def _stacked5(cache: jax.Array) -> jax.Array:
     """A cache as [L, Bt, Hkv, S, Dh] (a 4-D one as L = 1: a reshape, free)."""
-    return cache if cache.ndim == 5 else cache[None]
+    return cache if cache.ndim == 5 else cache.reshape(1, *cache.shape)
 
 
 def _slots(caches) -> list[tuple[int, int]]:

@@ -49,7 +49,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision
-from .stacking import layer_index, one_layer, split_row
+from .stacking import as_stack, check_layer, clamp_layer, layer_index, one_layer, split_row
 from .tables import read_device_table, table_path
 from .tree_attention import auto_impl
 
@@ -265,12 +265,9 @@ def _check_norm(prologue: str | None, norm_w, norm_layer, k: int) -> None:
         return
     if norm_w.ndim != 2 or norm_w.shape[1] != k or norm_w.shape[0] < 1:
         raise ValueError(f"matmul: norm_layer needs norm_w stacked as [L, K = {k}], got {tuple(norm_w.shape)}")
-    if isinstance(norm_layer, int):
-        if not 0 <= norm_layer < norm_w.shape[0]:
-            raise ValueError(f"matmul: norm_layer {norm_layer} is outside [0, {norm_w.shape[0]}) of norm_w's layers")
-    elif jnp.ndim(norm_layer) != 0 or not jnp.issubdtype(jnp.result_type(norm_layer), jnp.integer):
-        raise ValueError(f"matmul: norm_layer must be a Python int or an integer scalar, got "
-                         f"{jnp.result_type(norm_layer)}{list(jnp.shape(norm_layer))}")
+    check_layer(norm_layer, norm_w.shape[0],
+                f"matmul: norm_layer {norm_layer} is outside [0, {norm_w.shape[0]}) of norm_w's layers",
+                name="matmul: norm_layer")
 
 
 def matmul_reference(x: jax.Array, w, out_dtype=None, prologue: str | None = None, *, norm_w=None,
@@ -338,8 +335,7 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
         cols_ok = (pl.program_id(0) * bn + jnp.arange(bn, dtype=jnp.int32) < n)[None, :]
     k0 = pl.program_id(1) * (plan.steps * bk)
     k_total = w_ref.shape[0]
-    # clamped into the stack as XLA's dynamic index is, so that no load leaves the array
-    layer = jnp.clip(layer_ref[()], 0, n_layers - 1) if norm else None
+    layer = clamp_layer(layer_ref[()], n_layers) if norm else None
 
     def step(i, carry):
         accs, sss = carry
@@ -396,8 +392,8 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     split = plan.split_k > 1
     scaled = isinstance(w, Int8Weight)
     norm = prologue == "rmsnorm"
-    if norm and norm_layer is None:      # one layer's weight: a stack of one (free)
-        norm_w, norm_layer = norm_w.reshape(1, -1), 0
+    if norm:
+        norm_layer, norm_w = as_stack(norm_layer, norm_w)
     n_layers = norm_w.shape[0] if norm else 1
     if norm and split:
         raise ValueError("the rmsnorm prologue needs split_k = 1 (each program's K range is the whole row)")

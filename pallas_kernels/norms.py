@@ -49,7 +49,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from .stacking import layer_index, one_layer, split_row
+from .stacking import as_stack, check_layer, clamp_layer, layer_index, one_layer, split_row
 from .tree_attention import auto_impl
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
@@ -110,18 +110,8 @@ def _weight(w, layer, width: int, what: str) -> tuple[jax.Array, object]:
     if jnp.ndim(w) != 2 or w.shape[1] != width:
         raise ValueError(f"with a layer, the {what} weight must be every layer's stacked [L, {width}]; "
                          f"got {jnp.shape(w)}")
-    if jnp.ndim(layer) != 0 or not jnp.issubdtype(jnp.result_type(layer), jnp.integer):
-        raise ValueError(f"the layer must be a Python int or an integer scalar; got "
-                         f"{jnp.result_type(layer)}{list(jnp.shape(layer))}")
-    if isinstance(layer, (int, np.integer)) and not 0 <= layer < w.shape[0]:
-        raise ValueError(f"layer {layer} is out of range for {w.shape[0]} stacked {what} weights")
+    check_layer(layer, w.shape[0], f"layer {layer} is out of range for {w.shape[0]} stacked {what} weights")
     return w, layer
-
-
-def _as_stack(w: jax.Array, layer) -> tuple[jax.Array, object]:
-    """(the [L, width] stack a kernel reads, the layer): a one-layer weight (layer None) is a
-    stack of one, read at layer 0."""
-    return (w.reshape(1, -1), 0) if layer is None else (w, layer)
 
 
 def _layer_rows(layer_ref, *n_layers: int):
@@ -129,7 +119,7 @@ def _layer_rows(layer_ref, *n_layers: int):
     once and clamped into [0, L) (as XLA's dynamic index clamps one past the end) so that no
     load leaves the stack; a stack of one needs no load."""
     layer = layer_ref[()] if max(n_layers, default=1) > 1 else None
-    return [jnp.int32(0) if n == 1 else jnp.clip(layer, 0, n - 1) for n in n_layers]
+    return [jnp.int32(0) if n == 1 else clamp_layer(layer, n) for n in n_layers]
 
 
 def _compiler_params(interpret: bool, tile: int):
@@ -279,7 +269,8 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "auto", laye
     impl = _resolve(impl, _norm_unsupported(x))
     if impl == "xla":
         return rms_norm_reference(x, w, eps, layer=layer)
-    return _norm_pallas(x, None, *_as_stack(w, layer), eps, interpret=impl == "pallas_interpret")[1]
+    layer, w = as_stack(layer, w)
+    return _norm_pallas(x, None, w, layer, eps, interpret=impl == "pallas_interpret")[1]
 
 
 def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
@@ -303,7 +294,8 @@ def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
         f"{n_parts} partials (a power of two, for the kernel's tiles)" if n_parts & (n_parts - 1) else None))
     if impl == "xla":
         return add_rms_norm_reference(x, delta.sum(0).astype(x.dtype) if parts else delta, w, eps, layer=layer)
-    return _norm_pallas(x, delta, *_as_stack(w, layer), eps, interpret=impl == "pallas_interpret")
+    layer, w = as_stack(layer, w)
+    return _norm_pallas(x, delta, w, layer, eps, interpret=impl == "pallas_interpret")
 
 
 # ----------------------------------------------------------------------------- q/k norm + RoPE
@@ -448,6 +440,6 @@ def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array
     impl = _resolve(impl, _qk_unsupported(qkv, head_dim))
     if impl == "xla":
         return qk_norm_rope_reference(qkv, q_norm_w, k_norm_w, cos, sin, **kw, layer=layer)
-    q_norm_w, k_norm_w = (None if w is None else _as_stack(w, layer)[0] for w in (q_norm_w, k_norm_w))
-    return _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, 0 if layer is None else layer, **kw,
+    q_norm_w, k_norm_w = (None if w is None else as_stack(layer, w)[1] for w in (q_norm_w, k_norm_w))
+    return _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, as_stack(layer)[0], **kw,
                       interpret=impl == "pallas_interpret")

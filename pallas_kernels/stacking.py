@@ -14,9 +14,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-__all__ = ["StackedRow", "layer_index", "one_layer", "split_row"]
+__all__ = ["StackedRow", "as_stack", "check_layer", "clamp_layer", "layer_index", "one_layer", "split_row"]
 
 
 class StackedRow(NamedTuple):
@@ -37,6 +38,32 @@ def split_row(w, layer=None):
     return w, layer
 
 
+def check_layer(layer, n_layers: int, out_of_range: str, name: str = "layer") -> None:
+    """ValueError, one line, unless `layer` is a Python or NumPy int in [0, n_layers) (else the
+    caller's `out_of_range` message) or an integer scalar array, traced or not (clamped at run
+    time: clamp_layer)."""
+    if isinstance(layer, (int, np.integer)):
+        if not 0 <= layer < n_layers:
+            raise ValueError(out_of_range)
+    elif jnp.ndim(layer) > 1 or jnp.size(layer) != 1 or not jnp.issubdtype(jnp.result_type(layer), jnp.integer):
+        raise ValueError(f"{name} must be a Python int or an integer scalar, got "
+                         f"{jnp.result_type(layer)}{list(jnp.shape(layer))}")
+
+
+def as_stack(layer, *arrays):
+    """(layer, *arrays) as the kernels take them: one layer's arrays (layer None) become stacks
+    of one (a reshape: free), read at layer 0; stacked ones pass as they are."""
+    if layer is not None:
+        return (layer, *arrays)
+    return (0, *(a.reshape(1, *a.shape) for a in arrays))
+
+
+def clamp_layer(layer, n_layers: int):
+    """A run-time layer index clamped into [0, n_layers), as XLA's dynamic index clamps one: no
+    read of a kernel (or of one_layer) leaves the stack."""
+    return jnp.clip(layer, 0, n_layers - 1)
+
+
 def layer_index(layer) -> jax.Array:
     """A layer index (a Python int or an int32 scalar, traced or not) as the int32[1] array the
     kernels read it from: one scalar load a program, and the same compiled kernel for every
@@ -53,5 +80,5 @@ def one_layer(stacked, layer=None) -> jax.Array:
         return stacked
     if isinstance(layer, int):
         return stacked[layer]
-    layer = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(()), 0, stacked.shape[0] - 1)   # as the kernels
+    layer = clamp_layer(jnp.asarray(layer, jnp.int32).reshape(()), stacked.shape[0])
     return lax.dynamic_index_in_dim(stacked, layer, 0, keepdims=False)

@@ -65,7 +65,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .attention_reference import _precision, attention_reference, check_attention_shapes
-from .stacking import layer_index
+from .stacking import as_stack, clamp_layer, layer_index
 from . import tree_attention_mgpu as mgpu
 from .tables import read_device_table, table_path
 
@@ -374,7 +374,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
         # This program's cache row: batch row b of the layer read at run time (one compiled
         # kernel serves every layer of a forward), clamped into the stack as XLA's dynamic
         # index is, so that no load leaves the array.
-        crow = jnp.clip(layer_ref[()], 0, n_layers - 1) * pl.num_programs(2) + pl.program_id(2)
+        crow = clamp_layer(layer_ref[()], n_layers) * pl.num_programs(2) + pl.program_id(2)
 
         def prefix_step(j, carry, masked: bool):
             start = pl.multiple_of(j * block_k, block_k)
@@ -620,8 +620,7 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
     # T = 1: the only new key is the token itself, which the contract says it sees.
     mask_bits = _pack_mask(new_mask) if t > 1 else None
     q5 = q.reshape(bt, t, hkv, g, dh)                     # free: head h*G + j -> (h, j)
-    if layer is None:                                     # one layer: a stack of one (free)
-        k_cache, v_cache, layer = k_cache.reshape(1, *k_cache.shape), v_cache.reshape(1, *v_cache.shape), 0
+    layer, k_cache, v_cache = as_stack(layer, k_cache, v_cache)
     out = _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, layer_index(layer),
                           mask_bits, scale=scale, cfg=cfg, plan=plan, interpret=interpret)
     if plan.merged:

@@ -62,7 +62,7 @@ from jax import lax
 
 from . import split_merge
 from .attention_reference import check_attention_shapes
-from .stacking import layer_index
+from .stacking import as_stack, clamp_layer, layer_index
 
 try:
     from jax.experimental import pallas as pl
@@ -546,7 +546,7 @@ def _kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, f
         # This layer's cache rows. The index is clamped (as XLA's dynamic index is) so that no
         # TMA copy can leave the array.
         layers = k_ref.shape[0] // q_ref.shape[0]
-        cb = jnp.clip(layer_ref[0], 0, layers - 1) * q_ref.shape[0] + b
+        cb = clamp_layer(layer_ref[0], layers) * q_ref.shape[0] + b
 
         def fetch(j, slot, cache_ref, new_ref, smem, bar, free):
             """Step j's K (or V) tile into its ring slot, once step j - stages has freed it: the
@@ -949,8 +949,7 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
     which all pass the same new_mask, share one folding fusion (XLA's CSE); inside the callee
     each layer would fold its own copy."""
     check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
-    if layer is None:   # one code path: a stack of one layer
-        k_cache, v_cache, layer = k_cache.reshape(1, *k_cache.shape), v_cache.reshape(1, *v_cache.shape), 0
+    layer, k_cache, v_cache = as_stack(layer, k_cache, v_cache)     # one code path: a stack of one
     one = jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)    # a layer's [Bt, Hkv, S, Dh]
     cfg = config or MgpuConfig()
     why = mgpu_unsupported(q, one, kv_start, cfg)

@@ -123,8 +123,7 @@ def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax
     layers, hkv, dh = len(dparams["layers"]), cfg.num_kv_heads, cfg.head_dim
     kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), impl=matmul_impl)
     kv = kv.reshape(bt, n, layers, 2, hkv, dh)
-    k_norm = (dparams["norms"]["k"] if "norms" in dparams
-              else jnp.stack([p["k_norm"] for p in dparams["layers"]]))[:, None, :]     # [L, 1, Dh]
+    k_norm = dparams["norms"]["k"][:, None, :]        # [L, 1, Dh] (fuse_params stacks them with "ctx_kv")
     k = rms_norm(kv[:, :, :, 0], k_norm, cfg.rms_eps)                                   # [Bt, C, L, Hkv, Dh]
     k = apply_rope(k.reshape(bt, n, layers * hkv, dh), cos, sin).reshape(bt, n, layers, hkv, dh)
     return jnp.concatenate([k, kv[:, :, :, 1]], axis=2)
