@@ -3,11 +3,11 @@
 # greedy, token by token against AR (s35a's step looked for the corpus under ../shared, which the
 # device copy lacks: here it is carried in .data), then DDTree-256 rounds against the base
 # (per-layer caches and norms, 9721902), interleaved.
-# Usage (device tool, carry bench/.device_commit, bench/.ab_base and .data, a copy of
+# Usage (device tool, carry bench/.device_commit, bench/.ab_base and .data: the first ~400 kB of
 # ../shared/data/pystdlib-3.11.7.jsonl.xz): BUDGET_S=<limit less ~30> bash bench/sessions/gpu_next_s35c.sh
 source bench/gpu_step.sh
 record_commit
-step lossless 100 python3 -m bench --data .data/pystdlib-3.11.7.jsonl.xz --num-prompts 4 --max-new-tokens 64 \
+step lossless 100 python3 -m bench --data .data/pystdlib-small.jsonl --num-prompts 4 --max-new-tokens 64 \
   --methods ar,ddtree --budgets 64,256 --policies ddtree --temperatures 0 --repeats 1 --profile-prompts 0 \
   --time-limit 90 --out "$R/lossless"
 export SECS=80 ROUNDS=32 PROMPT=512
