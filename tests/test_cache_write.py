@@ -110,11 +110,35 @@ def test_stacked_caches(cache_dtype, groups, monkeypatch):
     start = jnp.array([0, s - p], jnp.int32)          # the first and the last rows a write can reach
     rows = jnp.asarray(rng.integers(0, t, size=(bt, p)), jnp.int32)
     want = numpy_write(caches, news, start, rows)
-    assert_writes(cw.write_cache_rows_reference(caches, news, start, rows), caches, want)
     for given in (news, jnp.stack(news, axis=2)):
+        assert_writes(cw.write_cache_rows_reference(caches, given, start, rows), caches, want)
         assert_writes(cw.write_cache_rows(caches, given, start, rows, impl="pallas_interpret"), caches, want)
     with pytest.raises(ValueError, match="6 cache layers but 5 new arrays"):
         cw.write_cache_rows(caches, news[:5], start, rows)
+
+
+@pytest.mark.parametrize("with_rows", [True, False])
+def test_xla_path_writes_a_stacked_cache_in_one_scatter(with_rows):
+    """XLA's path writes all layers of a stacked cache with one scatter, the layer axis inside the
+    window: a layer index would be a constant a layer, and XLA compiles such writes once a layer
+    (session 35: the 8B prefill's 72 writes). Prompt writes (rows None) too, also at the last
+    rows a window can reach."""
+    sds = jax.ShapeDtypeStruct
+    caches = [sds((36, 2, 4, 64, 16), jnp.bfloat16)] * 2
+    news = sds((2, 8, 72, 4, 16), jnp.float32)
+    rows = (sds((2, 5), jnp.int32),) if with_rows else ()
+
+    def write(c, n, s, *r):
+        return cw.write_cache_rows_reference(c, n, s, r[0] if r else None)
+
+    text = jax.jit(write).trace(caches, news, sds((2,), jnp.int32), *rows).lower().as_text()
+    assert text.count('"stablehlo.scatter"') == 2                # one a cache array, for 36 layers
+    rng = np.random.default_rng(5)
+    small = [jnp.asarray(rng.standard_normal((3, 2, 2, 24, 16)), jnp.float32) for _ in range(2)]
+    new = [jnp.asarray(rng.standard_normal((2, 6, 2, 16)), jnp.float32) for _ in range(6)]
+    start = jnp.array([0, 24 - 6], jnp.int32)
+    every = jnp.broadcast_to(jnp.arange(6, dtype=jnp.int32), (2, 6))
+    assert_writes(cw.write_cache_rows_reference(small, new, start, None), small, numpy_write(small, new, start, every))
 
 
 def test_per_layer_and_stacked_caches_in_one_call():

@@ -218,7 +218,7 @@ def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str
     if kv.shape[2] != 2 * n:
         raise ValueError(f"append_stacked: kv holds {kv.shape[2]} arrays for a cache of {n} layers (K and V: {2 * n})")
     if resolve_cache_impl(impl) == "xla":   # every row in order: no gather
-        k, v = write_cache_rows_reference([cache.k, cache.v], [kv[:, :, j] for j in range(2 * n)], start, None)
+        k, v = write_cache_rows_reference([cache.k, cache.v], kv, start, None)
     else:
         rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
         k, v = write_cache_rows([cache.k, cache.v], kv, start, rows, impl=impl)
