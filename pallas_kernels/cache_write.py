@@ -202,10 +202,11 @@ def resolve_impl(impl: str) -> str:
 
 
 def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array", start: jax.Array,
-                     rows: jax.Array, *, impl: str = "auto") -> list[jax.Array]:
+                     rows: jax.Array | None, *, impl: str = "auto") -> list[jax.Array]:
     """New caches with rows[b, p] of each slot's new array written at start[b] + p (see the
     module doc). caches: [Bt, Hkv, S, Dh] (one slot) or [L, Bt, Hkv, S, Dh] (L slots) each;
-    news: one [Bt, T, Hkv, Dh] a slot, or [Bt, T, n_slots, Hkv, Dh]; start [Bt]; rows [Bt, P].
+    news: one [Bt, T, Hkv, Dh] a slot, or [Bt, T, n_slots, Hkv, Dh]; start [Bt]; rows [Bt, P],
+    or None: every new row, in order (XLA's path then gathers nothing).
 
     impl: "auto" (resolve_impl: the kernel on NVIDIA GPUs) | "xla" | "pallas" (= "triton") |
     "pallas_interpret";
@@ -220,8 +221,10 @@ def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array
     if isinstance(news, (list, tuple)) and n_slots != len(news):
         raise ValueError(f"{n_slots} cache layers but {len(news)} new arrays: give one new array a layer")
     listed = _unstacked(news, n_slots)      # views for the checks
-    if impl == "xla" or _unsupported(caches, listed, rows):
-        return write_cache_rows_reference(caches, news if isinstance(news, jax.Array) else listed, start, rows)
+    every = jnp.broadcast_to(jnp.arange(listed[0].shape[1], dtype=jnp.int32), listed[0].shape[:2])
+    if impl == "xla" or _unsupported(caches, listed, every if rows is None else rows):
+        return write_cache_rows_reference(caches, news, start, rows)
+    rows = every if rows is None else rows
     if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
     return _write_pallas(caches, news, start, rows, interpret=impl == "pallas_interpret")

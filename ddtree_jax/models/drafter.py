@@ -24,7 +24,6 @@ import jax.numpy as jnp
 from ddtree_jax.models.config import DrafterConfig
 from ddtree_jax.models.layers import (
     KVCache,
-    append,
     append_stacked,
     apply_rope,
     final_norm,
@@ -38,7 +37,7 @@ from ddtree_jax.models.layers import (
     stack_norms,
 )
 from pallas_kernels import attention
-from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl
+from pallas_kernels.cache_write import write_cache_rows
 from pallas_kernels.matmul import kernel_path, matmul, quantize_int8
 from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from pallas_kernels.norms import rms_norm as rms_norm_kernel
@@ -195,10 +194,8 @@ def extend_cache(
             k, v = context_kv(p, cfg, c, cos, sin, matmul_impl=matmul_impl)
             ks.append(k)
             vs.append(v)
-    if resolve_cache_impl(cache_impl) != "xla":
-        rows = jnp.broadcast_to(jnp.arange(taps.shape[1], dtype=jnp.int32), taps.shape[:2])
-        return append(cache, ks, vs, cache_len, rows, impl=cache_impl)
-    return append(cache, ks, vs, cache_len)
+    k, v = write_cache_rows([cache.k, cache.v], ks + vs, cache_len, None, impl=cache_impl)   # every row, in order
+    return KVCache(k, v)
 
 
 def draft_hidden(

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
-from pallas_kernels.cache_write import resolve_impl as resolve_cache_impl, write_cache_rows, write_cache_rows_reference
+from pallas_kernels.cache_write import write_cache_rows
 from pallas_kernels.matmul import Int8Weight, matmul
 from pallas_kernels.stacking import StackedRow, one_layer
 
@@ -203,10 +203,9 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
     in one kernel; XLA's path: a scatter a layer into the stacked array, in place); a whole-prompt
     write (rows None) is XLA's.
     """
-    if rows is None:   # a prompt: every new entry, in order, through XLA's writes
-        k, v = write_cache_rows_reference([cache.k, cache.v], list(new_k) + list(new_v), start, None)
-    else:
-        k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, rows, impl=impl)
+    # a prompt (rows None): every new entry, in order, through XLA's writes
+    k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, rows,
+                            impl="xla" if rows is None else impl)
     return KVCache(k, v)
 
 
@@ -217,9 +216,5 @@ def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str
     n = cache.num_layers
     if kv.shape[2] != 2 * n:
         raise ValueError(f"append_stacked: kv holds {kv.shape[2]} arrays for a cache of {n} layers (K and V: {2 * n})")
-    if resolve_cache_impl(impl) == "xla":   # every row in order: no gather
-        k, v = write_cache_rows_reference([cache.k, cache.v], kv, start, None)
-    else:
-        rows = jnp.broadcast_to(jnp.arange(kv.shape[1], dtype=jnp.int32), kv.shape[:2])
-        k, v = write_cache_rows([cache.k, cache.v], kv, start, rows, impl=impl)
+    k, v = write_cache_rows([cache.k, cache.v], kv, start, None, impl=impl)    # every row, in order
     return KVCache(k, v)
