@@ -27,8 +27,10 @@ from ddtree_jax import compile_cache, engine
 from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file, run_script
 from ddtree_jax.models import drafter as dmodel
 from ddtree_jax.models import target as tmodel
+from ddtree_jax.models.layers import stacks_norms_for
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.token_map import check_token_map, read_token_map
+from pallas_kernels import norm_impl_for
 
 DEFAULT_CKPT = Path(__file__).resolve().parent / "default_model" / "converted"
 METHODS = ("ar", "dflash", "ddtree")
@@ -185,11 +187,12 @@ class Generator:
                             f"({engine.DecodeSpec.prefill_chunk})")
         self.prefill_chunk = prefill_chunk or engine.DecodeSpec.prefill_chunk
         self.compiler_options = dict(compiler_options) if compiler_options else None
-        self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params))
+        stack = stacks_norms_for(norm_impl_for(attn_impl), matmul_impl)
+        self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params, stack=stack))
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
         if method != "ar":
-            self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params))
+            self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params, stack=stack))
             head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
             if draft_vocab is not None:  # on the device, once
                 restrict = functools.partial(dmodel.restrict_vocab, quantize=drafter_quant == "int8")

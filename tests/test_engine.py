@@ -305,12 +305,16 @@ def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
 
 def test_a_call_takes_few_buffers(pair):
     """Every buffer a call takes costs host time (bench/RESULTS.md, session 33), so the state
-    holds each model's KV cache as two arrays (every layer's K, every layer's V) and the
-    inference layout stacks the norm weights (none left in a layer's dict)."""
+    holds each model's KV cache as two arrays (every layer's K, every layer's V) and, where
+    kernels read the norm weights, the inference layout stacks them (none left in a layer's
+    dict). Where only XLA reads them (the CPU's "auto") they stay per layer: a stacked row is a
+    constant-index read that makes each layer's norm fusion one more to compile."""
     import jax
 
-    gen = Generator(pair, method="ddtree", budget=7)
-    gen.generate_ids([PROMPTS[1]], max_new_tokens=8)
+    gen = Generator(pair, method="ddtree", budget=7, matmul_impl="pallas_interpret")
+    plain = Generator(pair, method="ddtree", budget=7)
+    out = gen.generate_ids([PROMPTS[1]], max_new_tokens=8)[0]
+    assert plain.generate_ids([PROMPTS[1]], max_new_tokens=8)[0].token_ids == out.token_ids
     state = gen._kept
     for cache, cfg in ((state.cache, pair.target_cfg), (state.dcache, pair.drafter_cfg)):
         assert len(jax.tree_util.tree_leaves(cache)) == 2
@@ -319,3 +323,16 @@ def test_a_call_takes_few_buffers(pair):
         names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
         assert not [n for n in names if "layers" in n and "norm" in n], names
         assert params["norms"]["in"].shape == (cfg.num_layers + 1, cfg.hidden_size) and "norm" not in params
+    for params in (plain.tparams, plain.dparams):
+        assert "norms" not in params and all("attn_norm" in p and "mlp_norm" in p for p in params["layers"])
+
+
+@pytest.mark.parametrize("norm_impl, matmul_impl, stacked", [
+    ("xla", "xla", False), ("pallas_interpret", "xla", True), ("xla", "pallas_interpret", True),
+    ("auto", "auto", None), ("xla", "auto", None)])
+def test_norms_are_stacked_where_kernels_read_them(norm_impl, matmul_impl, stacked):
+    from ddtree_jax.models.layers import stacks_norms_for
+    from pallas_kernels import auto_impl
+
+    want = auto_impl() == "pallas" if stacked is None else stacked   # "auto": kernels on NVIDIA GPUs only
+    assert stacks_norms_for(norm_impl, matmul_impl) is want

@@ -50,7 +50,7 @@ def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm
                            impl=norm_impl)
 
 
-def fuse_params(dparams: dict) -> dict:
+def fuse_params(dparams: dict, *, stack: bool = True) -> dict:
     """The inference layout: per layer q/k/v fused into "qkv" (the noise block's one product and
     one q/k-norm + RoPE kernel) and gate/up into "gate_up"; at the top, "ctx_kv" [H, L * 2 * Hkv *
     Dh], every layer's [k | v] side by side (its biases as "ctx_kv_bias"): the context features'
@@ -60,7 +60,10 @@ def fuse_params(dparams: dict) -> dict:
     Why (H200 profiles of DDTree-64, sessions 10-12): with q and k/v apart, XLA merged the two
     products and then cut the result into two copies for the two norm kernels (2 slices + 2
     kernels a layer); the commit ran 5 k/v products (one per layer, 7-8 us for 16.8 MB each, or
-    30 us for four merged by XLA) and 5 slices + 5 norm kernels."""
+    30 us for four merged by XLA) and 5 slices + 5 norm kernels.
+
+    The norm weights are stacked (layers.stack_norms) unless `stack` is False (where only XLA
+    reads them: layers.stacks_norms_for)."""
     layers = dparams["layers"]
     stacked = {}
     if layers:
@@ -68,7 +71,8 @@ def fuse_params(dparams: dict) -> dict:
         if all("k_bias" in p and "v_bias" in p for p in layers):
             stacked["ctx_kv_bias"] = jnp.concatenate([jnp.concatenate([p["k_bias"], p["v_bias"]]) for p in layers])
     groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
-    return stack_norms({**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]})
+    fused = {**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]}
+    return stack_norms(fused) if stack else fused
 
 
 # The weight matrices a quantized drafter stores as int8 (norm weights and biases stay).
@@ -122,7 +126,9 @@ def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax
     layers, hkv, dh = len(dparams["layers"]), cfg.num_kv_heads, cfg.head_dim
     kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), impl=matmul_impl)
     kv = kv.reshape(bt, n, layers, 2, hkv, dh)
-    k_norm = dparams["norms"]["k"][:, None, :]        # [L, 1, Dh] (fuse_params stacks them with "ctx_kv")
+    norms = dparams.get("norms")
+    k_norm = norms["k"] if norms is not None else jnp.stack([p["k_norm"] for p in dparams["layers"]])
+    k_norm = k_norm[:, None, :]                        # [L, 1, Dh]
     k = rms_norm(kv[:, :, :, 0], k_norm, cfg.rms_eps)                                   # [Bt, C, L, Hkv, Dh]
     k = apply_rope(k.reshape(bt, n, layers * hkv, dh), cos, sin).reshape(bt, n, layers, hkv, dh)
     return jnp.concatenate([k, kv[:, :, :, 1]], axis=2)

@@ -12,6 +12,7 @@ from ddtree_jax.models.config import RopeConfig, rope_inv_freq
 from pallas_kernels.cache_write import write_cache_rows
 from pallas_kernels.matmul import Int8Weight, matmul
 from pallas_kernels.stacking import StackedRow, one_layer
+from pallas_kernels.tree_attention import auto_impl
 
 
 def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
@@ -82,6 +83,21 @@ def stack_norms(params: dict) -> dict:
     stacked = {NORM_STACKS[n] for n in norms}
     top = {k: v for k, v in params.items() if k != "norm"}
     return {**top, "norms": norms, "layers": [{k: v for k, v in p.items() if k not in stacked} for p in layers]}
+
+
+def stacks_norms_for(norm_impl: str, matmul_impl: str) -> bool:
+    """Whether the inference layout should stack the norm weights (stack_norms) for a model run
+    with these impls (pallas_kernels.norms' and pallas_kernels.matmul's; "auto" takes kernels on
+    NVIDIA GPUs only): yes where a kernel reads them (a norm kernel, a product's rmsnorm
+    prologue), which takes the stack and the layer at run time, and fewer buffers make a call's
+    host work shorter; no where only XLA reads them. There a stacked weight's row is a
+    constant-index read inside each layer's norm fusion, which makes every layer's fusion a new
+    one to compile, where per-layer weights compile one fusion for all (session 35, a 36-layer
+    tiny pair on XLA:CPU: the prefill's compilation 3.6 s stacked, 1.3 s per layer)."""
+    def kernel(impl: str) -> bool:
+        return impl != "xla" and (impl != "auto" or auto_impl() == "pallas")
+
+    return kernel(norm_impl) or kernel(matmul_impl)
 
 
 def layer_view(params: dict, i: int) -> dict:

@@ -7,7 +7,8 @@ Param layout (weight matrices are [in, out]):
 
 The inference layout (`fuse_params`) fuses q/k/v and gate/up per layer and stacks the norm
 weights into "norms" (layers.stack_norms: the final "norm" is the last row of "norms"["in"]), which
-the norm kernels read a layer of by an index given at run time.
+the norm kernels read a layer of by an index given at run time (where only XLA reads them, the
+Generator keeps them per layer: layers.stacks_norms_for).
 
 Layers are an unrolled Python loop over per-layer arrays: measured on the H200 it runs about twice
 as fast as `lax.scan` over stacked weights for one-token steps (DESIGN.md). Each residual add is
@@ -69,11 +70,13 @@ def split_k_parts(rows: int) -> int:
     return parts if lo <= rows <= hi else 1
 
 
-def fuse_params(params: dict) -> dict:
+def fuse_params(params: dict, *, stack: bool = True) -> dict:
     """The inference layout: q/k/v and gate/up fused per layer (see layers.fuse_layer_weights),
-    the norm weights stacked (layers.stack_norms)."""
+    the norm weights stacked (layers.stack_norms) unless `stack` is False (where only XLA reads
+    them: layers.stacks_norms_for)."""
     groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
-    return stack_norms({**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]})
+    fused = {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
+    return stack_norms(fused) if stack else fused
 
 
 def _heads(p: dict, cfg: TargetConfig, qkv: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
