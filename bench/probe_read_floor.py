@@ -7,8 +7,10 @@ Issue 4 asks decode attention for >= 80 % of the bytes floor (prefix K+V / 3.3 T
 4096-token prefix: 6.4 us for the 8B layer's 16.8 MB. Session 14's decode takes 9.4 us by device
 span (its kernel 7.8 + the merge 1.9). This probe times a kernel that does nothing but read the
 same bytes with the decode kernel's decomposition (a program per (prefix chunk, batch row, kv
-head), keys in blocks of `block_k` through a software-pipelined loop) and add them up, so no
-attention kernel of that shape can beat it. Configs are CHUNKSxBLOCK_Kw WARPS s STAGES
+head), keys in blocks of `block_k` through a software-pipelined loop) and add them up: what a
+kernel of that shape needs to read the bytes, without the attention's math. (Not a strict bound:
+session 36, H200, 4096-token prefix, the decode's own 32x64w4s4 read 8.5 us against the attention
+kernel's 7.7; the fastest read, 64x64w4s2, 6.2 us, 82 % of the floor.) Configs are CHUNKSxBLOCK_Kw WARPS s STAGES
 (e.g. 32x64w4s4: the decode's 256 programs of 128 keys); each is traced in bench_kernels'
 chain (20 calls in one jit, caches rotated over >= 160 MB so that every call reads from HBM).
 The decode attention itself (the default config) is traced alongside, on the same inputs.
