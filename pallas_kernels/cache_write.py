@@ -221,10 +221,12 @@ def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array
     if isinstance(news, (list, tuple)) and n_slots != len(news):
         raise ValueError(f"{n_slots} cache layers but {len(news)} new arrays: give one new array a layer")
     listed = _unstacked(news, n_slots)      # views for the checks
-    every = jnp.broadcast_to(jnp.arange(listed[0].shape[1], dtype=jnp.int32), listed[0].shape[:2])
-    if impl == "xla" or _unsupported(caches, listed, every if rows is None else rows):
+    if impl == "xla":
         return write_cache_rows_reference(caches, news, start, rows)
-    rows = every if rows is None else rows
+    kernel_rows = rows if rows is not None else \
+        jnp.broadcast_to(jnp.arange(listed[0].shape[1], dtype=jnp.int32), listed[0].shape[:2])
+    if _unsupported(caches, listed, kernel_rows):
+        return write_cache_rows_reference(caches, news, start, rows)
     if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
-    return _write_pallas(caches, news, start, rows, interpret=impl == "pallas_interpret")
+    return _write_pallas(caches, news, start, kernel_rows, interpret=impl == "pallas_interpret")
