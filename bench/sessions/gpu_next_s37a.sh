@@ -6,6 +6,8 @@
 # the stacked state (README's advice for a large tree; 9.15-9.20 a call in session 26, not rerun
 # since) with DDTree-256 beside it. (3) The dispatch probe on the stacked state (s35a's printed
 # nothing in 80 s, before 03aebae's compile fix).
+# On an H100 the table holds only the T = 1 entry (the H100 ships no table), so there it is the
+# 2-warp decode against the defaults too.
 # Usage (device tool, carry bench/.device_commit): BUDGET_S=<the call's limit less ~30> bash bench/sessions/gpu_next_s37a.sh
 source bench/gpu_step.sh
 record_commit
