@@ -196,8 +196,8 @@ def resolve_impl(impl: str) -> str:
     if impl not in _IMPLS:
         raise ValueError(f"unknown cache-write impl {impl!r}; choose one of {_IMPLS}")
     if impl == "auto":
-        from .tree_attention import auto_impl
-        return "pallas" if auto_impl() == "pallas" else "xla"
+        from .tree_attention import takes_kernels
+        return "pallas" if takes_kernels(impl) else "xla"
     return "pallas" if impl == "triton" else impl
 
 

@@ -76,6 +76,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
+    "takes_kernels",
     "KernelConfig", "default_config", "tuned_attention_config", "launch_plan", "LaunchPlan",
     "verify_rows",
 ]
@@ -661,6 +662,14 @@ def auto_impl(device=None) -> str:
     device = device or jax.devices()[0]
     return auto_impl_for_kind(device.device_kind, device.platform,
                               getattr(device, "compute_capability", None))
+
+
+def takes_kernels(impl: str, device=None) -> bool:
+    """Whether an impl name runs Pallas kernels on ``device`` (default: ``jax.devices()[0]``)
+    where a call's shapes allow: every name but "xla", and "auto" where :func:`auto_impl` is
+    "pallas". Shape-free: a caller that lays out data for the kernels (stacked norm weights,
+    a cache write's indices) asks this once, before any call's shapes are known."""
+    return impl != "xla" and (impl != "auto" or auto_impl(device) == "pallas")
 
 
 def available_impls(device=None) -> tuple[str, ...]:

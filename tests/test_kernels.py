@@ -24,7 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from bench.bench_kernels import random_tree_mask  # noqa: E402
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
-                            auto_impl, auto_impl_for_kind, available_impls)
+                            auto_impl, auto_impl_for_kind, available_impls, takes_kernels)
 from pallas_kernels.tree_attention import (_num_splits, _pack_mask, attention_pallas,  # noqa: E402
                                            default_config, launch_plan)
 
@@ -464,6 +464,8 @@ def test_impl_selection():
     if jax.devices()[0].platform == "cpu":
         assert auto_impl() == "xla"
         assert "pallas" not in available_impls() and "pallas_interpret" in available_impls()
+        assert not takes_kernels("auto") and not takes_kernels("xla")
+        assert takes_kernels("pallas_interpret") and takes_kernels("pallas")
     with pytest.raises(ValueError, match="unknown attention impl"):
         attention(*[None] * 7, scale=1.0, impl="cuda")
 

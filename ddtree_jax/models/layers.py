@@ -12,7 +12,7 @@ from ddtree_jax.models.config import RopeConfig, rope_inv_freq
 from pallas_kernels.cache_write import write_cache_rows
 from pallas_kernels.matmul import Int8Weight, matmul
 from pallas_kernels.stacking import StackedRow, one_layer
-from pallas_kernels.tree_attention import auto_impl
+from pallas_kernels.tree_attention import takes_kernels
 
 
 def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
@@ -94,10 +94,7 @@ def stacks_norms_for(norm_impl: str, matmul_impl: str) -> bool:
     constant-index read inside each layer's norm fusion, which makes every layer's fusion a new
     one to compile, where per-layer weights compile one fusion for all (session 35, a 36-layer
     tiny pair on XLA:CPU: the prefill's compilation 3.6 s stacked, 1.3 s per layer)."""
-    def kernel(impl: str) -> bool:
-        return impl != "xla" and (impl != "auto" or auto_impl() == "pallas")
-
-    return kernel(norm_impl) or kernel(matmul_impl)
+    return takes_kernels(norm_impl) or takes_kernels(matmul_impl)
 
 
 def layer_view(params: dict, i: int) -> dict:
