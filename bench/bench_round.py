@@ -37,6 +37,13 @@ SHAPES = {
         drafter=dict(num_layers=5, block_size=16, target_layer_ids=(1, 9, 17, 25, 33)),
         theta=1000000.0,
     ),
+    # the shipped pair's shapes (ddtree_jax/default_model; random weights: round times, no acceptance)
+    "shipped": dict(
+        target=dict(vocab_size=8192, hidden_size=256, intermediate_size=512, num_layers=4, num_heads=4,
+                    num_kv_heads=2, head_dim=64, max_position=2048, tie_embeddings=True),
+        drafter=dict(num_layers=2, block_size=16, target_layer_ids=(1, 2)),
+        theta=10000.0,
+    ),
     "tiny": dict(
         target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
                     num_kv_heads=2, head_dim=16, max_position=4096, tie_embeddings=False),
