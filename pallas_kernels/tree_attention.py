@@ -461,6 +461,23 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
                        mask=(tq < t)[:, None])
 
 
+# A measuring knob (session 37): the float32 products' algorithm in the compiled Triton kernel.
+# Unset: IEEE float32 (Precision.HIGHEST, Triton's FMA path); "tf32x3": three TF32 tensor-core
+# products (lax.DotAlgorithmPreset.TF32_TF32_F32_X3). Interpret mode always runs HIGHEST.
+F32_DOT_ENV = "DDTREE_F32_ATTENTION_DOT"
+
+
+def _kernel_precision(dtype, interpret: bool):
+    """The products' precision in the Triton kernel: _precision's, or $DDTREE_F32_ATTENTION_DOT's
+    algorithm for float32 inputs on the compiled path."""
+    knob = os.environ.get(F32_DOT_ENV, "").strip().lower()
+    if not knob or interpret or jnp.dtype(dtype) != jnp.float32:
+        return _precision(dtype)
+    if knob != "tf32x3":
+        raise ValueError(f"${F32_DOT_ENV}={knob!r}: give tf32x3, or leave it unset")
+    return lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+
+
 def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, layer, mask_bits, *,
                     scale: float, cfg: KernelConfig, plan: LaunchPlan, interpret: bool):
     """The main kernel over layer `layer` (int32[1]) of caches [L, Bt, Hkv, S, Dh]. Returns
@@ -479,7 +496,8 @@ def _attention_call(q5, k_new, v_new, k_cache, v_cache, kv_start, cache_len, lay
 
     kernel = functools.partial(
         _attention_kernel, scale=scale, t=t, g=g, block_m=bm, block_k=cfg.block_k,
-        block_new=plan.block_new, n_split=plan.num_splits, seq=s, precision=_precision(q5.dtype),
+        block_new=plan.block_new, n_split=plan.num_splits, seq=s,
+        precision=_kernel_precision(q5.dtype, interpret),
         # An unmasked block must fit in the cache row.
         split_edges=cfg.split_edges and cfg.block_k <= s, has_prefix=has_prefix,
         has_window=has_window, has_mask=has_mask, merged=merged,
