@@ -45,6 +45,11 @@ GPU path for CUDA and verify its Triton modules, which needs no GPU (a ``jnp.whe
 Python scalars, for one, lowers to constants of the predicate's type i1 and fails there).
 Measured figures: bench/bench_kernels.py, recorded in bench/RESULTS.md.
 
+Products: bf16 / f16 inputs on the tensor cores with float32 accumulation; float32 inputs
+(the engine's --dtype float32, for exact comparisons) as three TF32 tensor-core products a dot
+by default, not one IEEE product on the FMA units, which made the shipped pair's float32
+DDTree-64 round 4.5x slower (see F32_DOT_ENV). Interpret mode computes at HIGHEST.
+
 Row tiles: the G*T folded rows are rounded up to a multiple of ``block_m`` (16..128). Padded
 rows repeat the last tree token (finite, never stored). T a multiple of 16 (B = 63, 255) wastes
 nothing; T = 65 pads 260 rows to 320. Row and key indices are gathered with index arrays and
@@ -76,7 +81,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
-    "takes_kernels",
+    "takes_kernels", "F32_DOT_ENV", "F32_DOTS",
     "KernelConfig", "default_config", "tuned_attention_config", "launch_plan", "LaunchPlan",
     "verify_rows",
 ]
@@ -461,20 +466,27 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
                        mask=(tq < t)[:, None])
 
 
-# A measuring knob (session 37): the float32 products' algorithm in the compiled Triton kernel.
-# Unset: IEEE float32 (Precision.HIGHEST, Triton's FMA path); "tf32x3": three TF32 tensor-core
-# products (lax.DotAlgorithmPreset.TF32_TF32_F32_X3). Interpret mode always runs HIGHEST.
+# The float32 products' algorithm in the compiled Triton kernel ($DDTREE_F32_ATTENTION_DOT):
+# "tf32x3" (the default): three TF32 tensor-core products a dot
+# (lax.DotAlgorithmPreset.TF32_TF32_F32_X3), which keeps float32's accuracy to a few ulps;
+# "ieee": one IEEE float32 product (Precision.HIGHEST), which Triton runs on FMA units. IEEE was
+# the only path before session 37, and it is slow: the shipped pair's float32 DDTree-64 round
+# took 1.59 ms on an H100, against 0.35 with TF32x3 and 0.53 on XLA's attention, and float32
+# greedy output stayed token-identical to AR's with TF32x3 (bench/RESULTS.md, session 37).
+# Interpret mode always runs HIGHEST; bf16 / f16 inputs are unaffected.
 F32_DOT_ENV = "DDTREE_F32_ATTENTION_DOT"
+F32_DOTS = ("tf32x3", "ieee")
 
 
 def _kernel_precision(dtype, interpret: bool):
-    """The products' precision in the Triton kernel: _precision's, or $DDTREE_F32_ATTENTION_DOT's
-    algorithm for float32 inputs on the compiled path."""
-    knob = os.environ.get(F32_DOT_ENV, "").strip().lower()
-    if not knob or interpret or jnp.dtype(dtype) != jnp.float32:
+    """The products' precision in the Triton kernel: _precision's, except for float32 inputs
+    on the compiled path, where $DDTREE_F32_ATTENTION_DOT picks (see F32_DOT_ENV)."""
+    knob = os.environ.get(F32_DOT_ENV, "").strip().lower() or F32_DOTS[0]
+    if knob not in F32_DOTS:
+        raise ValueError(f"${F32_DOT_ENV}={knob!r}: choose one of {F32_DOTS}, or leave it unset "
+                         f"({F32_DOTS[0]})")
+    if interpret or jnp.dtype(dtype) != jnp.float32 or knob == "ieee":
         return _precision(dtype)
-    if knob != "tf32x3":
-        raise ValueError(f"${F32_DOT_ENV}={knob!r}: give tf32x3, or leave it unset")
     return lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.extend.core as jax_core  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
 
 from bench.bench_kernels import random_tree_mask  # noqa: E402
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
@@ -451,6 +452,40 @@ def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype):
     assert len(modules) == plan.kernels
     for module in modules:
         assert module.operation.verify()
+
+
+def test_float32_products_take_tf32x3_on_the_compiled_path(monkeypatch):
+    """The Triton kernel's float32 products: three TF32 passes by default on the compiled path
+    (IEEE float32 ran on FMA units, 4.5x slower rounds: session 37), IEEE on request, HIGHEST in
+    interpret mode; bf16 unaffected; a bad knob is a one-line error."""
+    from pallas_kernels.tree_attention import F32_DOT_ENV, _kernel_precision
+    monkeypatch.delenv(F32_DOT_ENV, raising=False)
+    assert _kernel_precision(jnp.float32, False) == lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+    assert _kernel_precision(jnp.float32, True) == lax.Precision.HIGHEST
+    assert _kernel_precision(jnp.bfloat16, False) == lax.Precision.DEFAULT
+    monkeypatch.setenv(F32_DOT_ENV, "ieee")
+    assert _kernel_precision(jnp.float32, False) == lax.Precision.HIGHEST
+    monkeypatch.setenv(F32_DOT_ENV, "tf32")
+    with pytest.raises(ValueError, match="choose one of"):
+        _kernel_precision(jnp.float32, False)
+
+
+@pytest.mark.parametrize("dot", ["tf32x3", "ieee"])
+def test_float32_kernel_lowers_for_cuda(monkeypatch, dot):
+    """Both float32 product algorithms lower to Triton for CUDA (no GPU needed), verify and
+    decode shapes."""
+    monkeypatch.setenv("DDTREE_F32_ATTENTION_DOT", dot)
+    sds = jax.ShapeDtypeStruct
+    for t in (1, 65):
+        hkv, g, dh, s = 2, 2, 64, 512
+        args = (sds((1, t, hkv * g, dh), jnp.float32), sds((1, t, hkv, dh), jnp.float32),
+                sds((1, t, hkv, dh), jnp.float32), sds((1, hkv, s, dh), jnp.float32),
+                sds((1, hkv, s, dh), jnp.float32), sds((1,), jnp.int32), sds((1, t, t), jnp.bool_))
+        fn = functools.partial(attention, scale=dh ** -0.5, impl="pallas")
+        try:
+            jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+        except RuntimeError as e:  # pragma: no cover - depends on the installed jax
+            pytest.skip(f"cannot lower for CUDA here: {e}")
 
 
 def test_impl_selection():
