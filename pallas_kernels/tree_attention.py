@@ -468,7 +468,8 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
 
 # The float32 products' algorithm in the compiled Triton kernel ($DDTREE_F32_ATTENTION_DOT):
 # "tf32x3" (the default): three TF32 tensor-core products a dot
-# (lax.DotAlgorithmPreset.TF32_TF32_F32_X3), which keeps float32's accuracy to a few ulps;
+# (lax.DotAlgorithmPreset.TF32_TF32_F32_X3: each operand split into a high and a low TF32 part,
+# the low x low product dropped), near float32's accuracy;
 # "ieee": one IEEE float32 product (Precision.HIGHEST), which Triton runs on FMA units. IEEE was
 # the only path before session 37, and it is slow: the shipped pair's float32 DDTree-64 round
 # took 1.59 ms on an H100, against 0.35 with TF32x3 and 0.53 on XLA's attention, and float32

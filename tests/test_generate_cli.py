@@ -82,7 +82,7 @@ def test_hf_directory_is_not_a_converted_checkpoint(qwen3_pair):
 
 def test_bad_tuned_tables_fail_before_loading(tmp_path):
     """A malformed, or missing, file named by $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE, or a
-    malformed $DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG, is a one-line error before any
+    malformed $DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG / $DDTREE_F32_ATTENTION_DOT, is a one-line error before any
     checkpoint is read (this checkpoint path does not even exist)."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"NVIDIA H200": [{"t": [1, 2], "config": {}}]}')
@@ -93,6 +93,7 @@ def test_bad_tuned_tables_fail_before_loading(tmp_path):
     _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(bad)}), "matmul table", "MatmulConfig")
     _fails(gen(*ck, env={"DDTREE_MGPU_ATTENTION": "257"}), "DDTREE_MGPU_ATTENTION", "LO-HI")
     _fails(gen(*ck, env={"DDTREE_MGPU_CONFIG": "64x3"}), "DDTREE_MGPU_CONFIG", "BKxSTAGESwWGS")
+    _fails(gen(*ck, env={"DDTREE_F32_ATTENTION_DOT": "tf32"}), "DDTREE_F32_ATTENTION_DOT", "tf32x3")
 
 
 def test_prompt_files(qwen3_pair, tmp_path):
