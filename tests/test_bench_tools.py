@@ -216,6 +216,28 @@ def test_building_the_bench_model_leaves_the_prng_default_alone():
     assert float(abs(ck.target_params["embed"]).sum()) > 0
 
 
+def test_bench_round_shipped_shape_is_the_shipped_pairs():
+    """bench_round --model shipped times the shipped pair's shapes: its table entry must follow
+    ddtree_jax/default_model's configs (a retrained pair with other sizes must update it)."""
+    import json
+    from pathlib import Path
+
+    from bench.bench_round import SHAPES
+
+    hf = Path(__file__).resolve().parents[1] / "ddtree_jax" / "default_model" / "hf"
+    t = json.loads((hf / "target" / "config.json").read_text())
+    d = json.loads((hf / "draft" / "config.json").read_text())
+    s = SHAPES["shipped"]
+    assert s["target"] == dict(vocab_size=t["vocab_size"], hidden_size=t["hidden_size"],
+                               intermediate_size=t["intermediate_size"], num_layers=t["num_hidden_layers"],
+                               num_heads=t["num_attention_heads"], num_kv_heads=t["num_key_value_heads"],
+                               head_dim=t["head_dim"], max_position=t["max_position_embeddings"],
+                               tie_embeddings=t["tie_word_embeddings"])
+    assert s["drafter"] == dict(num_layers=d["num_hidden_layers"], block_size=d["block_size"],
+                                target_layer_ids=tuple(d["dflash_config"]["target_layer_ids"]))
+    assert s["theta"] == t["rope_theta"]
+
+
 def test_check_gpu_smoke(capsys):
     """bench.check_gpu's comparison runs end to end (Pallas in interpret mode vs XLA) and passes."""
     from bench.check_gpu import main
