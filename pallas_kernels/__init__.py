@@ -18,7 +18,7 @@ def check_tuned_tables() -> None:
     matmul.matmul_table()
     tree_attention_mgpu.auto_t_range()      # $DDTREE_MGPU_ATTENTION
     tree_attention_mgpu.config_for(0)       # $DDTREE_MGPU_CONFIG
-    tree_attention._kernel_precision("float32", interpret=False)   # $DDTREE_F32_ATTENTION_DOT
+    tree_attention.f32_dot()                # $DDTREE_F32_ATTENTION_DOT
 
 
 __all__ = [

@@ -81,7 +81,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
-    "takes_kernels", "F32_DOT_ENV", "F32_DOTS",
+    "takes_kernels", "F32_DOT_ENV", "F32_DOTS", "f32_dot",
     "KernelConfig", "default_config", "tuned_attention_config", "launch_plan", "LaunchPlan",
     "verify_rows",
 ]
@@ -479,14 +479,20 @@ F32_DOT_ENV = "DDTREE_F32_ATTENTION_DOT"
 F32_DOTS = ("tf32x3", "ieee")
 
 
-def _kernel_precision(dtype, interpret: bool):
-    """The products' precision in the Triton kernel: _precision's, except for float32 inputs
-    on the compiled path, where $DDTREE_F32_ATTENTION_DOT picks (see F32_DOT_ENV)."""
+def f32_dot() -> str:
+    """The float32 products' algorithm in effect ($DDTREE_F32_ATTENTION_DOT, one of F32_DOTS;
+    unset: the first). Raises ValueError on any other value."""
     knob = os.environ.get(F32_DOT_ENV, "").strip().lower() or F32_DOTS[0]
     if knob not in F32_DOTS:
         raise ValueError(f"${F32_DOT_ENV}={knob!r}: choose one of {F32_DOTS}, or leave it unset "
                          f"({F32_DOTS[0]})")
-    if interpret or jnp.dtype(dtype) != jnp.float32 or knob == "ieee":
+    return knob
+
+
+def _kernel_precision(dtype, interpret: bool):
+    """The products' precision in the Triton kernel: _precision's, except for float32 inputs
+    on the compiled path, where f32_dot() picks (see F32_DOT_ENV)."""
+    if interpret or jnp.dtype(dtype) != jnp.float32 or f32_dot() == "ieee":
         return _precision(dtype)
     return lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
