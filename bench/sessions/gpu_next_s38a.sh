@@ -10,7 +10,7 @@ record_commit
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv > "$R/gpu.txt" 2>&1
 for P in 4096 8192; do
   step dec_tiles_$P 170 python3 bench/bench_kernels.py --ts 1 --tile-prefix $P --split-prefixes "" --no-table \
-    --no-correctness --no-xla --no-cudnn --trace --budget-s 160 --out "$R/dec_tiles_$P.json"
+    --no-correctness --no-xla --no-cudnn --trace --budget-s 160 --out "$R/dec_tiles_$P"
 done
 export SECS=75 ROUNDS=32
 ddtree_rounds d256 ddtree 256
