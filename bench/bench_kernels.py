@@ -222,6 +222,9 @@ def main():
     ap.add_argument("--no-correctness", action="store_true",
                     help="skip the on-device correctness stage (its compiles can take a short step's budget)")
     ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
+    ap.add_argument("--sweep-rows", default=None,
+                    help="only these rows of each T's tile list, by position (e.g. 0,2,3), in "
+                         "the order given: an A/B of a few tiles, repeated as often as listed")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
@@ -385,7 +388,8 @@ def main():
                 dec(target_programs=1024, min_chunk=32, block_k=32, num_stages=2),
                 dec(target_programs=1024, min_chunk=32, block_k=32, num_stages=1, num_warps=2),
                 dec(num_warps=2, merge_tile=1024),
-                dec(target_programs=512, num_stages=2, merge_tile=1024)],
+                dec(target_programs=512, num_stages=2, merge_tile=1024),
+                dec(num_stages=3, num_warps=2)],
             65: [kc(64, 64, 4, 3), kc(64, 64, 4, 4), kc(128, 64, 8, 3), kc(64, 128, 4, 3),
                  kc(64, 64, 4, 3, block_new=64)],
             257: [kc(128, 128, 8, 3), kc(128, 64, 8, 3), kc(128, 64, 8, 4), kc(64, 64, 4, 3),
@@ -395,7 +399,10 @@ def main():
     if tile_p and kernel_ok:
         for t in ts:
             best_t = None
-            for cfg in sweep_cfgs.get(t, []):
+            cfgs = sweep_cfgs.get(t, [])
+            if args.sweep_rows:
+                cfgs = [cfgs[int(i)] for i in args.sweep_rows.split(",") if int(i) < len(cfgs)]
+            for cfg in cfgs:
                 if left() < 60:
                     break
                 row = dict(t=t, prefix=tile_p, config=dataclasses.asdict(cfg),
