@@ -8,8 +8,8 @@
 source bench/gpu_step.sh
 record_commit
 for P in 4096 8192 16384 32768; do
-  step dec_depth_$P 80 python3 bench/bench_kernels.py --ts 1 --tile-prefix $P --split-prefixes "" --no-table \
-    --no-correctness --no-xla --no-cudnn --trace --sweep-rows 0,2,13,1,0,2 --budget-s 75 --out "$R/dec_depth_$P"
+  step dec_depth_$P 90 python3 bench/bench_kernels.py --ts 1 --tile-prefix $P --split-prefixes "" --no-table \
+    --no-correctness --no-xla --no-cudnn --trace --sweep-rows 0,2,13,1,0,2 --budget-s 130 --out "$R/dec_depth_$P"
 done
 export SECS=75 ROUNDS=32
 ddtree_rounds d256 ddtree 256
