@@ -373,23 +373,26 @@ def main():
         kc = KernelConfig
         dec = functools.partial(dataclasses.replace, default_config(1, g, dh))  # decode's chunk rule
         sweep_cfgs = {
-            # A 4-stage 64-key K + V ring is 128 KB of shared memory: one program an SM. Session
-            # 36 swept split_edges, block_k 32 / 128, 2-3 stages and 8 warps at 32 chunks (none
-            # beat 2 warps) and 64 chunks on 4 stages only (slower), while a bare read of the same
-            # bytes was fastest on 64 chunks of 64 keys with 2 stages (82 % of the floor at 4k).
-            # So: 64 and 128 chunks, whose one or two key blocks a program need no deep ring, on
-            # 1-2 stages (2-4 programs an SM) and 2-4 warps, and the merge's tile.
-            1: [dec(), dec(num_warps=2), dec(num_stages=3),
-                dec(target_programs=512), dec(target_programs=512, num_stages=2),
-                dec(target_programs=512, num_stages=1),
-                dec(target_programs=512, num_stages=2, num_warps=2),
-                dec(target_programs=512, num_stages=1, num_warps=2),
-                dec(target_programs=512, num_stages=2, block_k=32),
-                dec(target_programs=1024, min_chunk=32, block_k=32, num_stages=2),
-                dec(target_programs=1024, min_chunk=32, block_k=32, num_stages=1, num_warps=2),
-                dec(num_warps=2, merge_tile=1024),
-                dec(target_programs=512, num_stages=2, merge_tile=1024),
-                dec(num_stages=3, num_warps=2)],
+            # Rows name warps and stages outright (the default changed in session 38). A 4-stage
+            # 64-key K + V ring is 128 KB of shared memory: one program an SM. Session 36 swept
+            # split_edges, block_k 32 / 128, 2-3 stages and 8 warps at 32 chunks; session 38 64
+            # and 128 chunks on 1-2 stages and 2-4 warps (a bare read of the same bytes was
+            # fastest on 64 chunks of 64 keys, 2 stages), and the merge's tile: none beat 32
+            # chunks on 2 warps and 3 stages (row 0, the default since session 38; row 1 the
+            # default before). Rows 0-2 and 13 are the ring-depth A/B (s38a-c, --sweep-rows).
+            1: [dec(num_warps=2, num_stages=3), dec(num_warps=4, num_stages=4),
+                dec(num_warps=4, num_stages=3),
+                dec(target_programs=512, num_warps=4, num_stages=4),
+                dec(target_programs=512, num_warps=4, num_stages=2),
+                dec(target_programs=512, num_warps=4, num_stages=1),
+                dec(target_programs=512, num_warps=2, num_stages=2),
+                dec(target_programs=512, num_warps=2, num_stages=1),
+                dec(target_programs=512, num_warps=4, num_stages=2, block_k=32),
+                dec(target_programs=1024, min_chunk=32, block_k=32, num_warps=4, num_stages=2),
+                dec(target_programs=1024, min_chunk=32, block_k=32, num_warps=2, num_stages=1),
+                dec(num_warps=2, num_stages=4, merge_tile=1024),
+                dec(target_programs=512, num_warps=4, num_stages=2, merge_tile=1024),
+                dec(num_warps=2, num_stages=4)],
             65: [kc(64, 64, 4, 3), kc(64, 64, 4, 4), kc(128, 64, 8, 3), kc(64, 128, 4, 3),
                  kc(64, 64, 4, 3, block_new=64)],
             257: [kc(128, 128, 8, 3), kc(128, 64, 8, 3), kc(128, 64, 8, 4), kc(64, 64, 4, 3),

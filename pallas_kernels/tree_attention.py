@@ -176,6 +176,12 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     4k 11.5 / 11.9 / 9.3 / 10.9 at 8-64; 8k 17.3 / 16.1 / 13.8 / 15.3 at 8-64. So decode aims
     at 32 chunks (256 programs for 8 kv heads) of 64 keys or more, and at most 512 keys a chunk
     (16k: 32 chunks, 32k: 64, as before: 94 / 103 % of the bytes floor in session 13).
+    Session 38 moved decode from 4 warps and a 4-deep ring (128 KB of shared memory: one program
+    an SM) to 2 warps and 3 stages: device time a call (kernel + merge span, caches cold) on an
+    H100 over 4k / 8k / 16k / 32k keys 10.57-10.64 / 16.10-16.41 / 27.56-27.68 / 51.21-51.24 us
+    against 10.71-10.85 / 16.67-16.92 / 28.12-28.31 / 52.30-52.40 in four interleaved pairs; on
+    an H200 3 stages alone 11.35 us against 12.15 at 8k, 2 warps alone 7.69 against 7.80 at 4k.
+    64 or 128 chunks on 1-2 stages were slower on both cards.
 
     float32 inputs (itemsize 4: IEEE dots on CUDA cores, twice the bytes per tile) keep the
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
@@ -185,7 +191,7 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     """
     m = t * g
     if m <= 16:
-        return KernelConfig(block_m=16, block_k=64, num_warps=4, num_stages=4, target_programs=256,
+        return KernelConfig(block_m=16, block_k=64, num_warps=2, num_stages=3, target_programs=256,
                             min_chunk=64, max_chunk=512)
     if m < 512 or itemsize >= 4:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
