@@ -224,7 +224,8 @@ def main():
     ap.add_argument("--no-sweep", action="store_true", help="no tile or split sweep")
     ap.add_argument("--sweep-rows", default=None,
                     help="only these rows of each T's tile list, by position (e.g. 0,2,3), in "
-                         "the order given: an A/B of a few tiles, repeated as often as listed")
+                         "the order given: an A/B of a few tiles, repeated as often as listed; "
+                         "positions past a T's list are skipped")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
@@ -379,7 +380,8 @@ def main():
             # and 128 chunks on 1-2 stages and 2-4 warps (a bare read of the same bytes was
             # fastest on 64 chunks of 64 keys, 2 stages), and the merge's tile: none beat 32
             # chunks on 2 warps and 3 stages (row 0, the default since session 38; row 1 the
-            # default before). Rows 0-2 and 13 are the ring-depth A/B (s38a-c, --sweep-rows).
+            # default before: s38d's A/B is --sweep-rows 0,1,0,1; s38b's and s38c's row numbers
+            # are those of this list at 43a6856 / edc6519, before it named warps and stages).
             1: [dec(num_warps=2, num_stages=3), dec(num_warps=4, num_stages=4),
                 dec(num_warps=4, num_stages=3),
                 dec(target_programs=512, num_warps=4, num_stages=4),

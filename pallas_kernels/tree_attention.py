@@ -179,9 +179,10 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     Session 38 moved decode from 4 warps and a 4-deep ring (128 KB of shared memory: one program
     an SM) to 2 warps and 3 stages: device time a call (kernel + merge span, caches cold) on an
     H100 over 4k / 8k / 16k / 32k keys 10.57-10.64 / 16.10-16.41 / 27.56-27.68 / 51.21-51.24 us
-    against 10.71-10.85 / 16.67-16.92 / 28.12-28.31 / 52.30-52.40 in four interleaved pairs; on
-    an H200 3 stages alone 11.35 us against 12.15 at 8k, 2 warps alone 7.69 against 7.80 at 4k.
-    64 or 128 chunks on 1-2 stages were slower on both cards.
+    against 10.71-10.85 / 16.67-16.92 / 28.12-28.31 / 52.30-52.40 in interleaved pairs; on an
+    H200 9.12-9.13 / 12.71-12.77 / 21.33-21.43 us against 9.31-9.43 / 13.66-13.69 / 21.59-21.60
+    at 4k-16k, but 40.28-40.41 against 39.92-39.93 at 32k (left: 1 %, below what a round
+    resolves). 64 or 128 chunks on 1-2 stages were slower (H200, session 38).
 
     float32 inputs (itemsize 4: IEEE dots on CUDA cores, twice the bytes per tile) keep the
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]

@@ -5,6 +5,7 @@
 # default and 3 stages again (the spread), at 4096-32768 positions, by device time, caches cold.
 # Then DDTree-256 / -255 on this start (s38a's start: 9.957 / 9.444 a call).
 # Usage (device tool, carry bench/.device_commit): BUDGET_S=<the call's limit less ~30> bash bench/sessions/gpu_next_s38b.sh
+# --sweep-rows numbers rows of bench_kernels.py's T = 1 list as it was at 43a6856: c98c9a7 reordered it.
 source bench/gpu_step.sh
 record_commit
 for P in 4096 8192 16384 32768; do
