@@ -70,13 +70,13 @@ def from_order_key(key: jax.Array) -> jax.Array:
 
 def top_k_total_order(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """`lax.top_k(x, k)` in the float total order (-0.0 below +0.0; equal values by lower
-    index) on every backend: lax.top_k of the int32 `order_key`s, except for float32 on the CPU
-    (below). On the CPU lax.top_k of floats orders so already; on the H200 XLA's GPU top_k ranks -0.0 and +0.0 as equal (session 15:
-    the tree build's vocabulary top-k picked other tokens than the CPU on signed zeros).
+    index) on every backend: lax.top_k of the int32 `order_key`s, since on the H200 XLA's GPU
+    top_k ranks -0.0 and +0.0 as equal (session 15: the tree build's vocabulary top-k picked
+    other tokens than the CPU on signed zeros).
 
-    On the CPU float32 goes straight to lax.top_k: XLA:CPU's top-k of int32 keys is a slow
-    path, ~100x its float one (session 37, [15, 8192] at K = 16: 22 ms against 0.2, most of
-    the shipped pair's whole CPU round), and the float one already orders so (tests)."""
+    Float32 on the CPU goes straight to lax.top_k, whose float order there is already this one
+    (tests): XLA:CPU's top-k of int32 keys is ~100x slower (session 37, [15, 8192] at K = 16:
+    22 ms against 0.2, most of the shipped pair's whole CPU round)."""
     if jax.default_backend() == "cpu" and x.dtype == jnp.float32:
         vals, pos = lax.top_k(x, k)
         return vals, pos

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.chunk_topk import chunk_top_k, chunk_top_k_reference, from_order_key, order_key, top_k_total_order
+from pallas_kernels.chunk_topk import (chunk_top_k, chunk_top_k_reference, from_order_key, order_key,
+                                      top_k_total_order)
 from test_kernels import _verified_triton_modules
 
 KINDS = ("float", "ties", "neginf", "zeros")

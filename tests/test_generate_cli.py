@@ -82,8 +82,8 @@ def test_hf_directory_is_not_a_converted_checkpoint(qwen3_pair):
 
 def test_bad_tuned_tables_fail_before_loading(tmp_path):
     """A malformed, or missing, file named by $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE, or a
-    malformed $DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG / $DDTREE_F32_ATTENTION_DOT, is a one-line error before any
-    checkpoint is read (this checkpoint path does not even exist)."""
+    malformed $DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG / $DDTREE_F32_ATTENTION_DOT, is a
+    one-line error before any checkpoint is read (this checkpoint path does not even exist)."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"NVIDIA H200": [{"t": [1, 2], "config": {}}]}')
     ck = ("--ckpt", tmp_path / "nope", "--prompt", "x")
