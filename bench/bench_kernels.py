@@ -399,7 +399,8 @@ def main():
                 # sets the columns a program takes; a 1k cache's 17 parts got 128 columns, 32
                 # programs, 2.9 us, where 4k's 33 parts got 64 columns, 64 programs, 1.9 us (s38d).
                 dec(num_warps=2, num_stages=3, merge_tile=2048),
-                dec(num_warps=2, num_stages=3, merge_tile=1024)],
+                dec(num_warps=2, num_stages=3, merge_tile=1024),
+                dec(num_warps=2, num_stages=3, merge_tile=512)],
             65: [kc(64, 64, 4, 3), kc(64, 64, 4, 4), kc(128, 64, 8, 3), kc(64, 128, 4, 3),
                  kc(64, 64, 4, 3, block_new=64)],
             257: [kc(128, 128, 8, 3), kc(128, 64, 8, 3), kc(128, 64, 8, 4), kc(64, 64, 4, 3),

@@ -59,3 +59,14 @@ base_rounds() {
     --model qwen3-8b --prompt-len 512 --methods "$methods" --budgets "$budgets" --rounds "${ROUNDS:-32}" --repeats 3 \
     --stage-repeats 0 --out "$R/$name"
 }
+
+# decode_tiles NAME PREFIX ROWS [SECS]: bench_kernels' T = 1 rows ROWS (comma-separated indices
+# into its T = 1 tile list, in the order given; repeat them to interleave) over a PREFIX-key
+# cache, device time in a chain with caches rotated (HBM-cold), no correctness / XLA / cuDNN rows
+# (session 38's scripts ran this command by hand).
+decode_tiles() {
+  local name=$1 prefix=$2 rows=$3 secs=${4:-60}
+  step "$name" "$secs" python3 bench/bench_kernels.py --ts 1 --tile-prefix "$prefix" --split-prefixes "" --no-table \
+    --no-correctness --no-xla --no-cudnn --trace --sweep-rows "$rows" --budget-s $(( secs > 30 ? secs - 10 : secs )) \
+    --out "$R/$name"
+}
