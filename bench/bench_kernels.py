@@ -46,7 +46,7 @@ from jax import lax  # noqa: E402
 
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, default_config)
-from pallas_kernels.tree_attention import launch_plan  # noqa: E402
+from pallas_kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
 
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
@@ -228,6 +228,10 @@ def main():
                          "positions past a T's list are skipped")
     ap.add_argument("--no-xla", action="store_true", help="skip the XLA reference timings")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN timings")
+    ap.add_argument("--engine", action=argparse.BooleanOptionalAction, default=True,
+                    help="table: also time what the round runs, attention(impl=\"auto\") at the "
+                         "engine's verify rows (T padded to 8 where that takes the Mosaic GPU "
+                         "kernel; padding rows see only themselves); the floors stay the T rows'")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="also trace one chained run of the kernel (chain timing; table and split "
                          "sweep) and report each kernel's device time per call, their sum and the "
@@ -472,9 +476,44 @@ def main():
                                                 implementation=impl)
         return fn
 
+    def engine_row(row, t, p, cfg, a):
+        """row["engine_*"]: attention(impl="auto") as the round calls it, at verify_rows' rows
+        (engine.pad_verify_rows: padding rows see only themselves). Where that is this row's
+        Pallas call (same kernel, rows and config) its figures are reused, not timed again."""
+        tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=max(p, 8), batch=1)
+        a_eng = a
+        if tp != t:
+            mask = np.zeros((1, tp, tp), bool)
+            mask[0, :t, :t] = np.asarray(a[6][0])
+            mask[0, np.arange(t, tp), np.arange(t, tp)] = True
+            a_eng = make_case(jax.random.fold_in(key, 2000 * t + p), bt=1, t=tp, s=p, hq=hq,
+                              hkv=hkv, dh=dh, dtype=table_dtype, new_mask=mask)
+        choice = auto_choice(jax.ShapeDtypeStruct(a_eng[0].shape, a_eng[0].dtype),
+                             jax.ShapeDtypeStruct(a_eng[3].shape, a_eng[3].dtype))
+        row.update(engine_rows=tp, engine_impl=choice)
+        same = (choice == "pallas" and tp == t and on_gpu
+                and cfg == default_config(t, g, dh, table_dtype.itemsize))
+        if same and "pallas_us" in row:
+            row["engine_us"] = row["pallas_us"]
+            if row.get("trace"):
+                row["engine_trace"] = row["trace"]
+        else:
+            fn = lambda *x: attention(*x, scale=scale, impl="auto")  # noqa: E731
+            try:
+                row["engine_us"] = timer(fn, a_eng, inner=args.inner, reps=args.reps) * 1e6
+                if tracing:
+                    row["engine_trace"] = trace_chain(fn, a_eng, inner=args.inner, cold_bytes=cold)
+            except Exception as e:
+                row["engine_error"] = f"{type(e).__name__}: {str(e)[:600]}"
+        if row.get("engine_trace"):
+            row["engine_span_us"] = row["engine_trace"]["span_us"]
+        elif "engine_us" in row:
+            row["engine_span_us"] = row["engine_us"]
+
     header = (f"{'T':>4} {'prefix':>7} {'kern':>4} {'splits':>6} {'bytes_us':>9} "
               f"{'flops_us':>9} {'pallas_us':>10} {'%bytes':>7} {'%roof':>6} "
               f"{'xla_us':>8} {'cudnn_us':>9} {'dev_us':>7} {'%dev':>5}"
+              + (f" {'engine (rows)':>15} {'eng_us':>7} {'%bytes':>6} {'%roof':>5}" if args.engine else "")
               + (f" {'loop_us':>8}" if args.timing == "loop" else ""))
     print(header, flush=True)
     # Extra rows: T a multiple of 16 (B = 63, 255) folds into whole row tiles (no padding).
@@ -524,7 +563,13 @@ def main():
                 row["trace"] = trace_chain(impls["pallas"], a, inner=args.inner, cold_bytes=cold)
             except Exception as e:
                 row["trace_error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        if args.engine:
+            engine_row(row, t, p, cfg, a)
         roof = max(row["bytes_floor_us"], row["flops_floor_us"])
+        if "engine_us" in row:
+            eng = row.get("engine_trace", {}).get("span_us") or row["engine_us"]
+            row["pct_of_bytes_floor_engine"] = 100 * row["bytes_floor_us"] / eng
+            row["pct_of_roofline_engine"] = 100 * roof / eng
         if row.get("trace"):
             row["device_span_us"] = row["trace"]["span_us"]
             row["pct_of_bytes_floor_device"] = 100 * row["bytes_floor_us"] / row["device_span_us"]
@@ -547,6 +592,9 @@ def main():
               f"{f('xla_us', 8)} {f('cudnn_us')} "
               f"{f('device_span_us', 7)} "
               f"{f('pct_of_bytes_floor_device', 5, 0)}"
+              + (f" {row.get('engine_impl', '-') + ' (' + str(row.get('engine_rows', '-')) + ')':>15} "
+                 f"{f('engine_span_us', 7)} {f('pct_of_bytes_floor_engine', 6, 0)} "
+                 f"{f('pct_of_roofline_engine', 5, 0)}" if args.engine else "")
               + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)
         if row.get("trace"):
             tr = row["trace"]

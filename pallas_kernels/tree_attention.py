@@ -744,6 +744,23 @@ def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl:
     return -(-t // mult) * mult
 
 
+def _auto_choice(q, k_cache, k_layer, kv_start):
+    """(impl, Mosaic GPU config or None) that impl="auto" runs for these inputs (shapes or
+    jax.ShapeDtypeStructs); k_cache as passed, k_layer one layer's view of it."""
+    impl = auto_impl()
+    if impl == "pallas" and (mgpu_cfg := mgpu.takes(q, k_layer, kv_start)) is not None:
+        return "mosaic", mgpu_cfg
+    if impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
+        return "xla", None
+    return impl, None
+
+
+def auto_choice(q, k_cache, kv_start=None) -> str:
+    """Which implementation attention(impl="auto") runs for q [Bt, T, Hq, Dh] over one layer's
+    k_cache [Bt, Hkv, S, Dh] (shapes or jax.ShapeDtypeStructs): "mosaic", "pallas" or "xla"."""
+    return _auto_choice(q, k_cache, k_cache, kv_start)[0]
+
+
 def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
               kv_start=None, impl: str = "auto", config: KernelConfig | None = None, layer=None):
     """Attention of T new tokens over a committed prefix plus themselves.
@@ -766,11 +783,7 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     k_layer = k_cache if layer is None else jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
     mgpu_cfg = None
     if impl == "auto":
-        impl = auto_impl()
-        if impl == "pallas" and (mgpu_cfg := mgpu.takes(q, k_layer, kv_start)) is not None:
-            impl = "mosaic"
-        elif impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
-            impl = "xla"
+        impl, mgpu_cfg = _auto_choice(q, k_cache, k_layer, kv_start)
     if impl == "xla":
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
                                    scale=scale, kv_start=kv_start, layer=layer)

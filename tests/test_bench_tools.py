@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -744,3 +745,32 @@ def test_call_phases_reads_a_call_off_the_command_buffer_log(tmp_path, capsys):
     empty.write_text("nothing\n")
     with pytest.raises(SystemExit):
         call_phases.main([str(empty)])
+
+
+def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
+    """bench_kernels' engine column: attention(impl="auto") at verify_rows' rows, the padding rows
+    seeing only themselves as engine.pad_verify_rows makes them (verify_rows forced to pad to 8
+    here: on the CPU it never pads), the floors' percentages from its time."""
+    from ddtree_jax.engine import pad_verify_rows
+
+    monkeypatch.setattr(bk, "verify_rows", lambda t, *a, **k: -(-t // 8) * 8)
+    timed = []
+    real = bk.time_chain
+
+    def spy(fn, args, **kw):
+        timed.append(args)
+        return real(fn, args, **kw)
+
+    monkeypatch.setattr(bk, "time_chain", spy)
+    monkeypatch.setattr(sys, "argv", ["bench_kernels", "--small", "--no-sweep", "--no-correctness",
+                                      "--no-xla", "--prefixes", "64", "--out", str(tmp_path)])
+    bk.main()
+    table = json.loads((tmp_path / "bench_kernels.json").read_text())["table"]
+    assert [(r["t"], r["engine_rows"], r["engine_impl"]) for r in table] == [(1, 8, "xla"), (9, 16, "xla")]
+    for r in table:
+        assert r["engine_us"] > 0 and r["pct_of_bytes_floor_engine"] > 0 and r["pct_of_roofline_engine"] > 0
+    for t, tp in [(1, 8), (9, 16)]:
+        [plain] = [a for a in timed if a[0].shape[1] == t]
+        [padded] = [a for a in timed if a[0].shape[1] == tp]
+        _, _, want = pad_verify_rows(jnp.zeros((1, t), jnp.int32), jnp.zeros((1, t), jnp.int32), plain[6], tp)
+        assert np.array_equal(np.asarray(padded[6]), np.asarray(want))

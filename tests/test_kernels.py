@@ -517,6 +517,7 @@ def test_auto_takes_xla_for_prompt_sized_t(monkeypatch):
         mask = jnp.asarray(np.tril(np.ones((1, t, t), bool)))
         out = ta.attention(q, kv, kv, cache, cache, jnp.zeros((1,), jnp.int32), mask, scale=0.25)
         assert out.shape == q.shape
+        assert ta.auto_choice(q, cache) == ("pallas" if t == 8 else "xla")   # what it says it runs
     assert calls == [8]
 
 

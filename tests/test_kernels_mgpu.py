@@ -333,6 +333,7 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
                                                  (1, 2, 56, 64), (1, 2, 56, 64))]
     assert ta.attention(*args, jnp.zeros((1,), jnp.int32), jnp.ones((1, 24, 24), bool), scale=0.1) == "mgpu"
     assert calls and calls[0]["interpret"] is False
+    assert ta.auto_choice(args[0], args[3]) == "mosaic"
     assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 264
 
 
