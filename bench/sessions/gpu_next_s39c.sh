@@ -4,11 +4,12 @@
 # round's T = 65 and 257 verify runs the Mosaic GPU kernel at 72 / 264 rows, timed only at a few
 # prefixes (bench_mgpu). bench_kernels' engine column (this commit) times attention(impl="auto")
 # at the engine's verify rows beside the Triton kernel, XLA and cuDNN, HBM-cold caches, device span.
+# Prefixes in the order issue 4 needs them most, as a step may run out of its budget.
 # Usage (device tool, carry bench/.device_commit): BUDGET_S=<the call's limit less ~30> bash bench/sessions/gpu_next_s39c.sh
 source bench/gpu_step.sh
 record_commit
 for T in 65 257; do
-  step table_$T 260 python3 bench/bench_kernels.py --ts $T --prefixes 1024,2048,4096,8192,16384,32768 --no-sweep \
+  step table_$T 260 python3 bench/bench_kernels.py --ts $T --prefixes 4096,8192,32768,1024,16384,2048 --no-sweep \
     --split-prefixes "" --no-correctness --budget-s 240 --out "$R/table_$T"
 done
 finish s39c
