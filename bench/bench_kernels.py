@@ -19,7 +19,9 @@ Sweeps: tiles at one long prefix per T (``--tile-prefix``), then the number of p
 (``KernelConfig.num_splits``; 1 = the one-kernel path without the merge kernel) at each
 ``--split-prefixes`` prefix; both rank by the traced device span where ``--trace`` runs (else by
 wall time). The table uses the default heuristic (tiles from the tile sweep
-when it ran) and shows how many kernels and splits each call launched.
+when it ran) and shows how many kernels and splits each call launched; its engine column
+(``--engine``, on by default) times what the round runs instead: ``attention(impl="auto")`` at the
+engine's verify rows (on Hopper the Mosaic GPU kernel at T = 72 / 264 for B = 64 / 256).
 Results go to DIR/bench_kernels.json (rewritten after every row) and tables on stdout.
 """
 
