@@ -483,16 +483,16 @@ def main():
         """row["engine_*"]: attention(impl="auto") as the round calls it, at verify_rows' rows
         (engine.pad_verify_rows: padding rows see only themselves). Where that is this row's
         Pallas call (same kernel, rows and config) its figures are reused, not timed again."""
+        from ddtree_jax.engine import pad_verify_rows
+
         tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=max(p, 8), batch=1)
         a_eng = a
         if tp != t:
-            mask = np.zeros((1, tp, tp), bool)
-            mask[0, :t, :t] = np.asarray(a[6][0])
-            mask[0, np.arange(t, tp), np.arange(t, tp)] = True
+            ids = jnp.zeros((1, t), jnp.int32)       # tokens and positions: only the mask is used
+            _, _, mask = pad_verify_rows(ids, ids, a[6], tp)
             a_eng = make_case(jax.random.fold_in(key, 2000 * t + p), bt=1, t=tp, s=p, hq=hq,
                               hkv=hkv, dh=dh, dtype=table_dtype, new_mask=mask)
-        choice = auto_choice(jax.ShapeDtypeStruct(a_eng[0].shape, a_eng[0].dtype),
-                             jax.ShapeDtypeStruct(a_eng[3].shape, a_eng[3].dtype))
+        choice = auto_choice(a_eng[0], a_eng[3])
         row.update(engine_rows=tp, engine_impl=choice)
         its = table_dtype.itemsize
         same = (choice == "pallas" and tp == t and on_gpu
