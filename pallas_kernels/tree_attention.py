@@ -188,15 +188,23 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
     float32 score block plus twice-as-large operand tiles per thread. (Session 3's shipped pair,
     float32, spent 8 ms a round in a 257-row verify through 4 small layers on those tiles; the
-    float32 tile sweep was gpu_next_s5b.sh, removed unrun.)
+    float32 tile sweep was gpu_next_s5b.sh, removed unrun.) At Dh = 128 those tiles ask for more
+    shared memory than an H100/H200 has on 3 stages (262144 bytes against 232448: session 40's
+    on-device correctness run, which first compiled float32 at Dh = 128), so they run on 2 there
+    (us a call over a 4k cache, G = 4, H200, gpu_next_s40a.sh: T = 16 304, T = 65 514, T = 257
+    1013; 1 stage 369 / 618 / 1025). float32 decode takes 32-key blocks on 2 stages: 53 us
+    against 447 on the bf16 decode tiles (64 keys, 3 stages: 192 KB of float32 K/V ring, one
+    program an SM) at Dh = 128; Dh = 64 was not reached in that run and follows the same rule.
     """
     m = t * g
+    wide_f32 = itemsize >= 4 and dh > 64
     if m <= 16:
-        return KernelConfig(block_m=16, block_k=64, num_warps=2, num_stages=3, target_programs=256,
+        return KernelConfig(block_m=16, block_k=32 if itemsize >= 4 else 64, num_warps=2,
+                            num_stages=2 if itemsize >= 4 else 3, target_programs=256,
                             min_chunk=64, max_chunk=512)
     if m < 512 or itemsize >= 4:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
-                            num_stages=3, min_chunk=1024)
+                            num_stages=2 if wide_f32 else 3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
                         num_stages=3, min_chunk=1024)
 

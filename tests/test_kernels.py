@@ -351,6 +351,17 @@ def test_float32_keeps_small_tiles():
     for t in (17, 65, 257, 1025):
         cfg = default_config(t, 2, 64, itemsize=4)
         assert (cfg.block_m, cfg.block_k, cfg.num_warps) == (64, 64, 4)
+    # Dh = 128 float32 on 3 stages asked for 262144 bytes of shared memory against an H100's /
+    # H200's 232448 (session 40, on the device); 2 stages compiled and ran. Decode in float32:
+    # 32-key blocks on 2 stages (its bf16 tiles were 8x slower in float32 there).
+    for t in (16, 65, 257):
+        assert default_config(t, 4, 128, itemsize=4).num_stages == 2
+        assert default_config(t, 4, 64, itemsize=4).num_stages == 3
+        assert default_config(t, 4, 128).num_stages == 3
+    for dh in (64, 128):
+        cfg = default_config(1, 4, dh, itemsize=4)
+        assert (cfg.block_k, cfg.num_stages) == (32, 2)
+        assert (default_config(1, 4, dh).block_k, default_config(1, 4, dh).num_stages) == (64, 3)
 
 
 @pytest.mark.parametrize("t,s,splits", [(1, 1024, 16), (1, 2048, 32), (1, 4096, 32), (1, 8192, 32),
