@@ -414,6 +414,7 @@ def main():
                   kc(128, 128, 8, 3, block_new=64)],
         }
     best = {t: default_config(t, g, dh, table_dtype.itemsize) for t in ts}
+    row_secs = []  # each sweep row's seconds (compile and timing), for the budget guard
     if tile_p and kernel_ok:
         for t in ts:
             best_t = None
@@ -421,10 +422,14 @@ def main():
             if args.sweep_rows:
                 cfgs = [cfgs[int(i)] for i in args.sweep_rows.split(",") if int(i) < len(cfgs)]
             for cfg in cfgs:
-                if left() < 60:
+                # Stop where the slowest row so far (a compile and its timing; 40 s before the
+                # first) would not fit: a fixed 60 s guard ended session 40's 80 s steps
+                # (decode_tiles) after one or two ~6 s rows.
+                if left() < 1.5 * max(row_secs, default=40.0):
                     break
                 row = dict(t=t, prefix=tile_p, config=dataclasses.asdict(cfg),
                            **plan_of(t, tile_p, cfg))
+                row_t0 = now_s()
                 try:
                     sec, row["trace"] = measure(t, tile_p, cfg, trace=tracing)
                     row["us"] = sec * 1e6
@@ -433,6 +438,7 @@ def main():
                         best_t = (cost, cfg)
                 except Exception as e:
                     row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
+                row_secs.append(now_s() - row_t0)
                 result["sweep"].append(row)
                 print("sweep", json.dumps(row), flush=True)
                 dump()
