@@ -422,10 +422,10 @@ def main():
             if args.sweep_rows:
                 cfgs = [cfgs[int(i)] for i in args.sweep_rows.split(",") if int(i) < len(cfgs)]
             for cfg in cfgs:
-                # Stop where the slowest row so far (a compile and its timing; 40 s before the
+                # Stop where the slowest row so far (a compile and its timing; 20 s before the
                 # first) would not fit: a fixed 60 s guard ended session 40's 80 s steps
                 # (decode_tiles) after one or two ~6 s rows.
-                if left() < 1.5 * max(row_secs, default=40.0):
+                if left() < 1.5 * max(row_secs, default=20.0):
                     break
                 row = dict(t=t, prefix=tile_p, config=dataclasses.asdict(cfg),
                            **plan_of(t, tile_p, cfg))
