@@ -389,6 +389,7 @@ def main():
             # chunks on 2 warps and 3 stages (row 0, the default since session 38; row 1 the
             # default before: s38d's A/B is --sweep-rows 0,1,0,1; s38b's and s38c's row numbers
             # are those of this list at 43a6856 / edc6519, before it named warps and stages).
+            # Rows that name no merge_tile take the default's: 4096 before session 40, 2048 since.
             1: [dec(num_warps=2, num_stages=3), dec(num_warps=4, num_stages=4),
                 dec(num_warps=4, num_stages=3),
                 dec(target_programs=512, num_warps=4, num_stages=4),
@@ -405,7 +406,9 @@ def main():
                 # The merge's programs: its tile over the parts (rounded up to a power of two)
                 # sets the columns a program takes; a 1k cache's 17 parts got 128 columns, 32
                 # programs, 2.9 us, where 4k's 33 parts got 64 columns, 64 programs, 1.9 us (s38d).
-                dec(num_warps=2, num_stages=3, merge_tile=2048),
+                # Row 14 was merge_tile 2048 until session 40 made that the default (row 0); it
+                # is the old default's 4096 since.
+                dec(num_warps=2, num_stages=3, merge_tile=4096),
                 dec(num_warps=2, num_stages=3, merge_tile=1024),
                 dec(num_warps=2, num_stages=3, merge_tile=512)],
             65: [kc(64, 64, 4, 3), kc(64, 64, 4, 4), kc(128, 64, 8, 3), kc(64, 128, 4, 3),

@@ -183,6 +183,12 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     H200 9.12-9.13 / 12.71-12.77 / 21.33-21.43 us against 9.31-9.43 / 13.66-13.69 / 21.59-21.60
     at 4k-16k, but 40.28-40.41 against 39.92-39.93 at 32k (left: 1 %, below what a round
     resolves). 64 or 128 chunks on 1-2 stages were slower (H200, session 38).
+    Decode's merge takes 2048 elements a program (4096 before session 40): a short cache has few
+    parts (512 keys: 9, padded to 16), so 4096 gave each program 256 of the 512 columns of a kv
+    head and the merge 16-32 programs in all. Merge kernel us a call, 4096 against 2048
+    (gpu_next_s39b/s40c.sh, interleaved): H100 512 keys 2.42-2.45 / 1.52, 1k 2.87-2.89 /
+    1.73-1.74, 4k 1.89-1.92 / 1.89-1.90, 8k 1.96-2.00 / 2.00-2.01, 32k 2.56-2.64 / 2.61-2.66;
+    H200 512 keys 2.40 / 1.46, 2k 1.87 / 1.80. 1024 and 512 tied with 2048 at 512 keys.
 
     float32 inputs (itemsize 4: IEEE dots on CUDA cores, twice the bytes per tile) keep the
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
@@ -201,7 +207,7 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     if m <= 16:
         return KernelConfig(block_m=16, block_k=32 if itemsize >= 4 else 64, num_warps=2,
                             num_stages=2 if itemsize >= 4 else 3, target_programs=256,
-                            min_chunk=64, max_chunk=512)
+                            min_chunk=64, max_chunk=512, merge_tile=2048)
     if m < 512 or itemsize >= 4:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
                             num_stages=2 if wide_f32 else 3, min_chunk=1024)
