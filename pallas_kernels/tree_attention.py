@@ -190,17 +190,17 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     1.73-1.74, 4k 1.89-1.92 / 1.89-1.90, 8k 1.96-2.00 / 2.00-2.01, 32k 2.56-2.64 / 2.61-2.66;
     H200 512 keys 2.40 / 1.46, 2k 1.87 / 1.80. 1024 and 512 tied with 2048 at 512 keys.
 
-    float32 inputs (itemsize 4: IEEE dots on CUDA cores, twice the bytes per tile) keep the
+    float32 inputs (itemsize 4: TF32x3 products since session 37, twice the bytes per tile) keep the
     64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
     float32 score block plus twice-as-large operand tiles per thread. (Session 3's shipped pair,
     float32, spent 8 ms a round in a 257-row verify through 4 small layers on those tiles; the
     float32 tile sweep was gpu_next_s5b.sh, removed unrun.) At Dh = 128 those tiles ask for more
     shared memory than an H100/H200 has on 3 stages (262144 bytes against 232448: session 40's
     on-device correctness run, which first compiled float32 at Dh = 128), so they run on 2 there
-    (us a call over a 4k cache, G = 4, H200, gpu_next_s40a.sh: T = 16 304, T = 65 514, T = 257
-    1013; 1 stage 369 / 618 / 1025). float32 decode takes 32-key blocks on 2 stages: 53 us
-    against 447 on the bf16 decode tiles (64 keys, 3 stages: 192 KB of float32 K/V ring, one
-    program an SM) at Dh = 128; Dh = 64 was not reached in that run and follows the same rule.
+    (us a call over a 4k cache, warm, G = 4, H200, gpu_next_s40a.sh: T = 16 304, T = 65 514,
+    T = 257 1013; 1 stage 369 / 618 / 1025). float32 decode takes 32-key blocks on 2 stages: 53
+    us against 447 on the bf16 decode tiles (64 keys, 3 stages: 192 KB of float32 K/V ring, one
+    program an SM) at Dh = 128 (H200), 20.6 against 22.1 at Dh = 64 (H100, gpu_next_s40b.sh).
     """
     m = t * g
     wide_f32 = itemsize >= 4 and dh > 64
