@@ -335,12 +335,11 @@ def main():
         ks = None if starts is None else jnp.asarray(starts, jnp.int32)
         a32 = tuple(x.astype(jnp.float32) if x.dtype == dtype else x for x in a)
         truth = jax.jit(lambda *x: attention_reference(*x, scale=scale, kv_start=ks))(*a32)
-        cfg = None
-        if cfg_kw:
-            cfg = dataclasses.replace(default_config(c["t"], g, dh), **cfg_kw)
+        base = default_config(c["t"], g, dh, jnp.dtype(dtype).itemsize)  # what attention() takes
+        cfg = dataclasses.replace(base, **cfg_kw) if cfg_kw else None
         row = dict(case={**c, "dtype": jnp.dtype(dtype).name, "kv_start": starts,
                          "config": cfg_kw},
-                   plan=plan_of(c["t"], c["s"], cfg or default_config(c["t"], g, dh)))
+                   plan=plan_of(c["t"], c["s"], cfg or base))
         for impl in ("xla", kimpl):
             try:
                 o = jax.jit(lambda *x, impl=impl: attention(*x, scale=scale, impl=impl,
