@@ -55,6 +55,16 @@ def _bucket(n: int, minimum: int = 16) -> int:
     return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
 
 
+def cache_positions(prompt_len: int, max_new_tokens: int, nodes: int, depth: int) -> tuple[int, int]:
+    """(cache positions, output slots) of a request: the prompt and the output each bucketed to a
+    power of two, room for two rounds' tree slots (nodes, or the drafter's depth where larger)
+    and their roots, rounded up to 128. The kernels' static choices (split counts, the Mosaic
+    GPU kernel's long-cache configs) go by the positions, not by the prefix."""
+    out_size = _bucket(max_new_tokens)
+    need = _bucket(prompt_len) + out_size + 2 * (max(nodes, depth) + 2)
+    return -(-need // 128) * 128, out_size
+
+
 # Streaming doubles the rounds per device call up to this many (the traced limit: no recompile).
 # Measured on the H200 (bench/RESULTS.md, session 3): a run_rounds call costs ~4.2 ms (AR) / 5.7
 # ms (DDTree-64) beyond its rounds, so 4 rounds a call made streamed AR ~23 % slower.
@@ -233,11 +243,8 @@ class Generator:
                                  unroll=self.unroll,
                                  unroll_as_loop=self.unroll_as_loop,
                                  prefill_chunk=self.prefill_chunk)
-        n = engine.num_nodes(base, self.dcfg)
         depth = self.dcfg.depth if self.budget else 0
-        out_size = _bucket(max_new_tokens)
-        need = _bucket(prompt_len) + out_size + 2 * (max(n, depth) + 2)
-        cache = -(-need // 128) * 128
+        cache, out_size = cache_positions(prompt_len, max_new_tokens, engine.num_nodes(base, self.dcfg), depth)
         return dataclasses.replace(base, cache_size=cache, out_size=out_size)
 
     def check_request(self, prompt_lens: Sequence[int], max_new_tokens: int, temperature: float, top_p: float):
