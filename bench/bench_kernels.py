@@ -21,7 +21,9 @@ Sweeps: tiles at one long prefix per T (``--tile-prefix``), then the number of p
 wall time). The table uses the default heuristic (tiles from the tile sweep
 when it ran) and shows how many kernels and splits each call launched; its engine column
 (``--engine``, on by default) times what the round runs instead: ``attention(impl="auto")`` at the
-engine's verify rows (on Hopper the Mosaic GPU kernel at T = 72 / 264 for B = 64 / 256).
+engine's verify rows (on Hopper the Mosaic GPU kernel at T = 72 / 264 for B = 64 / 256), over a
+cache of the positions generate gives a request of PREFIX prompt tokens (``--engine-new-tokens``
+new ones): the kernels' static choices go by the cache's positions, not by the prefix.
 Results go to DIR/bench_kernels.json (rewritten after every row) and tables on stdout.
 """
 
@@ -48,8 +50,7 @@ from jax import lax  # noqa: E402
 
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, default_config)
-from pallas_kernels.tree_attention import (auto_choice, launch_plan, tuned_attention_config,  # noqa: E402
-                                           verify_rows)
+from pallas_kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
 
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
@@ -235,6 +236,10 @@ def main():
                     help="table: also time what the round runs, attention(impl=\"auto\") at the "
                          "engine's verify rows (T padded to 8 where that takes the Mosaic GPU "
                          "kernel; padding rows see only themselves); the floors stay the T rows'")
+    ap.add_argument("--engine-new-tokens", type=int, default=512,
+                    help="the engine column's cache has the positions generate gives a request of "
+                         "PREFIX prompt tokens and this many new ones (generate.cache_positions; "
+                         "the kernels' static choices go by them), PREFIX of them committed")
     ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                     help="also trace one chained run of the kernel (chain timing; table and split "
                          "sweep) and report each kernel's device time per call, their sum and the "
@@ -487,36 +492,31 @@ def main():
                                                 implementation=impl)
         return fn
 
-    def engine_row(row, t, p, cfg, a):
+    def engine_row(row, t, p, a):
         """row["engine_*"]: attention(impl="auto") as the round calls it, at verify_rows' rows
-        (engine.pad_verify_rows: padding rows see only themselves). Where that is this row's
-        Pallas call (same kernel, rows and config) its figures are reused, not timed again."""
+        (engine.pad_verify_rows: padding rows see only themselves), over a cache of the positions
+        generate gives a request of p prompt tokens and --engine-new-tokens new ones (a tree of
+        t - 1 nodes from a 16-token block), p of them committed; the tree is the row's (a)."""
         from ddtree_jax.engine import pad_verify_rows
+        from ddtree_jax.generate import cache_positions
 
-        tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=max(p, 8), batch=1)
-        a_eng = a
+        s_eng = cache_positions(p, args.engine_new_tokens, t - 1, 15 if t > 1 else 0)[0]
+        tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=s_eng, batch=1)
+        mask = a[6]
         if tp != t:
             ids = jnp.zeros((1, t), jnp.int32)       # tokens and positions: only the mask is used
-            _, _, mask = pad_verify_rows(ids, ids, a[6], tp)
-            a_eng = make_case(jax.random.fold_in(key, 2000 * t + p), bt=1, t=tp, s=p, hq=hq,
-                              hkv=hkv, dh=dh, dtype=table_dtype, new_mask=mask)
+            _, _, mask = pad_verify_rows(ids, ids, mask, tp)
+        a_eng = make_case(jax.random.fold_in(key, 2000 * t + p), bt=1, t=tp, s=s_eng, hq=hq, hkv=hkv,
+                          dh=dh, dtype=table_dtype, cache_len=(p,), new_mask=mask)
         choice = auto_choice(a_eng[0], a_eng[3])
-        row.update(engine_rows=tp, engine_impl=choice)
-        its = table_dtype.itemsize
-        same = (choice == "pallas" and tp == t and on_gpu
-                and cfg == (tuned_attention_config(t, g, dh, its, s=p) or default_config(t, g, dh, its)))
-        if same and "pallas_us" in row:
-            row["engine_us"] = row["pallas_us"]
-            if row.get("trace"):
-                row["engine_trace"] = row["trace"]
-        else:
-            fn = lambda *x: attention(*x, scale=scale, impl="auto")  # noqa: E731
-            try:
-                row["engine_us"] = timer(fn, a_eng, inner=args.inner, reps=args.reps) * 1e6
-                if tracing:
-                    row["engine_trace"] = trace_chain(fn, a_eng, inner=args.inner, cold_bytes=cold)
-            except Exception as e:
-                row["engine_error"] = f"{type(e).__name__}: {str(e)[:600]}"
+        row.update(engine_rows=tp, engine_impl=choice, engine_cache=s_eng)
+        fn = lambda *x: attention(*x, scale=scale, impl="auto")  # noqa: E731
+        try:
+            row["engine_us"] = timer(fn, a_eng, inner=args.inner, reps=args.reps) * 1e6
+            if tracing:
+                row["engine_trace"] = trace_chain(fn, a_eng, inner=args.inner, cold_bytes=cold)
+        except Exception as e:
+            row["engine_error"] = f"{type(e).__name__}: {str(e)[:600]}"
         # The device span where traced, else the wall time a call.
         if row.get("engine_trace"):
             row["engine_span_us"] = row["engine_trace"]["span_us"]
@@ -526,7 +526,7 @@ def main():
     header = (f"{'T':>4} {'prefix':>7} {'kern':>4} {'splits':>6} {'bytes_us':>9} "
               f"{'flops_us':>9} {'pallas_us':>10} {'%bytes':>7} {'%roof':>6} "
               f"{'xla_us':>8} {'cudnn_us':>9} {'dev_us':>7} {'%dev':>5}"
-              + (f" {'engine (rows)':>15} {'eng_us':>7} {'%bytes':>6} {'%roof':>5}" if args.engine else "")
+              + (f" {'engine (rows, cache)':>22} {'eng_us':>7} {'%bytes':>6} {'%roof':>5}" if args.engine else "")
               + (f" {'loop_us':>8}" if args.timing == "loop" else ""))
     print(header, flush=True)
     # Extra rows: T a multiple of 16 (B = 63, 255) folds into whole row tiles (no padding).
@@ -577,7 +577,7 @@ def main():
             except Exception as e:
                 row["trace_error"] = f"{type(e).__name__}: {str(e)[:400]}"
         if args.engine:
-            engine_row(row, t, p, cfg, a)
+            engine_row(row, t, p, a)
         roof = max(row["bytes_floor_us"], row["flops_floor_us"])
         if "engine_span_us" in row:
             row["pct_of_bytes_floor_engine"] = 100 * row["bytes_floor_us"] / row["engine_span_us"]
@@ -604,7 +604,7 @@ def main():
               f"{f('xla_us', 8)} {f('cudnn_us')} "
               f"{f('device_span_us', 7)} "
               f"{f('pct_of_bytes_floor_device', 5, 0)}"
-              + (f" {row.get('engine_impl', '-') + ' (' + str(row.get('engine_rows', '-')) + ')':>15} "
+              + (f" {str(row.get('engine_impl', '-')) + ' (' + str(row.get('engine_rows', '-')) + ', ' + str(row.get('engine_cache', '-')) + ')':>22} "
                  f"{f('engine_span_us', 7)} {f('pct_of_bytes_floor_engine', 6, 0)} "
                  f"{f('pct_of_roofline_engine', 5, 0)}" if args.engine else "")
               + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)

@@ -750,8 +750,10 @@ def test_call_phases_reads_a_call_off_the_command_buffer_log(tmp_path, capsys):
 def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
     """bench_kernels' engine column: attention(impl="auto") at verify_rows' rows, the padding rows
     seeing only themselves as engine.pad_verify_rows makes them (verify_rows forced to pad to 8
-    here: on the CPU it never pads), the floors' percentages from its time."""
+    here: on the CPU it never pads), over the cache generate would give the request (the prefix
+    committed), the floors' percentages from its time."""
     from ddtree_jax.engine import pad_verify_rows
+    from ddtree_jax.generate import cache_positions
 
     monkeypatch.setattr(bk, "verify_rows", lambda t, *a, **k: -(-t // 8) * 8)
     timed = []
@@ -774,3 +776,8 @@ def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
         [padded] = [a for a in timed if a[0].shape[1] == tp]
         _, _, want = pad_verify_rows(jnp.zeros((1, t), jnp.int32), jnp.zeros((1, t), jnp.int32), plain[6], tp)
         assert np.array_equal(np.asarray(padded[6]), np.asarray(want))
+        positions = cache_positions(64, 512, t - 1, 15 if t > 1 else 0)[0]
+        assert positions > 64 and padded[3].shape[2] == positions and plain[3].shape[2] == 64
+        assert np.asarray(padded[5]).tolist() == [64]
+    assert [r["engine_cache"] for r in table] == [cache_positions(64, 512, t - 1, 15 if t > 1 else 0)[0]
+                                                  for t in (1, 9)]
