@@ -52,6 +52,8 @@ from pallas_kernels import (KernelConfig, attention, attention_reference,  # noq
                             auto_impl, default_config)
 from pallas_kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
 
+# The engine column's drafter depth: the 8B pair's 16-token block (generate.cache_positions).
+DRAFT_DEPTH = 15
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
 # float32 (IEEE dots, no tensor cores): the H200's FP32 rate from its data sheet, not measured.
@@ -500,7 +502,7 @@ def main():
         from ddtree_jax.engine import pad_verify_rows
         from ddtree_jax.generate import cache_positions
 
-        s_eng = cache_positions(p, args.engine_new_tokens, t - 1, 15 if t > 1 else 0)[0]
+        s_eng = cache_positions(p, args.engine_new_tokens, t - 1, DRAFT_DEPTH if t > 1 else 0)[0]
         tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=s_eng, batch=1)
         mask = a[6]
         if tp != t:
@@ -598,13 +600,14 @@ def main():
         def f(k, w=9, d=1):
             v = row.get(k)
             return f"{v:>{w}.{d}f}" if isinstance(v, float) else f"{'-':>{w}}"
+        engine_col = f"{row.get('engine_impl', '-')} ({row.get('engine_rows', '-')}, {row.get('engine_cache', '-')})"
         print(f"{t:>4} {p:>7} {row['kernels']:>4} {row['splits']:>6} {f('bytes_floor_us')} "
               f"{f('flops_floor_us')} {f('pallas_us', 10)} "
               f"{f('pct_of_bytes_floor', 7)} {f('pct_of_roofline', 6)} "
               f"{f('xla_us', 8)} {f('cudnn_us')} "
               f"{f('device_span_us', 7)} "
               f"{f('pct_of_bytes_floor_device', 5, 0)}"
-              + (f" {str(row.get('engine_impl', '-')) + ' (' + str(row.get('engine_rows', '-')) + ', ' + str(row.get('engine_cache', '-')) + ')':>22} "
+              + (f" {engine_col:>22} "
                  f"{f('engine_span_us', 7)} {f('pct_of_bytes_floor_engine', 6, 0)} "
                  f"{f('pct_of_roofline_engine', 5, 0)}" if args.engine else "")
               + (f" {f('loop_us', 8)}" if args.timing == "loop" else ""), flush=True)

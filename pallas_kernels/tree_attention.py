@@ -203,14 +203,13 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
     program an SM) at Dh = 128 (H200), 20.6 against 22.1 at Dh = 64 (H100, gpu_next_s40b.sh).
     """
     m = t * g
-    wide_f32 = itemsize >= 4 and dh > 64
+    f32 = itemsize >= 4
     if m <= 16:
-        return KernelConfig(block_m=16, block_k=32 if itemsize >= 4 else 64, num_warps=2,
-                            num_stages=2 if itemsize >= 4 else 3, target_programs=256,
-                            min_chunk=64, max_chunk=512, merge_tile=2048)
-    if m < 512 or itemsize >= 4:
+        return KernelConfig(block_m=16, block_k=32 if f32 else 64, num_warps=2, num_stages=2 if f32 else 3,
+                            target_programs=256, min_chunk=64, max_chunk=512, merge_tile=2048)
+    if m < 512 or f32:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
-                            num_stages=2 if wide_f32 else 3, min_chunk=1024)
+                            num_stages=2 if f32 and dh > 64 else 3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
                         num_stages=3, min_chunk=1024)
 

@@ -776,8 +776,8 @@ def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
         [padded] = [a for a in timed if a[0].shape[1] == tp]
         _, _, want = pad_verify_rows(jnp.zeros((1, t), jnp.int32), jnp.zeros((1, t), jnp.int32), plain[6], tp)
         assert np.array_equal(np.asarray(padded[6]), np.asarray(want))
-        positions = cache_positions(64, 512, t - 1, 15 if t > 1 else 0)[0]
+        positions = cache_positions(64, 512, t - 1, bk.DRAFT_DEPTH if t > 1 else 0)[0]
         assert positions > 64 and padded[3].shape[2] == positions and plain[3].shape[2] == 64
         assert np.asarray(padded[5]).tolist() == [64]
-    assert [r["engine_cache"] for r in table] == [cache_positions(64, 512, t - 1, 15 if t > 1 else 0)[0]
+    assert [r["engine_cache"] for r in table] == [cache_positions(64, 512, t - 1, bk.DRAFT_DEPTH if t > 1 else 0)[0]
                                                   for t in (1, 9)]
