@@ -683,15 +683,19 @@ def _kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, f
             carry (keep: the new-key step's mask tile)."""
             acc, m_i, l_i = carry
             with jax.named_scope("softmax"):
-                s = s * qk_scale
+                # The carry's max is in scaled (log2) units; the scale is folded into exp2's
+                # argument (s * scale - max: one fused multiply-add an element, where a scaling
+                # pass and a subtraction were two). qk_scale > 0, so max(s) * scale = max(s *
+                # scale). A masked score is _NEG unscaled: a row with no key here gets the max
+                # _NEG * scale (finite), and its p is zeroed by `keep` below.
                 if keep is not None:
                     s = jnp.where(keep, s, _NEG)
                 elif ragged:
                     cols = iota(jnp.int32, (BLOCK_M, bk), 1)
                     s = jnp.where(cols < cache_len - j * bk, s, _NEG)
-                m_new = jnp.maximum(m_i, s.max(axis=1))
+                m_new = jnp.maximum(m_i, s.max(axis=1) * qk_scale)
                 alpha = jnp.exp2(m_i - m_new)
-                p = jnp.exp2(s - rowb(m_new, s.shape))
+                p = jnp.exp2(s * qk_scale - rowb(m_new, s.shape))
                 if keep is not None:
                     # A tile may hold no key some row sees: then m_new can be _NEG too.
                     p = jnp.where(keep, p, 0.0)

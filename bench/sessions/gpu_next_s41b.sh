@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 41 (~5 min, Hopper): the Mosaic GPU verify's softmax with the scale folded into exp2's
+# argument (one fused multiply-add an element; the max taken over unscaled scores) against the tree
+# before it (bench/.ab_head, ignored by git: `git archive <base> ddtree_jax pallas_kernels bench`),
+# interleaved base / new twice on one start, bench_mgpu alone (exactness against XLA, then
+# cold-cache device span), the round's configs: T = 72 64x4w2kc3m, T = 264 64x3w2so (short
+# caches) and 64x4w2kst8 (long).
+# Usage (device tool, carry bench/.device_commit and bench/.ab_head):
+#   BUDGET_S=<the call's limit less ~30> bash bench/sessions/gpu_next_s41b.sh
+source bench/gpu_step.sh
+record_commit
+mg() {  # mg NAME DIR TS CONFIGS PREFIXES
+  step "$1" 75 bash -c 'cd "$0" && exec python3 -m bench.bench_mgpu --ts "$1" --configs "$2" --prefixes "$3" --out "$4"' \
+    "$2" "$3" "$4" "$5" "$R/$1"
+}
+for r in a b; do
+  mg base72_$r bench/.ab_head 72 64x4w2kc3m 512,4096,32768
+  mg new72_$r . 72 64x4w2kc3m 512,4096,32768
+  mg base264_$r bench/.ab_head 264 64x3w2so,64x4w2kst8 512,4096,32768
+  mg new264_$r . 264 64x3w2so,64x4w2kst8 512,4096,32768
+done
+finish s41b
