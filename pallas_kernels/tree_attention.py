@@ -350,14 +350,17 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     tc = jnp.minimum(tq, t - 1)         # padded rows repeat the last token: finite, not stored
     cols = jnp.arange(dh, dtype=jnp.int32)[None, :]
     q = q_ref[tc[:, None], gq[:, None], cols]                               # [BM, Dh]
-    qk_scale = scale * _LOG2E   # exp2 domain: one multiply per score
+    # exp2 domain: the carry's max is in scaled units and the scale is folded into exp2's argument
+    # (s * qk_scale - max, one fused multiply-add a score); qk_scale > 0, so max(s) * qk_scale =
+    # max(s * qk_scale). A masked score is _NEG unscaled (finite after scaling too).
+    qk_scale = scale * _LOG2E
 
     def online(carry, s, v, allowed):
-        """Fold scores s [BM, K] (exp2 domain) and values v [K, Dh] into (acc, max, sum)."""
+        """Fold unscaled scores s [BM, K] and values v [K, Dh] into (acc, max, sum)."""
         acc, m_i, l_i = carry
-        m_new = jnp.maximum(m_i, s.max(axis=1))
+        m_new = jnp.maximum(m_i, s.max(axis=1) * qk_scale)
         alpha = jnp.exp2(m_i - m_new)
-        p = jnp.exp2(s - m_new[:, None])
+        p = jnp.exp2(s * qk_scale - m_new[:, None])
         if allowed is not None:
             # A block may hold no key a row can see (tree mask): then m_new can be _NEG too.
             p = jnp.where(allowed, p, 0.0)
@@ -368,7 +371,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
 
     def scores(k):
         return lax.dot_general(q, k, (((1,), (1,)), ((), ())), precision=precision,
-                               preferred_element_type=jnp.float32) * qk_scale
+                               preferred_element_type=jnp.float32)
 
     carry = (jnp.zeros((block_m, dh), jnp.float32), jnp.full((block_m,), _NEG, jnp.float32),
              jnp.zeros((block_m,), jnp.float32))
@@ -415,7 +418,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
             else:
                 k, v = k_ref[crow, krows, :], v_ref[crow, krows, :]
                 s = scores(k)
-            # Each visited block holds >= 1 valid key, so exp2(_NEG - m_new) underflows to 0.
+            # Each visited block holds >= 1 valid key, so exp2(_NEG * qk_scale - m_new) underflows to 0.
             return online(carry, s, v, None)
 
         masked_step = functools.partial(prefix_step, masked=True)

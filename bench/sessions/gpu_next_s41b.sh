@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 41 (~5 min, Hopper): the Mosaic GPU verify's softmax with the scale folded into exp2's
+# Session 41 (~6 min, Hopper): the Mosaic GPU and Triton verify kernels' softmax with the scale folded into exp2's
 # argument (one fused multiply-add an element; the max taken over unscaled scores) against the tree
 # before it (bench/.ab_head, ignored by git: `git archive <base> ddtree_jax pallas_kernels bench`),
 # interleaved base / new twice on one start, bench_mgpu alone (exactness against XLA, then
@@ -14,8 +14,8 @@ mg() {  # mg NAME DIR TS CONFIGS PREFIXES
     "$2" "$3" "$4" "$5" "$R/$1"
 }
 for r in a b; do
-  mg base72_$r bench/.ab_head 72 64x4w2kc3m 512,4096,32768
-  mg new72_$r . 72 64x4w2kc3m 512,4096,32768
+  mg base72_$r bench/.ab_head 72 64x4w2kc3m,triton 512,4096,32768
+  mg new72_$r . 72 64x4w2kc3m,triton 512,4096,32768
   mg base264_$r bench/.ab_head 264 64x3w2so,64x4w2kst8 512,4096,32768
   mg new264_$r . 264 64x3w2so,64x4w2kst8 512,4096,32768
 done
