@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 41 (~6 min, Hopper): the verify kernels' softmax with the scale folded into exp2's
+# Session 41 (~8 min, Hopper): the verify kernels' softmax with the scale folded into exp2's
 # argument (one fused multiply-add a score; the max taken over unscaled scores) against the tree
 # before it (bench/.ab_head, ignored by git: `git archive <base> ddtree_jax pallas_kernels bench`),
 # interleaved base / new twice on one start, bench_mgpu alone (exactness against XLA, then
@@ -9,6 +9,11 @@
 #   BUDGET_S=<the call's limit less ~30> bash bench/sessions/gpu_next_s41b.sh
 source bench/gpu_step.sh
 record_commit
+# The checks first (the Triton kernel is decode's too): bench_kernels' correctness cases and
+# check_gpu's target layers, compiled kernels against XLA.
+step correct 100 python3 bench/bench_kernels.py --ts 1 --no-sweep --split-prefixes "" --no-table --budget-s 90 \
+  --out "$R/correct"
+step check 100 python3 -m bench.check_gpu --impl auto --layers 2
 mg() {  # mg NAME DIR TS CONFIGS PREFIXES
   step "$1" 75 bash -c 'cd "$0" && exec python3 -m bench.bench_mgpu --ts "$1" --configs "$2" --prefixes "$3" --out "$4"' \
     "$2" "$3" "$4" "$5" "$R/$1"
