@@ -351,8 +351,9 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
     cols = jnp.arange(dh, dtype=jnp.int32)[None, :]
     q = q_ref[tc[:, None], gq[:, None], cols]                               # [BM, Dh]
     # exp2 domain: the carry's max is in scaled units and the scale is folded into exp2's argument
-    # (s * qk_scale - max, one fused multiply-add a score); qk_scale > 0, so max(s) * qk_scale =
-    # max(s * qk_scale). A masked score is _NEG unscaled (finite after scaling too).
+    # (s * qk_scale - max: one multiply-add a score, fused where the compiler contracts it, where a
+    # scaling pass and a subtraction were two); qk_scale > 0, so max(s) * qk_scale = max(s *
+    # qk_scale). A masked score is _NEG unscaled (finite after scaling too).
     qk_scale = scale * _LOG2E
 
     def online(carry, s, v, allowed):
@@ -362,7 +363,7 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
         alpha = jnp.exp2(m_i - m_new)
         p = jnp.exp2(s * qk_scale - m_new[:, None])
         if allowed is not None:
-            # A block may hold no key a row can see (tree mask): then m_new can be _NEG too.
+            # A block may hold no key a row can see (tree mask): then m_new can be _NEG * qk_scale.
             p = jnp.where(allowed, p, 0.0)
         l_new = alpha * l_i + p.sum(axis=1)
         pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
