@@ -51,9 +51,10 @@ from jax import lax  # noqa: E402
 from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, default_config)
 from pallas_kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
+from bench.bench_round import SHAPES  # noqa: E402
 
-# The engine column's drafter depth: the 8B pair's 16-token block (generate.cache_positions).
-DRAFT_DEPTH = 15
+# The engine column's drafter depth (generate.cache_positions): the 8B pair's block less its root.
+DRAFT_DEPTH = SHAPES["qwen3-8b"]["drafter"]["block_size"] - 1
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
 # float32 (IEEE dots, no tensor cores): the H200's FP32 rate from its data sheet, not measured.
