@@ -49,15 +49,16 @@ record_commit() {
   else git log -1 --format=%H > "$R/commit.txt" 2>/dev/null; fi
 }
 
-# base_rounds NAME METHODS BUDGETS [env NAME=VALUE...]: ddtree_rounds with the code of the base
-# tree in bench/.ab_base (ignored by git: `git archive BASE ddtree_jax pallas_kernels bench |
-# tar -x -C bench/.ab_base`, passed in the device tool's carry), so a change and its base run
-# on one machine start.
+# base_rounds NAME METHODS BUDGETS [env NAME=VALUE...]: ddtree_rounds with the code of a base
+# tree, $AB_BASE (bench/.ab_base unless set; ignored by git: `git archive BASE ddtree_jax
+# pallas_kernels bench | tar -x -C "$AB_BASE"`, passed in the device tool's carry), so a change and
+# its base run on one machine start. A second base (session 41's bench/.ab_head) is
+# `AB_BASE=bench/.ab_head base_rounds ...`.
 base_rounds() {
   local name=$1 methods=$2 budgets=$3; shift 3
-  step "$name" "${SECS:-110}" bash -c 'cd bench/.ab_base && exec env DDTREE_X=0 "$@"' _ "$@" python3 -m bench.bench_round \
-    --model qwen3-8b --prompt-len 512 --methods "$methods" --budgets "$budgets" --rounds "${ROUNDS:-32}" --repeats 3 \
-    --stage-repeats 0 --out "$R/$name"
+  step "$name" "${SECS:-110}" bash -c 'cd "$0" && exec env DDTREE_X=0 "$@"' "${AB_BASE:-bench/.ab_base}" "$@" \
+    python3 -m bench.bench_round --model qwen3-8b --prompt-len 512 --methods "$methods" --budgets "$budgets" \
+    --rounds "${ROUNDS:-32}" --repeats 3 --stage-repeats 0 --out "$R/$name"
 }
 
 # decode_tiles NAME PREFIX ROWS [SECS]: bench_kernels' T = 1 rows ROWS (comma-separated indices
