@@ -50,10 +50,9 @@ record_commit() {
 }
 
 # base_rounds NAME METHODS BUDGETS [env NAME=VALUE...]: ddtree_rounds with the code of a base
-# tree, $AB_BASE (bench/.ab_base unless set; ignored by git: `git archive BASE ddtree_jax
-# pallas_kernels bench | tar -x -C "$AB_BASE"`, passed in the device tool's carry), so a change and
-# its base run on one machine start. A second base (session 41's bench/.ab_head) is
-# `AB_BASE=bench/.ab_head base_rounds ...`.
+# tree, $AB_BASE (bench/.ab_base unless set; built here by `bench/ab_tree.sh BASE [DIR]` and
+# passed in the device tool's carry), so a change and its base run on one machine start. A second
+# base (session 41's bench/.ab_head) is `AB_BASE=bench/.ab_head base_rounds ...`.
 base_rounds() {
   local name=$1 methods=$2 budgets=$3; shift 3
   step "$name" "${SECS:-110}" bash -c 'cd "$0" && exec env DDTREE_X=0 "$@"' "${AB_BASE:-bench/.ab_base}" "$@" \

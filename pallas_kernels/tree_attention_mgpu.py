@@ -684,11 +684,11 @@ def _kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, f
             acc, m_i, l_i = carry
             with jax.named_scope("softmax"):
                 # The carry's max is in scaled (log2) units; the scale is folded into exp2's
-                # argument (s * scale - max: one multiply-add an element, fused where the
+                # argument (s * qk_scale - max: one multiply-add an element, fused where the
                 # compiler contracts it, where a scaling pass and a subtraction were two).
-                # qk_scale > 0, so max(s) * scale = max(s * scale). A masked score is _NEG
-                # unscaled: a row with no key here gets the max _NEG * scale (finite), and its p
-                # is zeroed by `keep` below.
+                # qk_scale > 0, so max(s) * qk_scale = max(s * qk_scale). A masked score is _NEG
+                # unscaled: a row with no key here gets the max _NEG * qk_scale (finite), and its
+                # p is zeroed by `keep` below.
                 if keep is not None:
                     s = jnp.where(keep, s, _NEG)
                 elif ragged:
@@ -698,7 +698,7 @@ def _kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, f
                 alpha = jnp.exp2(m_i - m_new)
                 p = jnp.exp2(s * qk_scale - rowb(m_new, s.shape))
                 if keep is not None:
-                    # A tile may hold no key some row sees: then m_new can be _NEG * scale.
+                    # A tile may hold no key some row sees: then m_new can be _NEG * qk_scale.
                     p = jnp.where(keep, p, 0.0)
                 l_new = alpha * l_i + p.sum(axis=1)
                 acc = acc * rowb(alpha, acc.shape)

@@ -11,7 +11,7 @@
 #     call 2.32 ms).
 # (4) DDTree-64 against the base (per-layer caches and norms, 9721902) on this start.
 # Usage (device tool, carry bench/.device_commit and bench/.ab_base): first
-#   rm -rf bench/.ab_base && mkdir -p bench/.ab_base && git archive 9721902 ddtree_jax pallas_kernels bench | tar -x -C bench/.ab_base
+#   bench/ab_tree.sh 9721902
 # then: bash bench/sessions/gpu_next_s34a.sh
 source bench/gpu_step.sh
 record_commit

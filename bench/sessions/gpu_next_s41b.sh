@@ -5,9 +5,7 @@
 # interleaved base / new twice on one start, bench_mgpu alone (exactness against XLA, then
 # cold-cache device span): the Mosaic GPU kernel on the round's configs (T = 72 64x4w2kc3m, T =
 # 264 64x3w2so for short caches and 64x4w2kst8 for long ones) and the Triton kernel at T = 72.
-# bench/.ab_head (ignored by git): rm -rf bench/.ab_head && mkdir -p bench/.ab_head && git archive 8949fe7
-#   ddtree_jax pallas_kernels bench | tar -x -C bench/.ab_head && rm -rf bench/.ab_head/bench/results
-#   bench/.ab_head/bench/sessions bench/.ab_head/ddtree_jax/default_model
+# bench/.ab_head (ignored by git): bench/ab_tree.sh 8949fe7 bench/.ab_head
 # Usage (device tool, carry bench/.device_commit and bench/.ab_head):
 #   BUDGET_S=<the call's limit less ~30> bash bench/sessions/gpu_next_s41b.sh
 source bench/gpu_step.sh
