@@ -63,7 +63,7 @@ def _numbers(text: str, kind, flag: str, minimum) -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     from bench.prompts import default_data
-    from ddtree_jax.generate import DEFAULT_CKPT
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -124,7 +124,7 @@ def validate(args) -> dict:
     """Every option checked before anything is loaded; returns the parsed lists."""
     from bench.prompts import read_file
     from ddtree_jax.checkpoint import read_meta
-    from ddtree_jax.generate import METHODS
+    from ddtree_jax.generator import METHODS
     from ddtree_jax.trees import make_policy
 
     methods = _csv(args.methods)
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.perf_counter()
     args = build_parser().parse_args(argv)
     v = validate(args)
-    from pallas_kernels import check_tuned_tables
+    from ddtree_jax.kernels import check_tuned_tables
 
     try:
         check_tuned_tables()  # a bad $DDTREE_*_TABLE now, not when the first row compiles
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench import prompts as P
     from bench import suite
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.generate import load_tokenizer, stop_ids_for
+    from ddtree_jax.cli import load_tokenizer, stop_ids_for
 
     configs = suite.matrix(v["methods"], v["policies"], v["budgets"])
     hf_target = None

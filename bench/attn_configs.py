@@ -36,8 +36,8 @@ import jax.numpy as jnp
 
 from bench.bench_kernels import make_case, random_tree_mask, rel_err, time_chain
 from ddtree_jax.trees import make_policy
-from pallas_kernels import KernelConfig, attention
-from pallas_kernels.tree_attention import default_config, launch_plan, tuned_attention_config
+from ddtree_jax.kernels import KernelConfig, attention
+from ddtree_jax.kernels.tree_attention import default_config, launch_plan, tuned_attention_config
 
 _SPEC = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)(?:n(\d+))?(?:b(\d+))?(?:k([01]))?$")
 TABLE_FIELDS = ("block_m", "block_k", "num_warps", "num_stages", "num_splits", "block_new",

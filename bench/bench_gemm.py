@@ -1,4 +1,4 @@
-"""Skinny matmuls of the Qwen3-8B shapes: the XLA dot (cuBLAS) against pallas_kernels.matmul.
+"""Skinny matmuls of the Qwen3-8B shapes: the XLA dot (cuBLAS) against ddtree_jax.kernels.matmul.
 
     python3 -m bench.bench_gemm --out DIR                       # GPU: rows 1,16,65 x 8B shapes
     python3 -m bench.bench_gemm --small --budget-s 60           # CPU smoke run (interpret mode)
@@ -21,19 +21,19 @@ Shapes: the projections of one layer (qkv, o, gate_up, down); down_swiglu (the d
 from the gate_up output: XLA's silu*mul fusion + dot against the kernel's swiglu prologue);
 qkv_norm and gate_up_norm (the product of the RMSNorm of x: XLA's norm + dot against the
 kernel's norm prologue); the LM head (float32 logits); the drafter's k/v (one layer's), ctx_kv (the 5
-layers' context k/v in one product, models.drafter.fuse_params) and fc; NAME_int8: the
+layers' context k/v in one product, drafters.dflash.fuse_params) and fc; NAME_int8: the
 same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
 (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
 xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
 "split:PARTS[:OPTION=VALUE]" (the product as float32 split-K partials of one batched
 dot, summed by the fusion after it: plain bf16 products only), and
 "pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]" configs (block_n, block_k, num_warps, num_stages, split_k,
-tail_rows 1/0, swap_ab 1/0: pallas_kernels.matmul.MatmulConfig's fields in order), and
-"mgpu[:BNxWGSxBKxSTAGESxPARTS]" (the Mosaic GPU kernel, pallas_kernels.matmul_mgpu: block_n,
+tail_rows 1/0, swap_ab 1/0: ddtree_jax.kernels.matmul.MatmulConfig's fields in order), and
+"mgpu[:BNxWGSxBKxSTAGESxPARTS]" (the Mosaic GPU kernel, ddtree_jax.kernels.matmul_mgpu: block_n,
 compute warpgroups, block_k, stages, K shares; plain products only); --sweep adds variants for
 the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
-the winners into a tuned table (pallas_kernels/matmul_configs.json's format: per device kind, the
+the winners into a tuned table (ddtree_jax/kernels/matmul_configs.json's format: per device kind, the
 best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
 the device figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges.
 ``--against xla:OPTION=VALUE`` ranks against XLA's dot compiled with that option instead, and the
@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.bench_round import xla_options
-from pallas_kernels import matmul as mm
+from ddtree_jax.kernels import matmul as mm
 
 HBM_BPS = 3.3e12
 SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
@@ -84,7 +84,7 @@ def parse_variant(v: str):
             return "pallas", None
         return "pallas", mm.MatmulConfig(*(int(x) for x in rest.split("x")))
     if kind == "mgpu":
-        from pallas_kernels.matmul_mgpu import parse_config
+        from ddtree_jax.kernels.matmul_mgpu import parse_config
         return "mgpu", parse_config(rest) if rest else None
     if kind == "split":
         parts, _, opt = rest.partition(":")
@@ -123,7 +123,7 @@ def table_entries(rows: list[dict], min_gain: float, against: str = "xla") -> li
         ms = sorted({r["m"] for r in mine})
         for m in ms:
             xla = [time_us(r) for r in mine if r["m"] == m and r["variant"] == against]
-            # The tuned table is the Triton kernel's (pallas_kernels.matmul): mgpu rows stay out.
+            # The tuned table is the Triton kernel's (ddtree_jax.kernels.matmul): mgpu rows stay out.
             ker = [r for r in mine if r["m"] == m and r.get("config") and r["variant"].startswith("pallas")]
             if not xla or not ker:
                 continue
@@ -198,7 +198,7 @@ def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: in
 
     def step(x, w):
         if impl in ("mgpu", "mgpu_interpret"):
-            from pallas_kernels.matmul_mgpu import matmul_mgpu
+            from ddtree_jax.kernels.matmul_mgpu import matmul_mgpu
             y = matmul_mgpu(x, w, config=cfg, interpret=impl == "mgpu_interpret")
         elif parts > 1:
             y = jax.lax.optimization_barrier(split_parts(x, w, parts)).sum(0).astype(x.dtype)
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="tiny shapes, interpret mode (CPU smoke run)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--write-table", default=None, metavar="FILE",
-                    help="merge the winners into this tuned table (e.g. pallas_kernels/matmul_configs.json)")
+                    help="merge the winners into this tuned table (e.g. ddtree_jax/kernels/matmul_configs.json)")
     ap.add_argument("--min-gain", type=float, default=0.03, help="a kernel enters the table if this much faster")
     ap.add_argument("--against", default="xla", metavar="VARIANT",
                     help="the XLA variant a kernel must beat for --write-table: xla, or xla:OPTION=VALUE (the "

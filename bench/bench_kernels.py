@@ -48,9 +48,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
+from ddtree_jax.kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, default_config)
-from pallas_kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
+from ddtree_jax.kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
 from bench.bench_round import SHAPES  # noqa: E402
 
 # The engine column's drafter depth (generate.cache_positions): the 8B pair's block less its root.
@@ -501,7 +501,7 @@ def main():
         generate gives a request of p prompt tokens and --engine-new-tokens new ones (a tree of
         t - 1 nodes from a 16-token block), p of them committed; the tree is the row's (a)."""
         from ddtree_jax.engine import pad_verify_rows
-        from ddtree_jax.generate import cache_positions
+        from ddtree_jax.generator import cache_positions
 
         s_eng = cache_positions(p, args.engine_new_tokens, t - 1, DRAFT_DEPTH if t > 1 else 0)[0]
         tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=s_eng, batch=1)

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 
 from bench.bench_kernels import int_list, make_case, rel_err, trace_chain
-from pallas_kernels import attention
-from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
-from pallas_kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
+from ddtree_jax.kernels import attention
+from ddtree_jax.kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
+from ddtree_jax.kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
 
 
 HEADS = (32, 8, 128)     # Qwen3-8B: query heads, kv heads, head dim

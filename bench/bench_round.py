@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax import engine
-from ddtree_jax.generate import Generator, tree_nbytes as nbytes
+from ddtree_jax import engine, profile
+from ddtree_jax.generator import Generator, tree_nbytes as nbytes
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 
@@ -252,7 +252,7 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     beyond the verify."""
     tcfg, dcfg = gen.tcfg, gen.dcfg
     bar = jax.lax.optimization_barrier
-    fns = engine.stage_functions(tcfg, dcfg, spec)
+    fns = profile.stage_functions(tcfg, dcfg, spec)
     names = [n for n in (("draft", "tree") if spec.speculative else ()) + ("verify", "walk", "commit")
              if only is None or n in only]
     logp = fns["draft"](gen.tparams, gen.dparams, state) if spec.speculative else None
@@ -323,7 +323,7 @@ def stage_times(gen: Generator, spec, fresh_state, knobs, repeats: int) -> dict:
     (verify = the forward + the choose call)."""
     if repeats <= 0:
         return {}
-    fns = engine.stage_functions(gen.tcfg, gen.dcfg, spec, gen.round_options(spec))
+    fns = profile.stage_functions(gen.tcfg, gen.dcfg, spec, gen.round_options(spec))
     state = fresh_state()
     times: dict[str, list[float]] = {}
     for i in range(repeats + 1):

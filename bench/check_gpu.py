@@ -25,7 +25,7 @@ from ddtree_jax.models import target
 from ddtree_jax.models.config import RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_target
 from ddtree_jax.models.layers import KVCache, append
-from pallas_kernels.tree_attention_mgpu import prepare_cpu_for_interpret
+from ddtree_jax.kernels.tree_attention_mgpu import prepare_cpu_for_interpret
 
 
 def perturb_norms(params: dict, key) -> dict:
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         dims = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_heads=32, num_kv_heads=8,
                     head_dim=128)
         # T = 264 / 1032: DDTree-256 / -1024 verifies padded to 8 rows, which "auto" gives the Mosaic
-        # GPU kernel on Hopper (pallas_kernels/tree_attention_mgpu.py); --impl auto checks that path
+        # GPU kernel on Hopper (ddtree_jax/kernels/tree_attention_mgpu.py); --impl auto checks that path
         # T = 16 over 5 keys: the drafter's block on a short prompt, where 7 of the Mosaic GPU
         # kernel's 8 key shares (its T = 16 default since session 31) see no key
         cases = [(1, 0), (1, 600), (1, 8192), (16, 5), (16, 600), (65, 600), (65, 8192), (257, 1000), (264, 1000),

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.trees import ddtree, make_policy
-from pallas_kernels.chunk_topk import order_key
+from ddtree_jax.kernels.chunk_topk import order_key
 
 
 def logp_of(kind: str, shape, seed: int):

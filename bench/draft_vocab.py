@@ -32,7 +32,9 @@ def corpus_ids(tok, path: Path, split: str, limit: int) -> list[list[int]]:
 
 def main(argv=None) -> int:
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.generate import DEFAULT_CKPT, Generator, load_tokenizer
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
+    from ddtree_jax.generator import Generator
+    from ddtree_jax.cli import load_tokenizer
 
     ap = argparse.ArgumentParser(prog="python -m bench.draft_vocab", description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", default=str(DEFAULT_CKPT))

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from bench.bench_round import SHAPES, build, setup_request
 from ddtree_jax import engine
-from ddtree_jax.generate import Generator
+from ddtree_jax.generator import Generator
 
 MODES = ("fresh", "caches", "state", "continue")
 

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from bench.bench_kernels import int_list, make_case
-from pallas_kernels import attention
-from pallas_kernels.tree_attention_mgpu import attention_mgpu
+from ddtree_jax.kernels import attention
+from ddtree_jax.kernels.tree_attention_mgpu import attention_mgpu
 
 
 def main(argv=None) -> int:

@@ -40,7 +40,7 @@ from jax.experimental import compute_on as _compute_on
 
 from bench.bench_kernels import random_tree_mask
 from bench.probe_decode import per_call
-from pallas_kernels import attention
+from ddtree_jax.kernels import attention
 
 
 def on_side_stream(f):

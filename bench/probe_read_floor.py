@@ -33,8 +33,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from bench.bench_kernels import floors, make_case, trace_chain, time_chain
-from pallas_kernels import attention
-from pallas_kernels.tree_attention import _compiler_params
+from ddtree_jax.kernels import attention
+from ddtree_jax.kernels.tree_attention import _compiler_params
 
 CONFIG_RE = re.compile(r"^(\d+)x(\d+)w(\d+)s(\d+)$")
 DEFAULT_CONFIGS = "16x64w4s4,32x64w4s4,32x128w4s3,64x64w4s2,16x128w8s4,32x64w8s4"

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from bench.bench_tree import timed, traced
-from pallas_kernels.chunk_topk import chunk_top_k, kept_slots, kth_largest, order_key
-from pallas_kernels.norms import _pow2_at_least, pltriton
+from ddtree_jax.kernels.chunk_topk import chunk_top_k, kept_slots, kth_largest, order_key
+from ddtree_jax.kernels.norms import _pow2_at_least, pltriton
 
 VARIANTS = ("copy", "copy_ds", "max", "cumsum", "radix", "threshold")
 

@@ -3,7 +3,7 @@
     python -m bench.profile_mgpu --ts 264 --prefixes 512 --configs 64x3w2s,64x4w2ks \
         --out bench/results/profile_mgpu
 
-Runs the kernel (pallas_kernels/tree_attention_mgpu.py) on the bench_mgpu case (Qwen3-8B's
+Runs the kernel (ddtree_jax/kernels/tree_attention_mgpu.py) on the bench_mgpu case (Qwen3-8B's
 heads, a random tree, bf16) with Mosaic GPU's in-kernel profiler on (``profile_dir``): every
 warpgroup of every CTA records the start and end of the kernel's named scopes (``q``,
 ``wait_k``, ``qk``, ``softmax``, ``wait_v``, ``pv``, ``skip``, ``merge``, ``store``; the memory
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
 
     from bench.bench_kernels import int_list
     from bench.bench_mgpu import HEADS, timed_case
-    from pallas_kernels.tree_attention_mgpu import attention_mgpu, parse_config
+    from ddtree_jax.kernels.tree_attention_mgpu import attention_mgpu, parse_config
 
     ap = argparse.ArgumentParser(prog="python -m bench.profile_mgpu", description=__doc__.splitlines()[0])
     ap.add_argument("--ts", default="264", type=int_list)

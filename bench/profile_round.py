@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from bench.bench_round import SHAPES, build, fused_times, setup_request, xla_options
 from ddtree_jax import engine
-from ddtree_jax.generate import Generator
+from ddtree_jax.generator import Generator
 
 STAGES = ("draft", "tree", "verify", "walk", "commit")
 _META = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?op_name="([^"]*)"')

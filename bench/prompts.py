@@ -56,7 +56,7 @@ def from_corpus(tokenizer, path: str | Path, num_prompts: int, prompt_tokens: in
 
 def read_file(path: str | Path) -> list[str]:
     """The prompts of a file: one per line (\\n escapes), or JSONL with "prompt"/"text" (UserError if none)."""
-    from ddtree_jax.generate import _load_prompts
+    from ddtree_jax.cli import _load_prompts
 
     return _load_prompts(types.SimpleNamespace(prompt=None, prompt_file=str(path)))
 

@@ -12,7 +12,7 @@ checked token by token against AR's output (lossless decoding must reproduce it 
 
 Compilation is most of a short run's wall time. Executables are shared wherever the programs
 are the same (the prefill of configs that differ in the tree alone, the profiled stages of
-configs that read the same spec fields; `Executables`, `engine.stage_functions`), and with
+configs that read the same spec fields; `Executables`, `profile.stage_functions`), and with
 `compile_workers` > 1 every row's executables are compiled up front, that many rows at a time
 in threads, before anything is timed (`compile_ahead`). Each row records where its wall time
 went (`row_timing`), and `deadline` stops the matrix cleanly before a row that would not fit.
@@ -318,7 +318,7 @@ def compare_with_baseline(row: dict, base: dict) -> None:
 
 def make_generator(ckpt, cfg: RunConfig, opts: SuiteOptions, executables):
     """The Generator of one row, with the run's kernel choices and drafter weights."""
-    from ddtree_jax.generate import Generator
+    from ddtree_jax.generator import Generator
 
     return Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1, attn_impl=opts.attn_impl,
                      matmul_impl=opts.matmul_impl, cache_impl=opts.cache_impl,
@@ -336,7 +336,7 @@ def compile_ahead(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOption
     function may both compile it when they run side by side (JAX does not merge those)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ddtree_jax.generate import _bucket
+    from ddtree_jax.generator import _bucket
 
     reps = {}  # one prompt per length bucket: shapes (and so executables) depend on the bucket only
     for p in prompts:
@@ -381,7 +381,7 @@ def run_suite(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, *
     with the rows so far (without their token lists), to save partial results."""
     from tqdm import tqdm
 
-    from ddtree_jax.generate import Executables
+    from ddtree_jax.generator import Executables
 
     executables = Executables()  # one prefill per cache size and sampling, whatever the tree
     ahead = None
@@ -510,7 +510,7 @@ def round_latency(model: str, budgets: Sequence[int], policies: Sequence[str], r
     import jax.numpy as jnp
 
     from bench.bench_round import build, measure, nbytes
-    from ddtree_jax.generate import Generator
+    from ddtree_jax.generator import Generator
 
     ck = build(model, jnp.bfloat16)
     runs = [("ar", "chain", 1), ("dflash", "chain", 1)] + [("ddtree", p, b) for p in policies for b in budgets]

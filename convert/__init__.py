@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from convert import hf, names
+from ddtree_jax.checkpoint import hf, names
 from ddtree_jax.errors import UserError, cli_main
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 

@@ -15,23 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.models import drafter as dmodel
+from ddtree_jax.drafters import dflash as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.layers import KVCache, append
-from ddtree_jax.models.oracle import oracle_logp
+from ddtree_jax.drafters.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
-from pallas_kernels import norm_impl_for
-from pallas_kernels.tree_attention import verify_rows
-from pallas_kernels.matmul import compiled_with, matmul
+from ddtree_jax.kernels import norm_impl_for
+from ddtree_jax.kernels.tree_attention import verify_rows
+from ddtree_jax.kernels.matmul import compiled_with, matmul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +43,13 @@ class DecodeSpec:
     out_size: int = 256  # output buffer (max_new_tokens bucket)
     sampling: SamplingConfig = SamplingConfig()
     attn_impl: str = "auto"
-    # The projections and LM heads (pallas_kernels.matmul): "auto" = XLA except where the
+    # The projections and LM heads (ddtree_jax.kernels.matmul): "auto" = XLA except where the
     # skinny-matmul kernel was measured faster; "pallas" = the kernel wherever it fits.
     matmul_impl: str = "auto"
-    # The commit's cache writes (pallas_kernels.cache_write: every layer's in one kernel);
+    # The commit's cache writes (ddtree_jax.kernels.cache_write: every layer's in one kernel);
     # "auto" = XLA's per-array writes until the kernel is timed on a GPU.
     cache_impl: str = "auto"
-    drafter: str = "dflash"  # "dflash", or "oracle" (models/oracle.py: tests and benchmarks)
+    drafter: str = "dflash"  # "dflash", or "oracle" (drafters/oracle.py: tests and benchmarks)
     # Rounds per while_loop iteration (steps past max_rounds run but commit nothing). Meant to
     # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
     # body, so unrolling was slower there (bench/RESULTS.md) and 1 is the default.
@@ -147,7 +146,7 @@ def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Kno
 def _products(spec: DecodeSpec, dcfg: DrafterConfig | None):
     """The context a round's stages trace their products in: the XLA options its executable is
     compiled with (`round_xla_options`, a function of the static spec), so that the skinny-matmul
-    table's entries for those executables apply (pallas_kernels.matmul.compiled_with). Options
+    table's entries for those executables apply (ddtree_jax.kernels.matmul.compiled_with). Options
     given to a Generator's constructor on top are not seen here."""
     return compiled_with(round_xla_options(spec, dcfg))
 
@@ -185,7 +184,7 @@ def tree_stage(logp: jax.Array, state: State, vocab: jax.Array | None = None, *,
 
 
 def draft_vocab(dparams) -> jax.Array | None:
-    """The token map of a drafter restricted to part of the vocabulary (models.drafter.
+    """The token map of a drafter restricted to part of the vocabulary (drafters.dflash.
     restrict_vocab: its LM head holds those columns only), else None."""
     return dparams.get("draft_vocab") if isinstance(dparams, dict) else None
 
@@ -215,7 +214,7 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
 
 
 def pad_verify_rows(tokens: jax.Array, pos: jax.Array, mask: jax.Array, rows: int):
-    """The verify's inputs grown from T to `rows` rows (pallas_kernels.verify_rows): a padding row
+    """The verify's inputs grown from T to `rows` rows (ddtree_jax.kernels.verify_rows): a padding row
     repeats the last token and position and sees only itself, and no real row sees it, so the
     real rows' attention, and with it every real output, is what it was."""
     bt, t = tokens.shape
@@ -471,73 +470,3 @@ def prefill_spec(spec: DecodeSpec) -> DecodeSpec:
     above 0, the loop's unroll) share one prefill executable."""
     return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll,
                                unroll_as_loop=DecodeSpec.unroll_as_loop)
-
-
-def stage_functions(tcfg, dcfg, spec: DecodeSpec, options: dict | None = None) -> dict[str, Any]:
-    """The round's stages as separately jitted functions, for per-stage timing (--profile, bench).
-
-    They are the functions `round_step` chains, so a profiled run commits the same tokens. Each
-    stage is jitted once per spec without the fields that only other stages read (`_stage_key`),
-    process-wide: specs that differ in those fields share it, and with it its executables per
-    input shape. So greedy and sampled runs share every stage but `choose`, and configs whose
-    caches have one size share the draft (fewer compiles in the bench suite). options: XLA
-    options every stage is compiled with (the round's: `Generator.round_options`).
-    """
-    opts = (tuple(sorted(options.items())),) if options else ()  # none: the same cache entry as before
-    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec), *opts)
-            for name in ("draft", "tree", "verify", "choose", "walk", "commit")}
-
-
-def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
-    """(tcfg, dcfg, spec, extra) for stage `name`, with the spec fields that only other stages
-    read (the tree's budget and policy, the loop's unroll, the sampling, the prefill's chunk) at
-    their defaults."""
-    default = DecodeSpec()
-    tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
-                                    unroll_as_loop=default.unroll_as_loop, sampling=default.sampling,
-                                    prefill_chunk=default.prefill_chunk)
-    if name in ("draft", "verify"):
-        return tcfg, dcfg, tree_free, None
-    if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
-        return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
-    if name == "tree":
-        return None, None, dataclasses.replace(spec, unroll=default.unroll, unroll_as_loop=default.unroll_as_loop,
-                                               sampling=default.sampling, prefill_chunk=default.prefill_chunk), None
-    if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
-        return None, None, DecodeSpec(sampling=spec.sampling), None
-    if name == "walk":  # extra: the tree depth, all the walk reads
-        return None, None, default, dcfg.depth if spec.speculative else 0
-    raise ValueError(name)
-
-
-@functools.lru_cache(maxsize=256)
-def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = ()):
-    def jit(fn, **kw):
-        # the products are traced as parts of an executable with these options (`_products`)
-        def traced(*args, **kwargs):
-            with compiled_with(dict(options)):
-                return fn(*args, **kwargs)
-
-        return jax.jit(traced, compiler_options=dict(options) or None, **kw)
-    if name == "draft":
-        return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
-    if name == "tree":
-        return jit(functools.partial(tree_stage, spec=spec))
-    if name == "verify":
-        return jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
-    if name == "choose":
-        def _choose(logits, key, knobs):
-            return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
-
-        return jit(_choose)
-    if name == "walk":
-        def _walk(tree_, target_tokens):
-            return walk(tree_, target_tokens, extra)
-
-        return jit(_walk)
-    if name == "commit":
-        def _commit(dparams, state, new_kv, tapped, result, knobs):
-            return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=extra)
-
-        return jit(_commit, donate_argnums=(1,))
-    raise ValueError(name)

@@ -7,13 +7,13 @@ no traceback unless `--debug` is on the command line.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import lzma
 import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
-
-from ddtree_jax.models.config import ConfigError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -21,6 +21,10 @@ EXIT_INTERRUPTED = 130
 
 class UserError(Exception):
     """Bad input or an impossible request; the message says what to do."""
+
+
+class ConfigError(ValueError):
+    """A checkpoint or option that cannot be used; the message says what to do."""
 
 
 def cli_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
@@ -60,6 +64,15 @@ def run_script(main: Callable[[Sequence[str] | None], int | None], prog: str) ->
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def open_text(path: Path):
+    """A text file, or an .xz / .gz compressed one, opened for reading as UTF-8."""
+    if path.suffix == ".xz":
+        return lzma.open(path, "rt", encoding="utf-8")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
 
 
 def read_text_file(path: str | Path, what: str, *, missing: str = "") -> str:

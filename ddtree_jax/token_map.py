@@ -3,7 +3,7 @@
 A DFlash drafter reads the target's whole LM head every round (151,936 x 4,096 for Qwen3-8B:
 1.24 GB, a quarter of a DDTree-64 round's draft stage on the H200). Most of those rows are tokens
 that are almost never the next one. A token map keeps the V' most frequent tokens: the drafter's
-head is cut to them (models.drafter.restrict_vocab), so a draft reads V'/V of those bytes, and the
+head is cut to them (drafters.dflash.restrict_vocab), so a draft reads V'/V of those bytes, and the
 tree policies rank V' candidates. This is FR-Spec's frequency-ranked drafting (Zhao et al., 2025),
 SGLang's `--speculative-token-map`. Lossless either way: the target verifies every token with
 its full head; a token outside the map is simply never proposed (acceptance may drop a little).
@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from ddtree_jax.errors import UserError, json_line_text, read_text_file
-from ddtree_jax.train.data import open_text
+from ddtree_jax.errors import UserError, json_line_text, open_text, read_text_file
 
 
 def read_token_map(path: str | Path) -> list[int]:

@@ -23,7 +23,7 @@ for p in (str(ROOT), str(ROOT / "tests")):
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Mosaic GPU interpret mode deadlocked 2-core CI runs with XLA's CPU pools sized by the cores
 # (see prepare_cpu_for_interpret); the pool size must be set before jax starts.
-from pallas_kernels.tree_attention_mgpu import prepare_cpu_for_interpret  # noqa: E402
+from ddtree_jax.kernels.tree_attention_mgpu import prepare_cpu_for_interpret  # noqa: E402
 
 prepare_cpu_for_interpret()
 if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per test session, not ~/.cache

@@ -1,4 +1,4 @@
-"""The one-kernel depth loop (pallas_kernels/beam_select.py) in interpret mode: the same trees
+"""The one-kernel depth loop (ddtree_jax/kernels/beam_select.py) in interpret mode: the same trees
 as XLA's depth loop for every policy that uses it (ties, -inf log-probs, tiny vocabularies,
 batch > 1), its settings gate, and its Triton module lowers for CUDA and verifies."""
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ddtree_jax.trees import ddtree, make_policy
-from pallas_kernels.beam_select import beam_select, make_plan
+from ddtree_jax.kernels.beam_select import beam_select, make_plan
 from test_kernels import _verified_triton_modules
 
 

@@ -71,7 +71,7 @@ class _FakeGenerator:
         self.calls = []
 
     def generate_ids(self, prompts, *, max_new_tokens, seed, profile=False, **kw):
-        from ddtree_jax.generate import Result
+        from ddtree_jax.generator import Result
 
         self.calls.append((seed, profile))
         acc = [3, 5, 1] if seed % 2 == 0 else [2, 2]
@@ -133,7 +133,7 @@ def test_verify_alone_on_the_tiny_pair_sampled():
     import math
 
     from bench.suite import SuiteOptions, verify_alone_ms
-    from ddtree_jax.generate import Generator
+    from ddtree_jax.generator import Generator
     from tiny import tiny_pair
 
     gen = Generator(tiny_pair(vocab=64, layers=2), method="ddtree", budget=4)
@@ -282,7 +282,7 @@ def test_time_limit_skips_the_rows_that_would_not_fit(monkeypatch):
     so far) and lists what it skipped; the rows it ran are complete."""
     import time
 
-    import ddtree_jax.generate as G
+    import ddtree_jax.generator as G
     from bench import suite
     from bench.prompts import Prompt
 
@@ -327,7 +327,7 @@ def _stage_inputs(gen, spec, knobs):
     import jax
     import jax.numpy as jnp
 
-    from ddtree_jax import engine
+    from ddtree_jax import engine, profile
     from ddtree_jax.walk import walk
 
     tc, dc = gen.tcfg, gen.dcfg
@@ -360,16 +360,17 @@ def _stage_inputs(gen, spec, knobs):
 def test_shared_stage_and_prefill_programs_equal_the_specs_own(method, policy, budget, temperature, top_k,
                                                                 attn_impl):
     """Executables shared between specs (the prefill per `engine.prefill_spec`, each profiled stage
-    per `engine._stage_key`) are the very programs each spec would compile for itself: the jaxprs
+    per `profile._stage_key`) are the very programs each spec would compile for itself: the jaxprs
     are equal, so a stage reading a spec field its key leaves out fails here."""
     import dataclasses
     import functools
 
     import jax
 
-    from ddtree_jax import engine
+    from ddtree_jax import engine, profile
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.generate import DEFAULT_CKPT, Generator
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
+    from ddtree_jax.generator import Generator
     from ddtree_jax.sampling import SamplingConfig
 
     gen = Generator(load_checkpoint(DEFAULT_CKPT, dtype="float32"), method=method, policy=policy, budget=budget or 1,
@@ -385,10 +386,10 @@ def test_shared_stage_and_prefill_programs_equal_the_specs_own(method, policy, b
     assert (jaxpr(functools.partial(engine._prefill, spec=spec, **static), *pre)
             == jaxpr(functools.partial(engine._prefill, spec=engine.prefill_spec(spec), **static), *pre))
     for name, a in args.items():
-        tcfg, dcfg, shared, extra = engine._stage_key(name, gen.tcfg, gen.dcfg, spec)
-        own = engine._stage_fn(name, gen.tcfg, gen.dcfg, spec, extra)
-        assert jaxpr(own, *a) == jaxpr(engine.stage_functions(gen.tcfg, gen.dcfg, spec)[name], *a), name
-        assert engine.stage_functions(gen.tcfg, gen.dcfg, spec)[name] is engine._stage_fn(name, tcfg, dcfg, shared,
+        tcfg, dcfg, shared, extra = profile._stage_key(name, gen.tcfg, gen.dcfg, spec)
+        own = profile._stage_fn(name, gen.tcfg, gen.dcfg, spec, extra)
+        assert jaxpr(own, *a) == jaxpr(profile.stage_functions(gen.tcfg, gen.dcfg, spec)[name], *a), name
+        assert profile.stage_functions(gen.tcfg, gen.dcfg, spec)[name] is profile._stage_fn(name, tcfg, dcfg, shared,
                                                                                          extra)
 
 
@@ -396,7 +397,8 @@ def test_generators_share_executables():
     """Generators given one `Executables` compile a prefill once for configs that differ in the
     tree alone; their greedy outputs stay equal (lossless)."""
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.generate import DEFAULT_CKPT, Executables, Generator
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
+    from ddtree_jax.generator import Executables, Generator
 
     ckpt = load_checkpoint(DEFAULT_CKPT, dtype="float32")
     shared = Executables()

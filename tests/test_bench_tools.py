@@ -256,7 +256,7 @@ def test_check_gpu_smoke_mosaic_interpret(capsys, monkeypatch):
     each warpgroup as a nested CPU computation, which deadlocked inside the forward on 2 cores
     until conftest (and check_gpu) called prepare_cpu_for_interpret."""
     from bench.check_gpu import main
-    from pallas_kernels import tree_attention_mgpu as mgpu
+    from ddtree_jax.kernels import tree_attention_mgpu as mgpu
 
     monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
 
@@ -416,10 +416,10 @@ def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
     import time
 
     from bench import bench_round
-    from ddtree_jax import engine
-    from ddtree_jax.generate import Generator
+    from ddtree_jax import profile
+    from ddtree_jax.generator import Generator
 
-    real = engine.stage_functions
+    real = profile.stage_functions
 
     def slowed(*a, **k):
         fns = dict(real(*a, **k))
@@ -428,7 +428,7 @@ def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
             fns[name] = lambda *x, fn=fn, secs=secs: (time.sleep(secs), fn(*x))[1]
         return fns
 
-    monkeypatch.setattr(engine, "stage_functions", slowed)
+    monkeypatch.setattr(profile, "stage_functions", slowed)
     gen = Generator(bench_round.build("tiny", jnp.float32), method="ar")
     r = bench_round.measure(gen, 16, rounds=1, repeats=1, stage_repeats=2)
     assert r["stage_ms"]["verify"] >= 40.0
@@ -697,7 +697,7 @@ def test_profile_mgpu_summary_of_an_in_kernel_trace():
 
 
 def test_profile_ranges_cover_every_step():
-    from pallas_kernels.tree_attention_mgpu import MgpuConfig, profile_ranges
+    from ddtree_jax.kernels.tree_attention_mgpu import MgpuConfig, profile_ranges
     assert profile_ranges(264, 1024, MgpuConfig()) == 5 * (16 + 5) + 8
     assert profile_ranges(264, 1024, MgpuConfig(block_k=128)) == 5 * (8 + 3) + 8
 
@@ -753,7 +753,7 @@ def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
     here: on the CPU it never pads), over the cache generate would give the request (the prefix
     committed), the floors' percentages from its time."""
     from ddtree_jax.engine import pad_verify_rows
-    from ddtree_jax.generate import cache_positions
+    from ddtree_jax.generator import cache_positions
 
     monkeypatch.setattr(bk, "verify_rows", lambda t, *a, **k: -(-t // 8) * 8)
     timed = []

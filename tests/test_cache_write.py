@@ -1,4 +1,4 @@
-"""pallas_kernels.cache_write: every layer's cache write in one kernel (interpret mode) against
+"""ddtree_jax.kernels.cache_write: every layer's cache write in one kernel (interpret mode) against
 the per-layer XLA path and numpy, for per-layer and stacked caches; its CUDA lowering; the engine
 with it."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import cache_write as cw
+from ddtree_jax.kernels import cache_write as cw
 from tests.test_kernels import _verified_triton_modules
 
 
@@ -184,7 +184,7 @@ def test_engine_with_the_kernel_is_lossless(monkeypatch):
     real = cw._write_pallas
     monkeypatch.setattr(cw, "_write_pallas",
                         lambda c, *a, **k: traced.append(tuple(x.shape[0] for x in c)) or real(c, *a, **k))
-    from ddtree_jax.generate import Generator
+    from ddtree_jax.generator import Generator
     from tiny import tiny_pair
 
     pair = tiny_pair(vocab=64, layers=2)
@@ -206,7 +206,7 @@ def test_engine_with_the_kernel_is_lossless(monkeypatch):
 
 def test_auto_takes_the_kernel_where_the_attention_kernels_run(monkeypatch):
     """impl="auto": the kernel on NVIDIA GPUs (measured faster there), XLA's path elsewhere."""
-    from pallas_kernels import tree_attention
+    from ddtree_jax.kernels import tree_attention
 
     assert cw.resolve_impl("auto") == ("pallas" if tree_attention.auto_impl() == "pallas" else "xla")
     monkeypatch.setattr(tree_attention, "auto_impl", lambda device=None: "pallas")

@@ -1,4 +1,4 @@
-"""pallas_kernels.chunk_topk: the per-chunk top-k kernel (interpret mode) is bit-exact with
+"""ddtree_jax.kernels.chunk_topk: the per-chunk top-k kernel (interpret mode) is bit-exact with
 lax.top_k per chunk, ties and signed zeros included, and lowers for CUDA."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.chunk_topk import (chunk_top_k, chunk_top_k_reference, from_order_key, order_key,
+from ddtree_jax.kernels.chunk_topk import (chunk_top_k, chunk_top_k_reference, from_order_key, order_key,
                                       top_k_total_order)
 from test_kernels import _verified_triton_modules
 

@@ -21,7 +21,7 @@ from ddtree_jax.checkpoint import load_checkpoint, load_params, save_checkpoint
 from ddtree_jax.errors import UserError
 
 # ---------------------------------------------------------------------------------------------
-# Our layout, written out independently of convert/names.py: HF name pattern -> (key, transpose).
+# Our layout, written out independently of ddtree_jax/checkpoint/names.py: HF name pattern -> (key, transpose).
 
 _LAYER = {
     "input_layernorm.weight": ("attn_norm", False),
@@ -154,7 +154,7 @@ def test_force_replaces_existing_output(llama_target, tmp_path):
 
 
 def test_name_table_tied_checkpoint_may_hold_lm_head(llama_target):
-    from convert import names
+    from ddtree_jax.checkpoint import names
     from ddtree_jax.models.config import TargetConfig, read_hf_config
 
     cfg = TargetConfig.from_hf(read_hf_config(llama_target.hf_target))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from ddtree_jax.checkpoint import load_checkpoint
-from ddtree_jax.generate import DEFAULT_CKPT, Generator
+from ddtree_jax.checkpoint import DEFAULT_CKPT
+from ddtree_jax.generator import Generator
 
 HF_TARGET = DEFAULT_CKPT.parent / "hf" / "target"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pystdlib-3.11.7.jsonl.xz"

@@ -1,4 +1,4 @@
-"""An int8 drafter (models.drafter.quantize_params): still lossless, and on the shipped pair it
+"""An int8 drafter (drafters.dflash.quantize_params): still lossless, and on the shipped pair it
 drafts nearly as well as the full one."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from ddtree_jax.errors import UserError
-from ddtree_jax.generate import Generator
-from ddtree_jax.models import drafter as dmodel
-from pallas_kernels.matmul import Int8Weight
+from ddtree_jax.generator import Generator
+from ddtree_jax.drafters import dflash as dmodel
+from ddtree_jax.kernels.matmul import Int8Weight
 from tiny import tiny_pair
 
 PROMPTS = [[5], [1, 2, 3, 4, 5, 6, 7], list(range(2, 33))]
@@ -54,7 +54,8 @@ def test_int8_drafter_acceptance_on_the_shipped_pair():
     (DDTree-16 on 4 eval-split prompts x 64 tokens, float32 target), and the tokens do not change."""
     from bench import prompts as bp
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.generate import DEFAULT_CKPT, load_tokenizer
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
+    from ddtree_jax.cli import load_tokenizer
 
     ck = load_checkpoint(DEFAULT_CKPT, dtype="float32")
     tok = load_tokenizer(ck)

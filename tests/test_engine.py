@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddtree_jax.generate import Generator
+from ddtree_jax.generator import Generator
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.trees import available_policies
 from tiny import oracle_params, tiny_pair
@@ -180,7 +180,7 @@ def test_streaming_and_profile_give_same_tokens(pair, ar_tokens):
 def test_streaming_calls_grow(pair, ar_tokens):
     """Streamed AR from 1 round a call: calls of 1, 2, 4, ... rounds (capped), so few calls; and
     the streamed tokens are the plain ones."""
-    from ddtree_jax.generate import STREAM_MAX_ROUNDS_PER_CALL
+    from ddtree_jax.generator import STREAM_MAX_ROUNDS_PER_CALL
 
     calls = []
     res = Generator(pair, method="ar").generate_ids(
@@ -279,7 +279,7 @@ def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
     held by anything else)."""
     import jax
 
-    from ddtree_jax import generate as generate_mod
+    from ddtree_jax import generator as generate_mod
     from ddtree_jax.errors import UserError
 
     gen = Generator(pair, method="ar")
@@ -332,7 +332,7 @@ def test_a_call_takes_few_buffers(pair):
     ("auto", "auto", None), ("xla", "auto", None)])
 def test_norms_are_stacked_where_kernels_read_them(norm_impl, matmul_impl, stacked):
     from ddtree_jax.models.layers import stacks_norms_for
-    from pallas_kernels import auto_impl
+    from ddtree_jax.kernels import auto_impl
 
     want = auto_impl() == "pallas" if stacked is None else stacked   # "auto": kernels on NVIDIA GPUs only
     assert stacks_norms_for(norm_impl, matmul_impl) is want

@@ -1,4 +1,4 @@
-"""pallas_kernels.attention: Pallas kernel (interpret mode) vs plain-JAX reference vs float64 numpy.
+"""ddtree_jax.kernels.attention: Pallas kernel (interpret mode) vs plain-JAX reference vs float64 numpy.
 
 CPU only. Sizes are chosen so the whole file runs in well under three minutes on two cores:
 most prefixes are short, one case per tree size family uses S = 4096. The GPU path is also
@@ -24,9 +24,9 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from bench.bench_kernels import random_tree_mask  # noqa: E402
-from pallas_kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
+from ddtree_jax.kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
                             auto_impl, auto_impl_for_kind, available_impls, takes_kernels)
-from pallas_kernels.tree_attention import (_num_splits, _pack_mask, attention_pallas,  # noqa: E402
+from ddtree_jax.kernels.tree_attention import (_num_splits, _pack_mask, attention_pallas,  # noqa: E402
                                            default_config, launch_plan)
 
 TOL = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2}
@@ -266,7 +266,7 @@ def test_skipping_empty_new_key_steps_is_exact(monkeypatch, num_splits):
 def test_skip_rule():
     """skip_empty=None skips from SKIP_MIN_STEPS new-key steps (H200: a loss at 3, a gain at 9);
     True / False force it; one step never skips (every row sees itself)."""
-    from pallas_kernels.tree_attention import SKIP_MIN_STEPS, _skips
+    from ddtree_jax.kernels.tree_attention import SKIP_MIN_STEPS, _skips
     auto = KernelConfig()
     assert not _skips(auto, 257, 128) and _skips(auto, 1025, 128)
     assert _skips(auto, 128 * SKIP_MIN_STEPS, 128) and not _skips(auto, 128 * (SKIP_MIN_STEPS - 1), 128)
@@ -383,7 +383,7 @@ def test_tuned_table_overrides_the_default_tiles(tmp_path, monkeypatch):
     """An entry of $DDTREE_ATTENTION_TABLE for this device kind replaces the fields it names (the
     rest stay default_config's), only for its T range, G, head dim and itemsize; a malformed
     entry is a one-line error naming the file."""
-    from pallas_kernels import tree_attention as ta
+    from ddtree_jax.kernels import tree_attention as ta
     table = {"NVIDIA H200": [{"t": [60, 70], "g": 4, "dh": 128, "config": {"num_splits": 1, "block_m": 32}}],
              "other": [{"t": [1, 9999], "g": 4, "dh": 128, "config": {"block_k": 16}}]}
     path = tmp_path / "attn.json"
@@ -482,7 +482,7 @@ def test_float32_products_take_tf32x3_on_the_compiled_path(monkeypatch):
     """The Triton kernel's float32 products: three TF32 passes by default on the compiled path
     (IEEE float32 ran on FMA units, 4.5x slower rounds: session 37), IEEE on request, HIGHEST in
     interpret mode; bf16 unaffected; a bad knob is a one-line error."""
-    from pallas_kernels.tree_attention import F32_DOT_ENV, _kernel_precision
+    from ddtree_jax.kernels.tree_attention import F32_DOT_ENV, _kernel_precision
     monkeypatch.delenv(F32_DOT_ENV, raising=False)
     assert _kernel_precision(jnp.float32, False) == lax.DotAlgorithmPreset.TF32_TF32_F32_X3
     assert _kernel_precision(jnp.float32, True) == lax.Precision.HIGHEST
@@ -521,7 +521,7 @@ def test_reference_rejects_bad_shapes():
 def test_auto_takes_xla_for_prompt_sized_t(monkeypatch):
     """impl="auto" on a GPU runs the kernel for verify-sized T and the XLA path above
     AUTO_MAX_NEW_TOKENS (the kernel unrolls its new-key steps: minutes of compile at T=8192)."""
-    from pallas_kernels import tree_attention as ta
+    from ddtree_jax.kernels import tree_attention as ta
 
     calls = []
     monkeypatch.setattr(ta, "auto_impl", lambda device=None: "pallas")

@@ -1,4 +1,4 @@
-"""The Mosaic GPU tree-verify attention kernel (pallas_kernels/tree_attention_mgpu.py).
+"""The Mosaic GPU tree-verify attention kernel (ddtree_jax/kernels/tree_attention_mgpu.py).
 
 On the CPU the kernel body runs in Mosaic GPU's interpret mode (TMA copies, barriers and the
 memory / compute warpgroups simulated; the two products as plain dots), against a float64
@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import tree_attention as ta
-from pallas_kernels import tree_attention_mgpu as mgpu
-from pallas_kernels import split_merge
-from pallas_kernels.split_merge import merge_splits_kernel
-from pallas_kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
+from ddtree_jax.kernels import tree_attention as ta
+from ddtree_jax.kernels import tree_attention_mgpu as mgpu
+from ddtree_jax.kernels import split_merge
+from ddtree_jax.kernels.split_merge import merge_splits_kernel
+from ddtree_jax.kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
 from test_kernels import make_inputs, numpy_reference, rel_err
 
 pytestmark = pytest.mark.skipif(mgpu.plgpu is None, reason="this jax has no Mosaic GPU Pallas module")

@@ -18,7 +18,9 @@ import pytest
 
 from ddtree_jax.checkpoint import load_checkpoint
 from ddtree_jax.errors import UserError
-from ddtree_jax.generate import DEFAULT_CKPT, Generator, load_tokenizer
+from ddtree_jax.checkpoint import DEFAULT_CKPT
+from ddtree_jax.generator import Generator
+from ddtree_jax.cli import load_tokenizer
 
 PROMPT = "import os\n"
 WANTED = 2000

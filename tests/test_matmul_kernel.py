@@ -1,4 +1,4 @@
-"""pallas_kernels.matmul: the skinny-matmul kernel (interpret mode) against the XLA dot, the
+"""ddtree_jax.kernels.matmul: the skinny-matmul kernel (interpret mode) against the XLA dot, the
 CUDA lowering, and the models' wiring (matmul_impl)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import matmul as mm
-from pallas_kernels.stacking import StackedRow
+from ddtree_jax.kernels import matmul as mm
+from ddtree_jax.kernels.stacking import StackedRow
 from tests.test_kernels import _verified_triton_modules
 
 
@@ -334,7 +334,7 @@ def test_engine_with_the_kernel_is_lossless():
     """Every projection and LM head of the round through the kernel (interpret mode, float32; the
     prompts' prefill too: 96 rows fit one tile): DDTree, drafter included, gives the XLA path's
     AR tokens."""
-    from ddtree_jax.generate import Generator
+    from ddtree_jax.generator import Generator
     from tiny import tiny_pair
 
     pair = tiny_pair()
@@ -491,7 +491,7 @@ def test_fused_drafter_layers_match_the_unfused_pass():
     matches the XLA pass; here the int8 drafter (the same Int8Weights both ways; the engine test
     above runs the bf16 drafter fused)."""
     quant = True
-    from ddtree_jax.models import drafter as dmodel
+    from ddtree_jax.drafters import dflash as dmodel
     from ddtree_jax.models.layers import KVCache
     from tiny import tiny_pair
 

@@ -1,4 +1,4 @@
-"""The Mosaic GPU skinny matmul (pallas_kernels/matmul_mgpu.py): interpret mode on the CPU against
+"""The Mosaic GPU skinny matmul (ddtree_jax/kernels/matmul_mgpu.py): interpret mode on the CPU against
 a float32 dot, the CUDA lowering at the 8B shapes, the refusals, and bench_gemm's mgpu variant.
 The engine does not use the kernel (bench/RESULTS.md, session 26: slower than XLA's dot at every
 measured shape); bench_gemm times it."""
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import matmul_mgpu as mm
-from pallas_kernels.matmul_mgpu import MgpuMatmulConfig, matmul_mgpu
+from ddtree_jax.kernels import matmul_mgpu as mm
+from ddtree_jax.kernels.matmul_mgpu import MgpuMatmulConfig, matmul_mgpu
 
 pytestmark = pytest.mark.skipif(mm.plgpu is None, reason="this jax has no Mosaic GPU Pallas module")
 

@@ -1,4 +1,4 @@
-"""pallas_kernels.norms: Pallas kernels (interpret mode) vs the XLA path, and the model wiring.
+"""ddtree_jax.kernels.norms: Pallas kernels (interpret mode) vs the XLA path, and the model wiring.
 
 CPU only. The XLA path is pinned bit-exactly to the model's own math (layers.rms_norm, the
 unfused q/k norm + RoPE); the kernels are compared with it at float32 (~1e-6) and bfloat16 (two
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from jax.extend.core import jaxprs_in_params
 
-from ddtree_jax.models import drafter as dmodel
+from ddtree_jax.drafters import dflash as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 from ddtree_jax.models.layers import KVCache, apply_rope, layer_view, rms_norm as layers_rms_norm, rope_tables
-from pallas_kernels import norms
-from pallas_kernels.stacking import StackedRow
+from ddtree_jax.kernels import norms
+from ddtree_jax.kernels.stacking import StackedRow
 
 EPS = 1e-6
 

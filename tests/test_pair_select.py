@@ -1,4 +1,4 @@
-"""pallas_kernels/pair_select.py in interpret mode: a depth's n best sums over the staircase of
+"""ddtree_jax/kernels/pair_select.py in interpret mode: a depth's n best sums over the staircase of
 (beam row, rank) pairs, equal to the XLA reference (ties, -inf, signed zeros, few rows, long short
 rows, n = P); its errors; DDTree's tree with every depth in it (and / or the final selection in
 runs_select) equals the heap reference and, array for array, the tree of XLA's selections; and
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ddtree_jax.trees import ddtree, make_policy
-from pallas_kernels.pair_select import pair_select
+from ddtree_jax.kernels.pair_select import pair_select
 from test_kernels import _verified_triton_modules
 from test_trees import check_ddtree_against_heap, make_logp
 

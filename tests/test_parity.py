@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 from ddtree_jax.checkpoint import load_checkpoint
-from ddtree_jax.generate import Generator
-from ddtree_jax.models import drafter as dmodel
+from ddtree_jax.generator import Generator
+from ddtree_jax.drafters import dflash as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.layers import KVCache
 from hf_fixtures import make_drafter

@@ -1,4 +1,4 @@
-"""pallas_kernels/rank_select.py in interpret mode: the n best under (score desc, position asc)
+"""ddtree_jax/kernels/rank_select.py in interpret mode: the n best under (score desc, position asc)
 with payloads, equal to the XLA reference and to ddtree.select_best (ties, -inf, signed zeros,
 rows not a multiple of the tile, n = P); its errors; DDTree's tree with every selection in it
 equals the heap reference; and its Triton module lowers for CUDA and verifies."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ddtree_jax.trees import ddtree
-from pallas_kernels.rank_select import rank_select
+from ddtree_jax.kernels.rank_select import rank_select
 from test_kernels import _verified_triton_modules
 from test_trees import check_ddtree_against_heap
 

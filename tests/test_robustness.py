@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddtree_jax.generate import Generator
+from ddtree_jax.generator import Generator
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 
@@ -119,7 +119,7 @@ def make_pair(c) -> types.SimpleNamespace:
 
 
 def oracle_from(pair, prompts, continuations, noise: float, seed: int) -> dict:
-    """Oracle drafter params (models/oracle.py) from the target's own greedy continuations."""
+    """Oracle drafter params (drafters/oracle.py) from the target's own greedy continuations."""
     length = max(len(p) + len(r) for p, r in zip(prompts, continuations)) + 1
     tokens = np.zeros((len(prompts), length), np.int32)
     for i, (p, r) in enumerate(zip(prompts, continuations)):

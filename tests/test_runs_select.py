@@ -1,4 +1,4 @@
-"""pallas_kernels/runs_select.py in interpret mode: the n best of rows made of sorted runs equal
+"""ddtree_jax/kernels/runs_select.py in interpret mode: the n best of rows made of sorted runs equal
 rank_select's XLA reference bit for bit (ties within and across runs, -inf, signed zeros, one
 run, runs of width 1, rows not a multiple of the tile, n = T and n = 1); its errors; and its
 Triton module for DDTree's final selection at B = 1024 lowers for CUDA and verifies."""
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.runs_select import runs_select
+from ddtree_jax.kernels.runs_select import runs_select
 from test_kernels import _verified_triton_modules
 
 

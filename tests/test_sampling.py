@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ddtree_jax.generate import Generator
+from ddtree_jax.generator import Generator
 from ddtree_jax.models import target as tmodel
 from tiny import oracle_params, tiny_pair
 

@@ -1,4 +1,4 @@
-"""pallas_kernels.select_top: the kernel (interpret mode) keeps exactly the reference sort's m
+"""ddtree_jax.kernels.select_top: the kernel (interpret mode) keeps exactly the reference sort's m
 best positions, under both score orders and both tie rules, and lowers for CUDA."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.select_top import select_top, select_top_reference
+from ddtree_jax.kernels.select_top import select_top, select_top_reference
 from test_kernels import _verified_triton_modules
 
 KINDS = ("float", "ties", "zeros", "neginf")

@@ -16,9 +16,10 @@ import pytest
 
 from ddtree_jax import engine, token_map
 from ddtree_jax.errors import UserError
-from ddtree_jax.generate import DEFAULT_CKPT, Generator
-from ddtree_jax.models import drafter as dmodel
-from pallas_kernels.matmul import Int8Weight
+from ddtree_jax.checkpoint import DEFAULT_CKPT
+from ddtree_jax.generator import Generator
+from ddtree_jax.drafters import dflash as dmodel
+from ddtree_jax.kernels.matmul import Int8Weight
 from tiny import tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +141,7 @@ def test_token_map_cli_on_the_shipped_pair(tmp_path, capsys):
     """Build a map from a small corpus with the shipped tokenizer (a second build refuses to
     overwrite), then generate with it through the CLI: the tokens are the AR ones."""
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.generate import load_tokenizer
+    from ddtree_jax.cli import load_tokenizer
 
     corpus = tmp_path / "c.jsonl"
     code = "import os\n\n\ndef read(path):\n    with open(path) as f:\n        return f.read()\n"

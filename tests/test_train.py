@@ -136,7 +136,7 @@ def test_training_pass_equals_inference_path():
     """train_hidden for several anchors in one pass == extend_cache + draft_hidden per anchor
     (drafter layer 0 full attention, layer 1 a sliding window shorter than some prefixes)."""
     from ddtree_jax.models.config import DrafterConfig, TargetConfig
-    from ddtree_jax.models.drafter import draft_hidden, extend_cache
+    from ddtree_jax.drafters.dflash import draft_hidden, extend_cache
     from ddtree_jax.models.init import init_drafter, init_target
     from ddtree_jax.models.layers import KVCache
     from ddtree_jax.models.target import embed, forward_train

@@ -261,7 +261,7 @@ def test_ddtree_one_hot_selection_keeps_the_tree(case, kind, monkeypatch):
 @pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
                                        ((1, 15, 400, 300), "float"), ((2, 5, 3000, 1100), "ties")])
 def test_ddtree_select_top_prefilter_keeps_the_tree(case, kind, monkeypatch):
-    """ddtree.SELECT_TOP_FROM (a selection keeps its n best by pallas_kernels.select_top, here in
+    """ddtree.SELECT_TOP_FROM (a selection keeps its n best by ddtree_jax.kernels.select_top, here in
     interpret mode, and ranks only those) builds the heap's tree: on the depths' selections past
     the limit and, at budget 1100 (~15k entries over all depths, 5 x ~3000 candidates a depth),
     on the final selection too; 'dyadic' ties scores across depths and has zero log-probs."""

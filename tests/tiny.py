@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.generate import Generator
+from ddtree_jax.generator import Generator
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ddtree_jax.errors import ConfigError, read_json_file
+
 SUPPORTED_TARGETS = {
     # HF architecture name -> (family, has q/k norm, has qkv bias)
     "Qwen3ForCausalLM": ("qwen3", True, False),
@@ -18,10 +20,6 @@ SUPPORTED_TARGETS = {
     "Qwen2ForCausalLM": ("qwen2", False, True),
 }
 SUPPORTED_DRAFTERS = ("DFlashDraftModel",)
-
-
-class ConfigError(ValueError):
-    """A checkpoint or option that cannot be used; the message says what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,8 +250,6 @@ def check_pair(target: TargetConfig, drafter: DrafterConfig) -> None:
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
-    from ddtree_jax.errors import read_json_file  # errors imports this module
-
     return read_json_file(Path(path) / "config.json", error=ConfigError,
                           missing="pass a Hugging Face model directory (with config.json)")
 

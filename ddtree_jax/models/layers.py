@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
-from pallas_kernels.cache_write import write_cache_rows
-from pallas_kernels.matmul import Int8Weight, matmul
-from pallas_kernels.stacking import StackedRow, one_layer
-from pallas_kernels.tree_attention import takes_kernels
+from ddtree_jax.kernels.cache_write import write_cache_rows
+from ddtree_jax.kernels.matmul import Int8Weight, matmul
+from ddtree_jax.kernels.stacking import StackedRow, one_layer
+from ddtree_jax.kernels.tree_attention import takes_kernels
 
 
 def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
@@ -25,7 +25,7 @@ def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
 
 def linear(x: jax.Array, w, b: jax.Array | None = None, *, impl: str = "xla") -> jax.Array:
     """x [..., in] @ w [in, out] (+ b); w an array or an Int8Weight (a quantized drafter's).
-    impl: pallas_kernels.matmul's ("xla": one XLA dot)."""
+    impl: ddtree_jax.kernels.matmul's ("xla": one XLA dot)."""
     if impl == "xla" and not isinstance(w, Int8Weight):
         y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
     else:
@@ -70,8 +70,8 @@ def stack_norms(params: dict) -> dict:
     q / k norms (where every layer has them) in "q" / "k" [L, Dh]; the layers and the top keep
     none. Why: a jitted call spends host time on every buffer it takes (~2.7 us a weight on the
     H200, session 33), and the 8B pair's ~170 norm vectors were half its weights' 338 leaves; the
-    norm kernels take the stacked array and the layer, read at run time (pallas_kernels.norms,
-    pallas_kernels.matmul's rmsnorm prologue). layer_view hands them to a layer's code."""
+    norm kernels take the stacked array and the layer, read at run time (ddtree_jax.kernels.norms,
+    ddtree_jax.kernels.matmul's rmsnorm prologue). layer_view hands them to a layer's code."""
     layers = params["layers"]
     if not layers or "norms" in params:
         return params
@@ -87,7 +87,7 @@ def stack_norms(params: dict) -> dict:
 
 def stacks_norms_for(norm_impl: str, matmul_impl: str) -> bool:
     """Whether the inference layout should stack the norm weights (stack_norms) for a model run
-    with these impls (pallas_kernels.norms' and pallas_kernels.matmul's; "auto" takes kernels on
+    with these impls (ddtree_jax.kernels.norms' and ddtree_jax.kernels.matmul's; "auto" takes kernels on
     NVIDIA GPUs only): yes where a kernel reads them (a norm kernel, a product's rmsnorm
     prologue), which takes the stack and the layer at run time, and fewer buffers make a call's
     host work shorter; no where only XLA reads them. There a stacked weight's row is a
@@ -212,7 +212,7 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
     rows [Bt, P] picks which of the T new entries to write, in order (the accepted path of a
     tree); entries past a row's accepted length may be anything, since their destinations lie
     beyond the row's new length. The verify pass never writes the cache itself, so nothing has to
-    be compacted afterwards. impl: pallas_kernels.cache_write's for a `rows` write (all layers
+    be compacted afterwards. impl: ddtree_jax.kernels.cache_write's for a `rows` write (all layers
     in one kernel; XLA's path: a scatter a layer into the stacked array, in place); a whole-prompt
     write (rows None) is XLA's.
     """
@@ -224,7 +224,7 @@ def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start
 
 def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str = "xla") -> KVCache:
     """`append` of all rows of kv [Bt, T, 2 L, Hkv, Dh] (the L layers' K, then their V, as
-    models.drafter.context_kv_stacked makes them) at start[Bt]: one cache-write kernel reading
+    drafters.dflash.context_kv_stacked makes them) at start[Bt]: one cache-write kernel reading
     the stacked array where `impl` is the kernel's, else one XLA write per layer and array."""
     n = cache.num_layers
     if kv.shape[2] != 2 * n:

@@ -14,7 +14,7 @@ Layers are an unrolled Python loop over per-layer arrays: measured on the H200 i
 as fast as `lax.scan` over stacked weights for one-token steps (DESIGN.md). Each residual add is
 fused with the norm that follows it (`add_rms_norm`: the MLP norm, then the next layer's attention
 norm or the final norm), and the q/k norms with RoPE (`qk_norm_rope`): at batch 1 those small
-kernels' launches, not their bytes, are what they cost (pallas_kernels/norms.py).
+kernels' launches, not their bytes, are what they cost (ddtree_jax/kernels/norms.py).
 """
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ from ddtree_jax.models.layers import (
     split_heads,
     stack_norms,
 )
-from pallas_kernels import attention
-from pallas_kernels.matmul import kernel_path, matmul
-from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
-from pallas_kernels.norms import rms_norm as rms_norm_kernel
+from ddtree_jax.kernels import attention
+from ddtree_jax.kernels.matmul import kernel_path, matmul
+from ddtree_jax.kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
+from ddtree_jax.kernels.norms import rms_norm as rms_norm_kernel
 
 
 # The o and down products as explicit split-K partials, summed by the add + norm kernel after
@@ -131,9 +131,9 @@ def forward(
     Returns (final-normed hidden [Bt, T, H], tapped hidden states [Bt, T, len(taps)*H] or None,
     (new K per layer, new V per layer), each [Bt, T, Hkv, Dh]). Tap i is the output of decoder
     layer i (HF's hidden_states[i + 1]).
-    norm_impl: the norm kernels' impl (pallas_kernels.norms); None: the one that goes with
+    norm_impl: the norm kernels' impl (ddtree_jax.kernels.norms); None: the one that goes with
     attn_impl, so "auto" and "xla" give the plain-XLA norms off NVIDIA GPUs.
-    matmul_impl: the projections' impl (pallas_kernels.matmul; "auto": XLA except where the
+    matmul_impl: the projections' impl (ddtree_jax.kernels.matmul; "auto": XLA except where the
     skinny-matmul kernel was measured faster).
     """
     mm = matmul_impl
@@ -187,7 +187,7 @@ def _split_parts(params: dict, x_shape, mm: str) -> int:
 
 def _fused_layers(params: dict, cfg: TargetConfig, x_shape, mm: str) -> bool:
     """Whether the layers run the fused form (_forward_fused): every projection of a layer takes
-    the skinny-matmul kernel (pallas_kernels.matmul.kernel_path) for these rows, the weights are
+    the skinny-matmul kernel (ddtree_jax.kernels.matmul.kernel_path) for these rows, the weights are
     fused (qkv, gate_up) and no o bias needs adding between the product and the residual."""
     if mm == "xla" or not params["layers"]:
         return False
@@ -233,7 +233,7 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
 
 
 def lm_head(params: dict, cfg: TargetConfig, h: jax.Array, *, impl: str = "xla") -> jax.Array:
-    """Logits in float32 for final-normed hidden states h [..., H]. impl: pallas_kernels.matmul's
+    """Logits in float32 for final-normed hidden states h [..., H]. impl: ddtree_jax.kernels.matmul's
     for an untied head (a tied one multiplies by embed's transpose: always XLA)."""
     if cfg.tie_embeddings or "lm_head" not in params:
         w = params["embed"]

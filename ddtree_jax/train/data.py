@@ -11,27 +11,17 @@ same data order.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import lzma
+import json
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from ddtree_jax.errors import UserError
+from ddtree_jax.errors import UserError, open_text
 
 SPLITS = ("train", "eval")
-
-
-def open_text(path: Path):
-    """A text file, or an .xz / .gz compressed one, opened for reading as UTF-8."""
-    if path.suffix == ".xz":
-        return lzma.open(path, "rt", encoding="utf-8")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
 
 
 def _split_of(record: dict) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
-from ddtree_jax.models.drafter import block_qkv, context_features, context_kv, layer_finish
+from ddtree_jax.drafters.dflash import block_qkv, context_features, context_kv, layer_finish
 from ddtree_jax.models.init import init_drafter
 from ddtree_jax.models.layers import masked_attention, rms_norm, rope_tables
 from ddtree_jax.models.target import causal_mask, embed, forward, forward_train, lm_head

@@ -4,7 +4,7 @@ Target: a plain `Qwen3ForCausalLM` directory (config.json, model.safetensors or 
 `max_shard_bytes` with model.safetensors.index.json, generation_config.json, tokenizer files), so
 `transformers.AutoModelForCausalLM.from_pretrained` loads it. Drafter: the z-lab DFlash layout
 (`DFlashDraftModel`, `dflash_config`, weights without the "model." prefix). Tensor names and
-shapes come from convert/names.py, the same table `python -m convert` reads with, so export and
+shapes come from ddtree_jax/checkpoint/names.py, the same table `python -m convert` reads with, so export and
 conversion cannot drift apart. Our [in, out] matrices are transposed to HF's [out, in].
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ def drafter_hf_config(cfg: DrafterConfig, target: TargetConfig, *, dtype: str) -
 
 def hf_tensors(cfg: TargetConfig | DrafterConfig, params: Any, dtype: str) -> dict[str, np.ndarray]:
     """Our param tree -> {HF name: array in HF layout and `dtype`}, shapes checked against the config."""
-    from convert.names import check_params, entries_for, get_path
+    from ddtree_jax.checkpoint.names import check_params, entries_for, get_path
 
     check_params(cfg, params, where="export")
     dt = _np_dtype(dtype)
@@ -192,7 +192,7 @@ def load_hf(model_dir: str | Path, kind: str, dtype: str = "float32", what: str 
     """Read a HF target ("target") or DFlash drafter ("drafter") directory into (cfg, params, hf_config).
 
     Uses convert's reader and name table, so every name and shape is checked."""
-    from convert import hf, names
+    from ddtree_jax.checkpoint import hf, names
 
     raw = hf.read_config(model_dir, what)
     cfg = TargetConfig.from_hf(raw) if kind == "target" else DrafterConfig.from_hf(raw)

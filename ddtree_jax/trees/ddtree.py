@@ -34,14 +34,14 @@ import numpy as np
 
 from ddtree_jax.trees.base import (BACKENDS, Array, DraftTree, TreePolicy, check_budget, check_logp, env_setting,
                                    flag, one_of, register_policy, tree_from_nodes, whole_number)
-from pallas_kernels.beam_select import beam_select, make_plan
-from pallas_kernels.pair_select import pair_select
-from pallas_kernels.rank_select import rank_select
-from pallas_kernels.runs_select import runs_select
-from pallas_kernels.chunk_topk import (RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key,
+from ddtree_jax.kernels.beam_select import beam_select, make_plan
+from ddtree_jax.kernels.pair_select import pair_select
+from ddtree_jax.kernels.rank_select import rank_select
+from ddtree_jax.kernels.runs_select import runs_select
+from ddtree_jax.kernels.chunk_topk import (RADIX_BITS, chunk_top_k, from_order_key, index_ordered, order_key,
                                       top_k_total_order)
-from pallas_kernels.select_top import MAX_WIDTH as SELECT_TOP_MAX_WIDTH
-from pallas_kernels.select_top import select_top
+from ddtree_jax.kernels.select_top import MAX_WIDTH as SELECT_TOP_MAX_WIDTH
+from ddtree_jax.kernels.select_top import select_top
 
 
 # Candidate lists up to this size (per backend) are ranked by pairwise comparison (one fused
@@ -98,7 +98,7 @@ GLOBAL_PRUNE: dict[str, bool] = env_setting("DDTREE_GLOBAL_PRUNE", flag, dict.fr
 
 
 # Per backend: the largest candidate count a depth (P, the longest pair list of `_beam_bounds`)
-# for which every depth's selection runs in one Pallas kernel (`pallas_kernels.beam_select`: one
+# for which every depth's selection runs in one Pallas kernel (`ddtree_jax.kernels.beam_select`: one
 # program a batch row, all depths, no launch per depth) instead of XLA's ops (absent: 0, never).
 # P is 34 / 216 / 517 at B = 16 / 64 / 128 (exact tree, depth 2). Off the GPU the kernel runs in
 # Pallas interpret mode (tests). Off by default everywhere: on the H200 (session 14, bench_tree
@@ -166,7 +166,7 @@ def _rank(scores: Array, keys: Array) -> Array:
 
 # Per backend: the smallest candidate count P from which a selection of n < P entries (a depth's,
 # or the final one over all depths, where select_best would rank all P pairwise or sort them)
-# first keeps the n best by `pallas_kernels.select_top` (one program a row: a radix select of
+# first keeps the n best by `ddtree_jax.kernels.select_top` (one program a row: a radix select of
 # the n-th best score, O(P) work, the kept positions in position order) and then ranks only those
 # n (`select_ranked`): O(n^2) comparisons instead of O(P^2). The same positions either way
 # (tests). Off everywhere (absent, 0): on the H200 (session 15, bench_tree --trace) one
@@ -180,7 +180,7 @@ SELECT_TOP_FROM: dict[str, int] = env_setting("DDTREE_SELECT_TOP_FROM", whole_nu
 
 
 # Per backend: the entry count P from which a selection (a depth's over its candidates, or the
-# final one over all depths) runs in `pallas_kernels.rank_select` (absent: 0, never): one kernel of
+# final one over all depths) runs in `ddtree_jax.kernels.rank_select` (absent: 0, never): one kernel of
 # ceil(P / 32) programs a row that ranks by pairwise count and scatters every kept entry with its
 # parent and token to its slot, in place of XLA's rank reduction, the inverse permutation's
 # scatter and the gathers (~5 kernels a selection), and in place of the final merge
@@ -232,7 +232,7 @@ def _rank_kernel(p: int) -> dict | None:
 
 
 # Per backend: the candidate count P from which a depth's selection runs in
-# `pallas_kernels.pair_select` (absent: 0, never): one kernel that ranks each candidate (i, r) by
+# `ddtree_jax.kernels.pair_select` (absent: 0, never): one kernel that ranks each candidate (i, r) by
 # binary searches of the previous beam and the depth's ranked log-probs (both sorted, so every
 # row and column of the candidate staircase is), ~(A + 2C) log2 steps a candidate instead of
 # rank_select's P comparisons, and scatters the kept sums with parent and token; no candidate
@@ -267,7 +267,7 @@ def _pair_kernel(p: int) -> dict | None:
 
 
 # Per backend: the entry count T over all depths from which the final selection runs in
-# `pallas_kernels.runs_select` (absent: 0, never): every depth's beam is a run sorted best first,
+# `ddtree_jax.kernels.runs_select` (absent: 0, never): every depth's beam is a run sorted best first,
 # so an entry's rank is its offset in its run plus, per other run, a binary search (O(T D log W)
 # instead of rank_select's O(T^2)), in one kernel that also carries each kept entry's parent and
 # token to its slot. Checked before RANK_KERNEL_FROM and FINAL_MERGE_FROM. The same tree (tests).
@@ -383,7 +383,7 @@ def select_best(scores: Array, keys: Array, n: int) -> Array:
 # second stage at 8192 candidates: 0.22 ms at K=256 and 1024 (session 4). That needs a lax.cond
 # (its exact fallback), which on a GPU may cost a host round-trip for the predicate, so it is
 # used from K >= 512 only (at K=256 it saved 0.03 ms). On the CPU the single top_k is faster.
-# stage1: "xla" (lax.top_k per chunk, a sort) or "pallas" (pallas_kernels.chunk_topk: no sort,
+# stage1: "xla" (lax.top_k per chunk, a sort) or "pallas" (ddtree_jax.kernels.chunk_topk: no sort,
 # `keep` max-reductions over the chunk), the latter only where a chunk keeps at most
 # `pallas_keep_max`: the whole build with it, session 8 (H200, with SELECT_BARRIER): 0.196 /
 # 0.271 / 0.699 / 0.619 ms at B = 16 / 64 / 256 / 1024 (keeping 16 / 64 / 256 / 64 a chunk)
@@ -411,7 +411,7 @@ VOCAB_TOPK = {"gpu": dict(chunks=128, keep=64, keep_from_k=512, stage1="threshol
 # otherwise: 4 warps, 2 bits a round; session 11's sweep at 128 chunks keeping 64: radix 1 / 2 /
 # 4 bits 0.104 / 0.096 / 0.134 ms, 1 / 2 / 4 / 8 warps 0.117 / 0.105 / 0.096 / 0.106 at B = 64).
 # DDTREE_VOCAB_STAGE1=xla|pallas|threshold sets the first stage wherever the top-k has two
-# (pallas_kernels.chunk_topk: "threshold" is the kernel whose work does not grow with keep),
+# (ddtree_jax.kernels.chunk_topk: "threshold" is the kernel whose work does not grow with keep),
 # optionally with its options after a colon: threshold:r4w2 (radix bits 4, 2 warps), pallas:w8.
 
 
@@ -501,7 +501,7 @@ def vocab_top_k(logp: Array, k: int, chunks: int | None = None,
     token could tie or beat it), the whole row set falls back to one `lax.top_k` (`lax.cond`).
     Otherwise every dropped value is below the k-th candidate, which is then the true k-th value.
 
-    stage1: how the per-chunk top `keep` runs (`pallas_kernels.chunk_topk.chunk_top_k`'s impl:
+    stage1: how the per-chunk top `keep` runs (`ddtree_jax.kernels.chunk_topk.chunk_top_k`'s impl:
     "xla", "pallas", "threshold", or either kernel's "_interpret" twin). Every impl keeps the
     same candidates; "threshold" lists each chunk's by token index instead of by rank, which
     the second stage's sort makes no difference to (chunk-major index order is token order, so

@@ -12,7 +12,7 @@ non-causal. The context part depends only on the context features (not on the la
 it is computed once per committed token and cached (`extend_cache`); the block part is recomputed
 every round and dropped.
 
-Norms and RoPE go through pallas_kernels.norms (`norm_impl`, as in target.forward): the inference
+Norms and RoPE go through ddtree_jax.kernels.norms (`norm_impl`, as in target.forward): the inference
 path fuses each residual add with the norm after it and the k (or q) norm with RoPE. The building
 blocks shared with training (train/drafter.py) default to the XLA path, which is differentiable.
 """
@@ -36,11 +36,11 @@ from ddtree_jax.models.layers import (
     split_heads,
     stack_norms,
 )
-from pallas_kernels import attention
-from pallas_kernels.cache_write import write_cache_rows
-from pallas_kernels.matmul import kernel_path, matmul, quantize_int8
-from pallas_kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
-from pallas_kernels.norms import rms_norm as rms_norm_kernel
+from ddtree_jax.kernels import attention
+from ddtree_jax.kernels.cache_write import write_cache_rows
+from ddtree_jax.kernels.matmul import kernel_path, matmul, quantize_int8
+from ddtree_jax.kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
+from ddtree_jax.kernels.norms import rms_norm as rms_norm_kernel
 
 
 def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm_impl: str = "xla",
@@ -80,7 +80,7 @@ QUANT_MATRICES = ("q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down")
 
 
 def quantize_params(dparams: dict, lm_head: jax.Array) -> dict:
-    """The drafter with int8 weight matrices (per-column scales, pallas_kernels.matmul.Int8Weight)
+    """The drafter with int8 weight matrices (per-column scales, ddtree_jax.kernels.matmul.Int8Weight)
     and its own int8 copy of the target's LM head [H, V] under "lm_head" (drafting reads that
     copy; the verify keeps the exact head). Proposals change a little, so acceptance may; the
     output never does (the target verifies every token). Half the bytes a draft pass reads."""
@@ -183,8 +183,8 @@ def extend_cache(
 
     taps [Bt, C, nTaps*H] and positions [Bt, C]. Rows may use fewer than C entries: the caller
     advances cache_len by the number actually committed, so the rest is overwritten later.
-    norm_impl: pallas_kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere);
-    matmul_impl: pallas_kernels.matmul's; cache_impl: pallas_kernels.cache_write's (all layers'
+    norm_impl: ddtree_jax.kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere);
+    matmul_impl: ddtree_jax.kernels.matmul's; cache_impl: ddtree_jax.kernels.cache_write's (all layers'
     writes in one kernel).
     """
     c = context_features(dparams, cfg, taps, norm_impl=norm_impl, matmul_impl=matmul_impl)
@@ -220,7 +220,7 @@ def draft_hidden(
 
     block_embeds: the target's embeddings of [root, MASK x (bs-1)]; the block sees the cached
     context [0, cache_len) (a sliding-window layer only its last `sliding_window` keys).
-    norm_impl: None takes the one that goes with attn_impl (pallas_kernels.norms.norm_impl_for).
+    norm_impl: None takes the one that goes with attn_impl (ddtree_jax.kernels.norms.norm_impl_for).
     """
     norm_impl = norm_impl_for(attn_impl) if norm_impl is None else norm_impl
     bt, bs, _ = block_embeds.shape

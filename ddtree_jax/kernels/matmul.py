@@ -495,7 +495,7 @@ def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: s
     stacked [L, K] and its row norm_layer the norm weight; the kernel reads the layer at run time,
     so every layer of a forward calls one compiled kernel (a traced index is clamped into [0, L),
     as XLA's dynamic index; a Python int outside it is a ValueError). norm_w may also be a
-    StackedRow(stacked, layer) (pallas_kernels.stacking: what the models pass), with no
+    StackedRow(stacked, layer) (ddtree_jax.kernels.stacking: what the models pass), with no
     norm_layer. Path and config depend on x's and w's shapes only, never on norm_w's.
     residual [..., N]: residual + the product, in residual's dtype (a decoder's residual add).
 

@@ -29,7 +29,7 @@ that is not a power of two, a hidden size above 16384 (a row would not fit one p
 registers), empty inputs.
 
 Weights: each call takes ``layer=None`` and a one-layer weight ([H], [Dh]), or ``layer`` and the
-weight of every layer stacked ([L, H], [L, Dh]; pallas_kernels/stacking.py): a jitted call pays
+weight of every layer stacked ([L, H], [L, Dh]; ddtree_jax/kernels/stacking.py): a jitted call pays
 host time for each buffer it takes (~2.7 us a weight on the H200), and a model has four norm
 weights a layer, so they travel as four stacked arrays. The layer is an int32[1] kernel input
 read at run time, so every layer of a forward calls one compiled kernel (a static index would

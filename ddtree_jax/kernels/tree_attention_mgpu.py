@@ -18,7 +18,7 @@ fits one wave (T = 72 at batch 2: over long caches, LONG_CACHE_CONFIGS). The eng
 multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA boxes of q / K / V need
 T % 8 == 0.
 
-Layout (the same contract as :func:`pallas_kernels.attention`):
+Layout (the same contract as :func:`ddtree_jax.kernels.attention`):
 
 * GQA fold: the G query heads of one kv head share every K/V tile. A warpgroup's 64 rows are
   ``TB = 64 / G`` tree tokens times G heads, head-major: row ``gi * TB + tl`` is token
@@ -941,7 +941,7 @@ def profile_ranges(t: int, seq: int, cfg: MgpuConfig) -> int:
 def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
                    kv_start=None, config: MgpuConfig | None = None, interpret: bool = False,
                    profile_dir: str | None = None, layer=None):
-    """Mosaic GPU path; same contract as :func:`pallas_kernels.attention` (no kv_start).
+    """Mosaic GPU path; same contract as :func:`ddtree_jax.kernels.attention` (no kv_start).
     profile_dir (GPU only): trace the kernel's named scopes there (bench/profile_mgpu.py).
 
     layer None: k_cache and v_cache are one layer's [Bt, Hkv, S, Dh]. Else they are every

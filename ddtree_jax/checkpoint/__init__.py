@@ -3,7 +3,7 @@
     DIR/ddtree.json         {"format": 1, "dtype": ..., "target": {...}, "drafter": {...} | null,
                              "tokenizer": [files] | null, ...}
     DIR/target/config.json  the Hugging Face config, as found
-    DIR/target/params/      orbax checkpoint of the target param tree (layout: convert/names.py)
+    DIR/target/params/      orbax checkpoint of the target param tree (layout: ddtree_jax/checkpoint/names.py)
     DIR/draft/config.json   (only with a drafter)
     DIR/draft/params/
     DIR/tokenizer/          tokenizer files copied from the target directory (only when present)
@@ -33,6 +33,8 @@ from ddtree_jax.errors import UserError, read_json_file
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 
 FORMAT = 1
+# The small pair that ships with the package (default_model/README.md says how it was trained).
+DEFAULT_CKPT = Path(__file__).resolve().parents[1] / "default_model" / "converted"
 META_FILE = "ddtree.json"
 DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
 TOKENIZER_FILES = (
@@ -392,7 +394,7 @@ def save_checkpoint(path: str | Path, target_cfg_hf: dict[str, Any], target_para
     `meta` entries are merged into ddtree.json (dict values one level deep, e.g. {"target":
     {"source": ...}} or {"training": {...}}).
     """
-    from convert.names import check_params
+    from ddtree_jax.checkpoint.names import check_params
 
     target_cfg = TargetConfig.from_hf(target_cfg_hf)
     check_params(target_cfg, target_params, where="target params")
@@ -460,7 +462,7 @@ def tokenizer_dir(path: str | Path) -> Path | None:
 
 def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool = True) -> Checkpoint:
     """Load a converted checkpoint as host numpy param trees; `dtype` casts every param."""
-    from convert.names import check_params
+    from ddtree_jax.checkpoint.names import check_params
 
     path = Path(path).absolute()
     meta = read_meta(path)

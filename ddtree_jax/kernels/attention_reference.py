@@ -73,7 +73,7 @@ def _precision(dtype):
 
 def attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
                         kv_start=None, layer=None):
-    """Reference attention; same contract as :func:`pallas_kernels.attention`.
+    """Reference attention; same contract as :func:`ddtree_jax.kernels.attention`.
 
     Shapes: q [Bt, T, Hq, Dh]; k_new, v_new [Bt, T, Hkv, Dh]; k_cache, v_cache [Bt, Hkv, S, Dh]
     (or [L, Bt, Hkv, S, Dh] with a layer index); cache_len int32[Bt]; new_mask bool[Bt, T, T];

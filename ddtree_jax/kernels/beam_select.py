@@ -111,7 +111,7 @@ def _kernel(vals_ref, toks_ref, rows_ref, cols_ref, plan_ref, score_ref, parent_
         store(cand_ref, q, s)
         barrier()
         # elementwise counts into a [PP, TJ] accumulator, one reduction at the end (a reduction a
-        # chunk made pallas_kernels.rank_select 3x slower, session 17)
+        # chunk made ddtree_jax.kernels.rank_select 3x slower, session 17)
         acc = jnp.zeros((pp, tj), jnp.int32)
         for j0 in range(0, pp, tj):
             jj = j0 + jnp.arange(tj, dtype=jnp.int32)

@@ -1,0 +1,444 @@
+"""The Python API: a `Generator` holds the weights on the device, the compiled executables and
+the last request's buffers, and generates for batches of tokenised prompts.
+
+The device work (prefill, then rounds in a while_loop) is compiled ahead of time per shape bucket
+and timed without compilation; streaming runs a few rounds per call and prints between calls.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import threading
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ddtree_jax import engine
+from ddtree_jax.profile import profiled_rounds
+from ddtree_jax.errors import UserError
+from ddtree_jax.drafters import dflash as dmodel
+from ddtree_jax.models import target as tmodel
+from ddtree_jax.models.layers import stacks_norms_for
+from ddtree_jax.sampling import SamplingConfig
+from ddtree_jax.token_map import check_token_map
+from ddtree_jax.kernels import norm_impl_for
+
+METHODS = ("ar", "dflash", "ddtree")
+# Rounds per device-loop iteration (engine.DecodeSpec.unroll). On the H200 more than one made rounds
+# slower (the loop's per-iteration host work grows with the body; bench/RESULTS.md).
+DEFAULT_UNROLL = 1
+
+
+def tree_nbytes(tree) -> int:
+    """Bytes held by a pytree's arrays (or ShapeDtypeStructs)."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
+
+
+def _same_shapes(a, b) -> bool:
+    """Whether two pytrees of arrays / ShapeDtypeStructs have one structure, shapes and dtypes."""
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    return ta == tb and all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(la, lb))
+
+
+def _bucket(n: int, minimum: int = 16) -> int:
+    return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+def cache_positions(prompt_len: int, max_new_tokens: int, nodes: int, depth: int) -> tuple[int, int]:
+    """(cache positions, output slots) of a request: the prompt and the output each bucketed to a
+    power of two, room for two rounds' tree slots (nodes, or the drafter's depth where larger)
+    and their roots, rounded up to 128. The kernels' static choices (split counts, the Mosaic
+    GPU kernel's long-cache configs) go by the positions, not by the prefix."""
+    out_size = _bucket(max_new_tokens)
+    need = _bucket(prompt_len) + out_size + 2 * (max(nodes, depth) + 2)
+    return -(-need // 128) * 128, out_size
+
+
+# Streaming doubles the rounds per device call up to this many (the traced limit: no recompile).
+# Measured on the H200 (bench/RESULTS.md, session 3): a run_rounds call costs ~4.2 ms (AR) / 5.7
+# ms (DDTree-64) beyond its rounds, so 4 rounds a call made streamed AR ~23 % slower.
+STREAM_MAX_ROUNDS_PER_CALL = 32
+
+
+class Executables(dict):
+    """Compiled executables by key (every static argument and input shape in it), shareable between
+    Generators of one checkpoint (`Generator(executables=...)`): configs whose prefill is the same
+    compile it once. Threads that ask for one key at a time compile it once."""
+
+    def __init__(self):
+        super().__init__()
+        self._guard = threading.Lock()
+        self._locks: dict = {}
+
+    def lock(self, key) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
+@dataclasses.dataclass
+class Result:
+    token_ids: list[int]
+    num_output_tokens: int
+    time_s: float
+    tokens_per_s: float
+    rounds: int
+    acceptance_lengths: list[int]
+    mean_acceptance: float
+    prefill_s: float
+    stage_ms: dict[str, float] | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+DRAFTER_QUANTS = ("none", "int8")
+
+class Generator:
+    """A loaded target (+ drafter) ready to generate with one method.
+
+    method: "ar" (budget 0), "dflash" (chain of the drafter's top-1 tokens), or "ddtree"
+    (a tree of `budget` nodes chosen by `policy`).
+
+    It keeps the device state of its last request (KV caches included) and prefills the next
+    request of the same shapes into those buffers (`engine.prefill_into`), which spares the GPU
+    an update of the rounds' CUDA graphs each request; `release_buffers()` frees them.
+    """
+
+    def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
+                 attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
+                 compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
+                 executables: Executables | None = None, prefill_chunk: int = 0,
+                 matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none",
+                 draft_vocab: Sequence[int] | None = None):
+        """oracle: params of the synthetic drafter of drafters/oracle.py, used instead of the
+        checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
+        unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
+        DEFAULT_UNROLL. compiler_options: XLA debug options for the prefill and round
+        executables (e.g. {"xla_gpu_enable_command_buffer": ""}). log: called with a status line before and
+        after each compilation (they take seconds to minutes on large models). executables: an
+        `Executables` shared with other Generators of the same checkpoint (the bench suite), so
+        that what they have in common compiles once. prefill_chunk: longest prompt piece one
+        target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default.
+        matmul_impl: the projections' impl (engine.DecodeSpec.matmul_impl); cache_impl: the
+        commit's cache writes' (engine.DecodeSpec.cache_impl). drafter_quant: "none", or "int8"
+        (the drafter's weight matrices and its own copy of the LM head as int8 with per-column
+        scales, drafters.dflash.quantize_params: half the bytes a draft reads; lossless, since the
+        target verifies every token, but acceptance may change a little). draft_vocab: a token map
+        (token_map.read_token_map): the drafter drafts over those ids only, through its own copy
+        of the LM head cut to them (drafters.dflash.restrict_vocab; lossless, acceptance may drop a
+        little)."""
+        from ddtree_jax.trees import make_policy
+
+        if method not in METHODS:
+            raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if budget < 0:
+            raise UserError(f"--budget must be >= 0 (got {budget})")
+        self.ckpt = ckpt
+        self.tcfg = ckpt.target_cfg
+        self.dcfg = ckpt.drafter_cfg
+        if method != "ar" and self.dcfg is None:
+            raise UserError(f"method {method} needs a drafter, and this checkpoint has none; "
+                            "convert one with python -m convert --draft, or use --method ar")
+        if method == "ar":
+            policy, budget = "chain", 0
+        elif method == "dflash":
+            policy, budget = "chain", self.dcfg.depth
+        elif budget == 0:
+            raise UserError("--method ddtree needs --budget >= 1 (budget 0 is --method ar)")
+        if draft_vocab is not None:
+            if method == "ar" or oracle is not None:
+                raise UserError("--draft-vocab needs a DFlash drafter (method dflash or ddtree)")
+            draft_vocab = [int(t) for t in draft_vocab]
+            check_token_map(draft_vocab, self.tcfg.vocab_size)
+        draft_v = self.tcfg.vocab_size if draft_vocab is None else len(draft_vocab)
+        try:
+            self.policy = make_policy(policy)
+            if budget:  # a policy that cannot build for this drafter fails here, not mid-trace
+                logp = jax.ShapeDtypeStruct((1, self.dcfg.depth, draft_v), jnp.float32)
+                jax.eval_shape(lambda x: self.policy.build(x, budget), logp)
+        except ValueError as e:
+            raise UserError(f"tree policy {policy!r}: {e}") from None
+        from ddtree_jax.kernels import available_impls
+
+        impls = tuple(dict.fromkeys(("auto",) + tuple(available_impls())))
+        if attn_impl not in impls:
+            raise UserError(f"unknown --attn-impl {attn_impl!r}; available here: {', '.join(impls)}")
+        self.method, self.policy_name, self.budget = method, policy, budget
+        self.attn_impl = attn_impl
+        mm_impls = tuple(x for x in impls if x != "triton")
+        if matmul_impl not in mm_impls:
+            raise UserError(f"unknown --matmul-impl {matmul_impl!r}; available here: {', '.join(mm_impls)}")
+        self.matmul_impl = matmul_impl
+        if cache_impl not in mm_impls:
+            raise UserError(f"unknown --cache-impl {cache_impl!r}; available here: {', '.join(mm_impls)}")
+        self.cache_impl = cache_impl
+        if drafter_quant not in DRAFTER_QUANTS:
+            raise UserError(f"unknown --drafter-quant {drafter_quant!r}; choose one of {', '.join(DRAFTER_QUANTS)}")
+        if drafter_quant != "none" and (method == "ar" or oracle is not None):
+            raise UserError(f"--drafter-quant {drafter_quant} needs a DFlash drafter (method dflash or ddtree)")
+        self.drafter_quant = drafter_quant
+        if unroll < 0:
+            raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
+        self.unroll = unroll or DEFAULT_UNROLL
+        self.unroll_as_loop = os.environ.get(engine.UNROLL_AS_LOOP_ENV) == "1"  # an A/B knob
+        if prefill_chunk < 0:
+            raise UserError(f"prefill_chunk must be >= 0 (got {prefill_chunk}); 0 picks the default "
+                            f"({engine.DecodeSpec.prefill_chunk})")
+        self.prefill_chunk = prefill_chunk or engine.DecodeSpec.prefill_chunk
+        self.compiler_options = dict(compiler_options) if compiler_options else None
+        stack = stacks_norms_for(norm_impl_for(attn_impl), matmul_impl)
+        self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params, stack=stack))
+        self.drafter = "oracle" if oracle is not None else "dflash"
+        self.dparams = None
+        if method != "ar":
+            self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params, stack=stack))
+            head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
+            if draft_vocab is not None:  # on the device, once
+                restrict = functools.partial(dmodel.restrict_vocab, quantize=drafter_quant == "int8")
+                self.dparams = jax.jit(restrict)(self.dparams, head, jnp.asarray(draft_vocab, jnp.int32))
+            elif drafter_quant == "int8":
+                self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
+        self._compiled = Executables() if executables is None else executables
+        self._state_shapes: dict = {}  # request shapes -> the state's shapes (the rounds' input)
+        # the last request's final state: the next request of the same shapes prefills into its
+        # buffers (`_state_buffers`); `release_buffers()` drops it
+        self._kept: engine.State | None = None
+        self._kept_lock = threading.Lock()
+        self._limits: dict[int, jax.Array] = {}  # rounds_limit's device scalars
+        self.log = log
+        self._stage_warm: dict = {}
+
+    def rounds_limit(self, n: int) -> jax.Array:
+        """The device scalar a run_rounds call takes as its round limit, made once per value: on
+        the H200 making one (jnp.int32(n): a host-to-device copy and a conversion's launch) cost
+        ~0.9 ms, a third of a call's fixed cost (bench/RESULTS.md, session 31)."""
+        limit = self._limits.get(n)
+        if limit is None:
+            limit = self._limits[n] = jax.block_until_ready(jnp.int32(n))
+        return limit
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        """The size of the token map the drafter drafts over (None: the whole vocabulary)."""
+        vocab = engine.draft_vocab(self.dparams)
+        return None if vocab is None else int(vocab.shape[0])
+
+    # ------------------------------------------------------------------ sizes and checks
+
+    def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
+        base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
+                                 attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
+                                 cache_impl=self.cache_impl, drafter=self.drafter,
+                                 unroll=self.unroll,
+                                 unroll_as_loop=self.unroll_as_loop,
+                                 prefill_chunk=self.prefill_chunk)
+        depth = self.dcfg.depth if self.budget else 0
+        cache, out_size = cache_positions(prompt_len, max_new_tokens, engine.num_nodes(base, self.dcfg), depth)
+        return dataclasses.replace(base, cache_size=cache, out_size=out_size)
+
+    def check_request(self, prompt_lens: Sequence[int], max_new_tokens: int, temperature: float, top_p: float):
+        if any(n == 0 for n in prompt_lens):
+            raise UserError("a prompt is empty; give at least one token of text")
+        if max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        if temperature < 0 or not math.isfinite(temperature):
+            raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
+        if not 0 < top_p <= 1:
+            raise UserError(f"--top-p must be in (0, 1] (got {top_p})")
+        longest = max(prompt_lens)
+        ctx = self.tcfg.max_position
+        slack = self.budget + (self.dcfg.block_size if self.budget else 0) + 1
+        if longest + max_new_tokens > ctx:
+            raise UserError(f"the prompt ({longest} tokens) plus --max-new-tokens ({max_new_tokens}) exceeds the "
+                            f"model's context of {ctx} tokens; shorten the prompt or lower --max-new-tokens")
+        if longest + max_new_tokens + slack > ctx:
+            raise UserError(f"--budget {self.budget} needs {slack} cache slots beyond prompt + new tokens, and the "
+                            f"model's context is {ctx}; lower --budget or --max-new-tokens")
+        self.check_memory(len(prompt_lens), self.spec_for(longest, max_new_tokens, SamplingConfig()))
+
+    def check_memory(self, batch: int, spec: engine.DecodeSpec):
+        """Estimate weights + caches before allocating; refuse with the figure when it cannot fit."""
+        weights = tree_nbytes((self.tparams, self.dparams))
+        itemsize = jnp.dtype(self.tparams["embed"].dtype).itemsize
+        per_pos = 2 * self.tcfg.num_layers * self.tcfg.num_kv_heads * self.tcfg.head_dim
+        if self.dcfg is not None and self.budget:
+            per_pos += 2 * self.dcfg.num_layers * self.dcfg.num_kv_heads * self.dcfg.head_dim
+        caches = batch * spec.cache_size * per_pos * itemsize
+        n = max(1, engine.num_nodes(spec, self.dcfg) + 1)
+        logits = batch * n * self.tcfg.vocab_size * 4 * 2
+        need = caches + logits
+        stats = jax.devices()[0].memory_stats() or {}
+        limit = stats.get("bytes_limit")
+        if os.environ.get("DDTREE_MEMORY_LIMIT_BYTES"):  # a cap for shared devices (and the tests)
+            try:
+                limit = int(os.environ["DDTREE_MEMORY_LIMIT_BYTES"])
+            except ValueError:
+                raise UserError("DDTREE_MEMORY_LIMIT_BYTES must be a whole number of bytes (got "
+                                f"{os.environ['DDTREE_MEMORY_LIMIT_BYTES']!r})") from None
+        # the kept state's buffers are reused or released before this request allocates
+        in_use = stats.get("bytes_in_use", weights) - (self._kept_bytes() if "bytes_in_use" in stats else 0)
+        if limit and need + in_use > limit:
+            raise UserError(f"not enough device memory: weights {weights / 2**30:.2f} GiB are loaded and the caches "
+                            f"and logits need {need / 2**30:.2f} GiB more, {limit / 2**30:.2f} GiB in all on "
+                            f"{jax.devices()[0].device_kind}; lower --max-new-tokens, --budget or the batch")
+
+    # ------------------------------------------------------------------ running
+
+    def round_options(self, spec: engine.DecodeSpec) -> dict:
+        """XLA options for the round executables of `spec`: the measured per-device ones
+        (engine.ROUND_XLA_OPTIONS), overridden by the constructor's compiler_options."""
+        return {**engine.round_xla_options(spec, self.dcfg), **(self.compiler_options or {})}
+
+    def _key(self, name, args, static, options):
+        return (name, jax.tree_util.tree_structure(args),  # ShapeDtypeStructs and arrays alike
+                tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
+                tuple(sorted(static.items())), tuple(sorted((options or {}).items())))
+
+    def _compile(self, name, fn, args, static, options, key=None):
+        """fn compiled for args and static with XLA options `options`."""
+        key = key or self._key(name, args, static, options)
+        if key in self._compiled:
+            return self._compiled[key]
+        with self._compiled.lock(key):
+            if key not in self._compiled:
+                t0 = time.perf_counter()
+                spec = static.get("spec")
+                if self.log is not None and spec is not None:
+                    self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
+                self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=options)
+                if self.log is not None and spec is not None:
+                    self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
+        return self._compiled[key]
+
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_ids: Sequence[int] = (),
+        on_tokens: Callable[[int, list[int]], None] | None = None,
+        rounds_per_call: int = 0,
+        profile: bool = False,
+    ) -> list[Result]:
+        """Generate for a batch of tokenised prompts. on_tokens(row, new_ids) streams tokens.
+
+        rounds_per_call > 0 streams: the first device call runs that many rounds, each later one
+        twice as many as the one before, up to STREAM_MAX_ROUNDS_PER_CALL (first text soon; later,
+        fewer calls, as each call has a fixed cost: ~4-6 ms on the H200 for the 8B shape, a round's
+        worth); 0 runs to the end in one call. profile=True runs the round's stages as separate
+        calls and times each.
+        """
+        self.check_request([len(p) for p in prompts], max_new_tokens, temperature, top_p)
+        sampling = SamplingConfig.make(temperature, top_k)
+        bt = len(prompts)
+        longest = max(len(p) for p in prompts)
+        spec = self.spec_for(longest, max_new_tokens, sampling)
+        plen = _bucket(longest)
+        prompt = np.zeros((bt, plen), np.int32)
+        for i, p in enumerate(prompts):
+            prompt[i, : len(p)] = p
+        # numpy arrays in one device_put: no conversion launches (session 31, s31e)
+        prompt, lens, max_new = jax.device_put((prompt, np.asarray([len(p) for p in prompts], np.int32),
+                                                np.full((bt,), max_new_tokens, np.int32)))
+        knobs = engine.make_knobs(temperature, top_p, stop_ids)
+        static = dict(tcfg=self.tcfg, dcfg=self.dcfg, spec=spec)
+        args = (prompt, lens, max_new, knobs, jax.random.PRNGKey(seed))
+        # the prefill does not depend on the tree: configs that differ there share its executable
+        pre_static = dict(static, spec=engine.prefill_spec(spec))
+        shapes = self._shapes_of_state(args, pre_static)
+        pre_args = (self._state_buffers(shapes), self.tparams, self.dparams, *args)
+        pre_key = self._key("prefill", pre_args, pre_static, self.compiler_options)
+        prefill = self._compile("prefill", engine.prefill_into, pre_args, pre_static, self.compiler_options,
+                                key=pre_key)
+        limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
+        if not profile:  # compile the rounds too before the clock starts, from the state's shapes
+            run = self._compile("rounds", engine.run_rounds,
+                                (self.tparams, self.dparams, shapes, knobs, self.rounds_limit(limit)),
+                                static, self.round_options(spec))
+
+        t0 = time.perf_counter()
+        state = prefill(*pre_args)
+        jax.block_until_ready(state.root)
+        t_prefill = time.perf_counter() - t0
+        emitted = [0] * bt
+        stage_ms = None
+        if on_tokens is not None:
+            self._emit(state, emitted, on_tokens)
+        if profile:
+            first_compiles = not self._stage_warm.get(spec, False)
+            self._stage_warm[spec] = True
+            emit = None if on_tokens is None else (lambda s: self._emit(s, emitted, on_tokens))
+            state, stage_ms = profiled_rounds(self.tparams, self.dparams, state, knobs, tcfg=self.tcfg,
+                                                      dcfg=self.dcfg, spec=spec, options=self.round_options(spec),
+                                                      first_compiles=first_compiles, on_round=emit)
+        else:
+            while True:
+                state = run(self.tparams, self.dparams, state, knobs, self.rounds_limit(limit))
+                if on_tokens is not None:
+                    self._emit(state, emitted, on_tokens)
+                if np.asarray(state.done).all():  # a copy of Bt flags, no launch
+                    break
+                limit = max(limit, min(2 * limit, STREAM_MAX_ROUNDS_PER_CALL))
+        jax.block_until_ready(state.out)
+        elapsed = time.perf_counter() - t0
+        out, out_len = np.asarray(state.out), np.asarray(state.out_len)
+        rounds, accept = np.asarray(state.rounds), np.asarray(state.accept)
+        with self._kept_lock:  # the next request of these shapes prefills into these buffers
+            self._kept = state
+        results = []
+        for i in range(bt):
+            acc = accept[i, : rounds[i]].tolist()
+            n = int(out_len[i])
+            results.append(Result(
+                token_ids=out[i, :n].tolist(), num_output_tokens=n, time_s=elapsed,
+                tokens_per_s=n / elapsed if elapsed > 0 else float("inf"), rounds=int(rounds[i]),
+                acceptance_lengths=acc, mean_acceptance=float(np.mean(acc)) if acc else 0.0,
+                prefill_s=t_prefill, stage_ms=stage_ms))
+        return results
+
+    def _shapes_of_state(self, args, pre_static) -> engine.State:
+        """The shapes of the state the prefill makes from `args` (traced once per shape)."""
+        key = self._key("state", args, pre_static, None)
+        if key not in self._state_shapes:
+            self._state_shapes[key] = engine.state_shapes(self.tparams, self.dparams, *args, **pre_static)
+        return self._state_shapes[key]
+
+    def _state_buffers(self, shapes) -> engine.State:
+        """The buffers this request's prefill fills (`engine.prefill_into`): the last request's
+        state if it has these shapes, else new zeros (the kept state released first, so that two
+        sets of caches are never held at once). Reused buffers keep the rounds' command buffers
+        valid: no per-call update on the GPU (`engine._prefill_into`)."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, None
+        if kept is not None and _same_shapes(kept, shapes):
+            return kept
+        del kept
+        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def release_buffers(self) -> None:
+        """Drop the state kept from the last request (its caches: memory the next request of the
+        same shapes would reuse)."""
+        with self._kept_lock:
+            self._kept = None
+
+    def _kept_bytes(self) -> int:
+        kept = self._kept
+        return 0 if kept is None else tree_nbytes(kept)
+
+    @staticmethod
+    def _emit(state, emitted, on_tokens):
+        out, out_len = np.asarray(state.out), np.asarray(state.out_len)
+        for i in range(len(emitted)):
+            if out_len[i] > emitted[i]:
+                on_tokens(i, out[i, emitted[i]: out_len[i]].tolist())
+                emitted[i] = int(out_len[i])

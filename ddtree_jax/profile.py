@@ -1,0 +1,130 @@
+"""Per-stage timing of the round: each stage jitted alone and run with a sync after it.
+
+`--profile` and the benchmarks read a round's stage breakdown here. The stages are the very
+functions `engine.round_step` chains, so a profiled run commits the same tokens as a fused one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from ddtree_jax import engine
+from ddtree_jax.engine import DecodeSpec, commit_stage, draft_stage, num_nodes, tree_stage, verify_stage
+from ddtree_jax.kernels.matmul import compiled_with
+from ddtree_jax.sampling import choose_tokens
+from ddtree_jax.walk import walk
+
+STAGES = ("draft", "tree", "verify", "walk", "commit")
+
+
+def stage_functions(tcfg, dcfg, spec: DecodeSpec, options: dict | None = None) -> dict[str, Any]:
+    """The round's stages as separately jitted functions, for per-stage timing (--profile, bench).
+
+    They are the functions `round_step` chains, so a profiled run commits the same tokens. Each
+    stage is jitted once per spec without the fields that only other stages read (`_stage_key`),
+    process-wide: specs that differ in those fields share it, and with it its executables per
+    input shape. So greedy and sampled runs share every stage but `choose`, and configs whose
+    caches have one size share the draft (fewer compiles in the bench suite). options: XLA
+    options every stage is compiled with (the round's: `Generator.round_options`).
+    """
+    opts = (tuple(sorted(options.items())),) if options else ()  # none: the same cache entry as before
+    return {name: _stage_fn(name, *_stage_key(name, tcfg, dcfg, spec), *opts)
+            for name in ("draft", "tree", "verify", "choose", "walk", "commit")}
+
+
+def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
+    """(tcfg, dcfg, spec, extra) for stage `name`, with the spec fields that only other stages
+    read (the tree's budget and policy, the loop's unroll, the sampling, the prefill's chunk) at
+    their defaults."""
+    default = DecodeSpec()
+    tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
+                                    unroll_as_loop=default.unroll_as_loop, sampling=default.sampling,
+                                    prefill_chunk=default.prefill_chunk)
+    if name in ("draft", "verify"):
+        return tcfg, dcfg, tree_free, None
+    if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
+        return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
+    if name == "tree":
+        return None, None, dataclasses.replace(spec, unroll=default.unroll, unroll_as_loop=default.unroll_as_loop,
+                                               sampling=default.sampling, prefill_chunk=default.prefill_chunk), None
+    if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
+        return None, None, DecodeSpec(sampling=spec.sampling), None
+    if name == "walk":  # extra: the tree depth, all the walk reads
+        return None, None, default, dcfg.depth if spec.speculative else 0
+    raise ValueError(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = ()):
+    def jit(fn, **kw):
+        # the products are traced as parts of an executable with these options (`_products`)
+        def traced(*args, **kwargs):
+            with compiled_with(dict(options)):
+                return fn(*args, **kwargs)
+
+        return jax.jit(traced, compiler_options=dict(options) or None, **kw)
+    if name == "draft":
+        return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+    if name == "tree":
+        return jit(functools.partial(tree_stage, spec=spec))
+    if name == "verify":
+        return jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+    if name == "choose":
+        def _choose(logits, key, knobs):
+            return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
+
+        return jit(_choose)
+    if name == "walk":
+        def _walk(tree_, target_tokens):
+            return walk(tree_, target_tokens, extra)
+
+        return jit(_walk)
+    if name == "commit":
+        def _commit(dparams, state, new_kv, tapped, result, knobs):
+            return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=extra)
+
+        return jit(_commit, donate_argnums=(1,))
+    raise ValueError(name)
+
+
+def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, *, tcfg, dcfg, spec: DecodeSpec,
+                    options: dict | None = None, first_compiles: bool = True,
+                    on_round: Callable[[engine.State], None] | None = None):
+    """Rounds until every row is done, each stage a separate call followed by a sync.
+
+    Returns (state, {stage: ms per round}). first_compiles: the first round compiles the stages
+    and is left out of the figures. on_round(state) is called after every round (streaming).
+    """
+    fns = stage_functions(tcfg, dcfg, spec, options)
+    totals = dict.fromkeys(STAGES, 0.0)
+    rounds = 0
+
+    def timed(name, fn, *args):
+        t = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        if rounds > 0 or not first_compiles:
+            totals[name] += time.perf_counter() - t
+        return out
+
+    while not np.asarray(state.done).all():
+        key, sub = jax.random.split(state.key)
+        if spec.speculative:
+            logp = timed("draft", fns["draft"], tparams, dparams, state)
+            tree = timed("tree", fns["tree"], logp, state, engine.draft_vocab(dparams))
+        else:
+            tree = engine.root_tree(state)
+        logits, tapped, new_kv = timed("verify", fns["verify"], tparams, state, tree)
+        target_tokens = timed("verify", fns["choose"], logits, sub, knobs)
+        result = timed("walk", fns["walk"], tree, target_tokens)
+        state = timed("commit", fns["commit"], dparams, state, new_kv, tapped, result, knobs)
+        state = dataclasses.replace(state, key=key)
+        rounds += 1
+        if on_round is not None:
+            on_round(state)
+    timed_rounds = rounds - 1 if first_compiles else rounds
+    return state, {k: 1e3 * v / max(timed_rounds, 1) for k, v in totals.items()}
