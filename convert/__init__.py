@@ -1,4 +1,4 @@
-"""Hugging Face checkpoint -> converted checkpoint (see ddtree_jax/checkpoint.py for the layout).
+"""Hugging Face checkpoint -> converted checkpoint (see ddtree_jax/checkpoint/ for the layout).
 
     python -m convert --target HF_DIR [--draft HF_DIR] --out DIR [--dtype bfloat16|float32|float16]
                       [--force] [--debug]
@@ -8,16 +8,11 @@ output path, and the name, dtype and shape of every tensor (from the safetensors
 tensors are streamed one at a time (cast, transposed to our [in, out] layout) and written with
 orbax into a temporary directory that is renamed into place at the end. The target is written and
 released before the drafter is read, so peak host memory is about one model.
-
-Test hook: the environment variable DDTREE_CONVERT_SLOWDOWN (seconds, float) sleeps that long
-after each tensor, so tests can interrupt a conversion midway.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,7 +22,6 @@ from ddtree_jax.checkpoint import hf, names
 from ddtree_jax.errors import UserError, cli_main
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 
-SLOWDOWN_ENV = "DDTREE_CONVERT_SLOWDOWN"
 DEFAULT_DTYPE = "bfloat16"
 
 
@@ -79,7 +73,7 @@ class _Source:
             if info.dtype not in hf.SAFETENSORS_DTYPES:
                 info.read()  # raises the one-line dtype error
 
-    def convert(self, dt: np.dtype, bar, slowdown: float) -> dict[str, Any]:
+    def convert(self, dt: np.dtype, bar) -> dict[str, Any]:
         """Read, cast and transpose every tensor, one at a time, into our param tree."""
         params = names.empty_tree(self.cfg)
         for e in self.entries:
@@ -88,8 +82,6 @@ class _Source:
             names.set_path(params, e.path, np.array(src.T if e.transpose else src, dtype=dt, order="C"))
             del src
             bar.update(1)
-            if slowdown:
-                time.sleep(slowdown)
         return params
 
 
@@ -112,10 +104,6 @@ def convert(target: str | Path, out: str | Path, *, draft: str | Path | None = N
         drf.scan()
     dtype = dtype or _default_dtype(tgt.raw)
     dt = ck.resolve_dtype(dtype)
-    try:
-        slowdown = float(os.environ.get(SLOWDOWN_ENV) or 0)
-    except ValueError:
-        raise UserError(f"{SLOWDOWN_ENV} must be a number of seconds") from None
 
     import orbax.checkpoint  # noqa: F401  (slow import; before the progress bar, so its rate means something)
 
@@ -123,11 +111,11 @@ def convert(target: str | Path, out: str | Path, *, draft: str | Path | None = N
     bar = tqdm(total=total, desc="converting", unit="tensor", file=sys.stderr, disable=not progress, dynamic_ncols=True)
     try:
         with ck.atomic_directory(out, force) as tmp, bar:
-            params = tgt.convert(dt, bar, slowdown)
+            params = tgt.convert(dt, bar)
             ck.write_model(tmp / "target", tgt.raw, params)
             del params  # before the drafter is read: peak memory is one model
             if drf is not None:
-                params = drf.convert(dt, bar, slowdown)
+                params = drf.convert(dt, bar)
                 ck.write_model(tmp / "draft", drf.raw, params)
                 del params
             files = ck.copy_tokenizer(tgt.dir, tmp / "tokenizer")

@@ -17,7 +17,7 @@ import jax
 from ddtree_jax import compile_cache
 from ddtree_jax.checkpoint import DEFAULT_CKPT
 from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file
-from ddtree_jax.generator import DEFAULT_UNROLL, DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, Generator
+from ddtree_jax.generator import DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, Generator
 from ddtree_jax.token_map import check_token_map, read_token_map
 
 
@@ -82,7 +82,7 @@ def build_parser() -> ArgumentParser:
                     help="rounds of the first device call while streaming; later calls double it, up to "
                          f"{STREAM_MAX_ROUNDS_PER_CALL}")
     ap.add_argument("--unroll", type=int, default=0,
-                    help=f"rounds per device-loop iteration (0: the default, {DEFAULT_UNROLL})")
+                    help="rounds per device-loop iteration (0: the device's default)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
                     help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds_per_call < 1:
         raise UserError(f"--rounds-per-call must be >= 1 (got {args.rounds_per_call})")
     if args.unroll < 0:
-        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the default ({DEFAULT_UNROLL})")
+        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the device's default")
     if args.top_k < 0:
         raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
     try:

@@ -1,6 +1,6 @@
 """The speculative round and the on-device generation loop.
 
-One round (DESIGN.md): draft -> build tree -> verify -> walk -> commit. Every stage is its own
+One round: draft -> build tree -> verify -> walk -> commit. Every stage is its own
 function below; `round_step` chains them and `run_rounds` loops it in a `lax.while_loop`, so a
 whole generation runs on the device without a host round-trip per round. Plain autoregressive
 decoding is budget 0 (the tree is the root alone); DFlash is the `chain` policy.
@@ -27,6 +27,7 @@ from ddtree_jax.models.layers import KVCache, append
 from ddtree_jax.drafters.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
+from ddtree_jax.tuning import CPU, Tuning
 from ddtree_jax.walk import WalkResult, walk
 from ddtree_jax.kernels import norm_impl_for
 from ddtree_jax.kernels.tree_attention import verify_rows
@@ -50,13 +51,8 @@ class DecodeSpec:
     # "auto" = XLA's per-array writes until the kernel is timed on a GPU.
     cache_impl: str = "auto"
     drafter: str = "dflash"  # "dflash", or "oracle" (drafters/oracle.py: tests and benchmarks)
-    # Rounds per while_loop iteration (steps past max_rounds run but commit nothing). Meant to
-    # amortise the loop's per-iteration host work; on the H200 that work grew faster than the
-    # body, so unrolling was slower there (bench/RESULTS.md) and 1 is the default.
-    unroll: int = 1
-    # unroll > 1 as an inner loop (one copy of the round, trip count known to XLA) instead of
-    # unrolled copies; the Generator takes it from $DDTREE_UNROLL_AS_LOOP=1 (an A/B knob)
-    unroll_as_loop: bool = False
+    tuning: Tuning = CPU  # how the kernels and the tree build run on this device (tuning.tuning_for)
+    unroll: int = 1  # rounds per while_loop iteration (steps past max_rounds run but commit nothing)
     # Longest prompt piece one target forward takes: a longer prompt is prefilled in chunks of
     # this many tokens (a lax.scan; each chunk sees the cache of the ones before it). Bounds the
     # attention's T: the Pallas kernel unrolls its new-key steps (T = 8192 compiled for minutes
@@ -79,32 +75,9 @@ def num_nodes(spec: DecodeSpec, dcfg: DrafterConfig | None) -> int:
     return make_policy(spec.policy).num_nodes(spec.budget, dcfg.depth)
 
 
-# XLA options for the round's executable, per device kind, by the verify pass's row count (the
-# tree's nodes + the root): [((lo, hi), {option: value}), ...], the first matching range wins.
-# Why: at 65 rows XLA's Triton GEMM autotuner gives o and down split-K 8 (f32 partials written
-# and reduced by a second kernel, 1.9-3.0 TB/s; session 7's profile). Forcing split-K 1 for the
-# whole executable, session 8 on the H200 (one machine, 8B pair, prompt 512, bench_round 32
-# rounds, steady ms): DDTree-64 6.674 -> 6.295, DDTree-32 6.260 -> 6.097; DDTree-16 5.946 ->
-# 5.947 and DDTree-128 7.353 -> 7.338 (no change); DFlash (16 rows) 5.716 -> 5.922, DDTree-256
-# 10.067 -> 10.275 and AR 4.292 -> 4.507 (slower; split-K 2 at 64: 6.649). So only the row
-# counts measured to win get it (33-65 rows). The option name is JAX 0.11's XLA's (0.10's too);
-# an XLA without it rejects it at compile time, so only listed device kinds get it.
-ROUND_XLA_OPTIONS: dict[str, list[tuple[tuple[int, int], dict]]] = {
-    "NVIDIA H200": [((33, 65), {"xla_gpu_experimental_force_split_k": 1})],
-}
-
-
-def round_xla_options(spec: DecodeSpec, dcfg: DrafterConfig | None, device=None) -> dict:
-    """The measured XLA options (ROUND_XLA_OPTIONS) for the round executables of `spec` on
-    `device` (default: the first device): {} where none apply."""
-    device = device or jax.devices()[0]
-    if device.platform not in ("gpu", "cuda"):
-        return {}
-    rows = 1 + num_nodes(spec, dcfg)
-    for (lo, hi), opts in ROUND_XLA_OPTIONS.get(device.device_kind, ()):
-        if lo <= rows <= hi:
-            return dict(opts)
-    return {}
+def round_xla_options(spec: DecodeSpec, dcfg: DrafterConfig | None) -> dict:
+    """The XLA options of the round executables of `spec` (its tuning's, by verify rows)."""
+    return spec.tuning.xla_options(1 + num_nodes(spec, dcfg))
 
 
 @jax.tree_util.register_dataclass
@@ -134,8 +107,8 @@ class Knobs:
 
 
 def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Knobs:
-    """Numpy values in one device_put: jnp.float32(x) launches a conversion (on the H200 five
-    small inputs took 0.9-1.4 ms through jnp against 0.35-0.43 this way; session 31, s31e)."""
+    """Numpy values in one device_put: jnp.float32(x) launches a conversion (five small inputs
+    took 0.9-1.4 ms through jnp on the H200, 0.35-0.43 this way)."""
     ids = list(stop_ids) or [-1]
     return Knobs(*jax.device_put((np.float32(temperature), np.float32(top_p), np.asarray(ids, np.int32))))
 
@@ -177,7 +150,7 @@ def _draft(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterC
 def tree_stage(logp: jax.Array, state: State, vocab: jax.Array | None = None, *, spec: DecodeSpec) -> DraftTree:
     """The policy's tree over the drafter's log-probs. vocab (int32 [V'], a drafter restricted to a
     token map: `draft_vocab`) turns the policy's indices into V' back into token ids."""
-    tree = make_policy(spec.policy).build(logp, spec.budget)
+    tree = make_policy(spec.policy).with_tuning(spec.tuning.tree).build(logp, spec.budget)
     if vocab is not None:
         tree = dataclasses.replace(tree, tokens=jnp.take(vocab, tree.tokens, mode="clip"))
     return tree.with_root_token(state.root)
@@ -311,10 +284,6 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
     return dataclasses.replace(state, key=key)
 
 
-# DecodeSpec.unroll_as_loop from the environment (the Generator reads it)
-UNROLL_AS_LOOP_ENV = "DDTREE_UNROLL_AS_LOOP"
-
-
 def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
     def cond(carry):
         s, i = carry
@@ -327,14 +296,8 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
             enabled = None if spec.unroll == 1 else i + j < max_rounds
             return round_step(tparams, dparams, tcfg, dcfg, s, knobs, spec, enabled=enabled)
 
-        if spec.unroll > 1 and spec.unroll_as_loop:
-            # one copy of the round in an inner loop of known trip count: XLA's while thunk then
-            # runs it without the predicate's device-to-host copy, so the host can launch the
-            # next round's graph while the device runs this one (an A/B knob, session 23)
-            s = jax.lax.fori_loop(0, spec.unroll, step, s)
-        else:
-            for j in range(spec.unroll):
-                s = step(j, s)
+        for j in range(spec.unroll):
+            s = step(j, s)
         return s, i + spec.unroll
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.int32(0)))
@@ -441,8 +404,8 @@ def _prefill_into(old: State, tparams, dparams, prompt: jax.Array, prompt_len: j
     a finished request's), donated whole: its caches are zeroed (as `new_caches` makes them) and refilled, and
     each leaf of the new state takes the buffer of the same leaf of `old`. Requests that reuse one
     state run their rounds on the same addresses, so XLA need not update the rounds' command
-    buffers (CUDA graphs) at a call's first round: session 30 measured that update at 3.5-5.3 ms a
-    call (DDTree-64, 8B shape, H200) when every call got new buffers, and none with them kept."""
+    buffers (CUDA graphs) at a call's first round: 3.5-5.3 ms a call (DDTree-64, 8B shape, H200)
+    when every call got new buffers, none with them kept."""
     def zeros(c):
         return None if c is None else jax.tree_util.tree_map(jnp.zeros_like, c)
 
@@ -468,5 +431,4 @@ def state_shapes(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max
 def prefill_spec(spec: DecodeSpec) -> DecodeSpec:
     """The part of `spec` the prefill reads: specs that differ in the tree alone (policy, a budget
     above 0, the loop's unroll) share one prefill executable."""
-    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll,
-                               unroll_as_loop=DecodeSpec.unroll_as_loop)
+    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll)

@@ -26,12 +26,10 @@ from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.layers import stacks_norms_for
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.token_map import check_token_map
+from ddtree_jax.tuning import Tuning, tuning_for
 from ddtree_jax.kernels import norm_impl_for
 
 METHODS = ("ar", "dflash", "ddtree")
-# Rounds per device-loop iteration (engine.DecodeSpec.unroll). On the H200 more than one made rounds
-# slower (the loop's per-iteration host work grows with the body; bench/RESULTS.md).
-DEFAULT_UNROLL = 1
 
 
 def tree_nbytes(tree) -> int:
@@ -60,9 +58,8 @@ def cache_positions(prompt_len: int, max_new_tokens: int, nodes: int, depth: int
     return -(-need // 128) * 128, out_size
 
 
-# Streaming doubles the rounds per device call up to this many (the traced limit: no recompile).
-# Measured on the H200 (bench/RESULTS.md, session 3): a run_rounds call costs ~4.2 ms (AR) / 5.7
-# ms (DDTree-64) beyond its rounds, so 4 rounds a call made streamed AR ~23 % slower.
+# Streaming doubles the rounds per device call up to this many (the traced limit: no recompile):
+# a call costs ~4-6 ms beyond its rounds on the H200, so 4 rounds a call made streamed AR ~23 % slower.
 STREAM_MAX_ROUNDS_PER_CALL = 32
 
 
@@ -115,11 +112,11 @@ class Generator:
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
                  executables: Executables | None = None, prefill_chunk: int = 0,
                  matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none",
-                 draft_vocab: Sequence[int] | None = None):
+                 draft_vocab: Sequence[int] | None = None, tuning: Tuning | None = None):
         """oracle: params of the synthetic drafter of drafters/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
-        unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks
-        DEFAULT_UNROLL. compiler_options: XLA debug options for the prefill and round
+        unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks the
+        tuning's. compiler_options: XLA debug options for the prefill and round
         executables (e.g. {"xla_gpu_enable_command_buffer": ""}). log: called with a status line before and
         after each compilation (they take seconds to minutes on large models). executables: an
         `Executables` shared with other Generators of the same checkpoint (the bench suite), so
@@ -132,7 +129,8 @@ class Generator:
         target verifies every token, but acceptance may change a little). draft_vocab: a token map
         (token_map.read_token_map): the drafter drafts over those ids only, through its own copy
         of the LM head cut to them (drafters.dflash.restrict_vocab; lossless, acceptance may drop a
-        little)."""
+        little). tuning: how kernels and the tree build run (default: `tuning.tuning_for` the
+        first device)."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
@@ -140,6 +138,7 @@ class Generator:
         if budget < 0:
             raise UserError(f"--budget must be >= 0 (got {budget})")
         self.ckpt = ckpt
+        self.tuning = tuning or tuning_for()
         self.tcfg = ckpt.target_cfg
         self.dcfg = ckpt.drafter_cfg
         if method != "ar" and self.dcfg is None:
@@ -158,7 +157,7 @@ class Generator:
             check_token_map(draft_vocab, self.tcfg.vocab_size)
         draft_v = self.tcfg.vocab_size if draft_vocab is None else len(draft_vocab)
         try:
-            self.policy = make_policy(policy)
+            self.policy = make_policy(policy).with_tuning(self.tuning.tree)
             if budget:  # a policy that cannot build for this drafter fails here, not mid-trace
                 logp = jax.ShapeDtypeStruct((1, self.dcfg.depth, draft_v), jnp.float32)
                 jax.eval_shape(lambda x: self.policy.build(x, budget), logp)
@@ -184,9 +183,8 @@ class Generator:
             raise UserError(f"--drafter-quant {drafter_quant} needs a DFlash drafter (method dflash or ddtree)")
         self.drafter_quant = drafter_quant
         if unroll < 0:
-            raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the default ({DEFAULT_UNROLL})")
-        self.unroll = unroll or DEFAULT_UNROLL
-        self.unroll_as_loop = os.environ.get(engine.UNROLL_AS_LOOP_ENV) == "1"  # an A/B knob
+            raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the device's default")
+        self.unroll = unroll or self.tuning.unroll
         if prefill_chunk < 0:
             raise UserError(f"prefill_chunk must be >= 0 (got {prefill_chunk}); 0 picks the default "
                             f"({engine.DecodeSpec.prefill_chunk})")
@@ -217,7 +215,7 @@ class Generator:
     def rounds_limit(self, n: int) -> jax.Array:
         """The device scalar a run_rounds call takes as its round limit, made once per value: on
         the H200 making one (jnp.int32(n): a host-to-device copy and a conversion's launch) cost
-        ~0.9 ms, a third of a call's fixed cost (bench/RESULTS.md, session 31)."""
+        ~0.9 ms, a third of a call's fixed cost."""
         limit = self._limits.get(n)
         if limit is None:
             limit = self._limits[n] = jax.block_until_ready(jnp.int32(n))
@@ -235,8 +233,7 @@ class Generator:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
                                  attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
                                  cache_impl=self.cache_impl, drafter=self.drafter,
-                                 unroll=self.unroll,
-                                 unroll_as_loop=self.unroll_as_loop,
+                                 unroll=self.unroll, tuning=self.tuning,
                                  prefill_chunk=self.prefill_chunk)
         depth = self.dcfg.depth if self.budget else 0
         cache, out_size = cache_positions(prompt_len, max_new_tokens, engine.num_nodes(base, self.dcfg), depth)
@@ -291,8 +288,8 @@ class Generator:
     # ------------------------------------------------------------------ running
 
     def round_options(self, spec: engine.DecodeSpec) -> dict:
-        """XLA options for the round executables of `spec`: the measured per-device ones
-        (engine.ROUND_XLA_OPTIONS), overridden by the constructor's compiler_options."""
+        """XLA options for the round executables of `spec`: the tuning's (engine.round_xla_options),
+        overridden by the constructor's compiler_options."""
         return {**engine.round_xla_options(spec, self.dcfg), **(self.compiler_options or {})}
 
     def _key(self, name, args, static, options):
@@ -347,7 +344,7 @@ class Generator:
         prompt = np.zeros((bt, plen), np.int32)
         for i, p in enumerate(prompts):
             prompt[i, : len(p)] = p
-        # numpy arrays in one device_put: no conversion launches (session 31, s31e)
+        # numpy arrays in one device_put: no conversion launches
         prompt, lens, max_new = jax.device_put((prompt, np.asarray([len(p) for p in prompts], np.int32),
                                                 np.full((bt,), max_new_tokens, np.int32)))
         knobs = engine.make_knobs(temperature, top_p, stop_ids)

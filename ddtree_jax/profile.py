@@ -43,14 +43,14 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
     their defaults."""
     default = DecodeSpec()
     tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
-                                    unroll_as_loop=default.unroll_as_loop, sampling=default.sampling,
+                                    sampling=default.sampling,
                                     prefill_chunk=default.prefill_chunk)
     if name in ("draft", "verify"):
         return tcfg, dcfg, tree_free, None
     if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
         return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
     if name == "tree":
-        return None, None, dataclasses.replace(spec, unroll=default.unroll, unroll_as_loop=default.unroll_as_loop,
+        return None, None, dataclasses.replace(spec, unroll=default.unroll,
                                                sampling=default.sampling, prefill_chunk=default.prefill_chunk), None
     if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
         return None, None, DecodeSpec(sampling=spec.sampling), None

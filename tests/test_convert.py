@@ -351,12 +351,19 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# `python -m convert` with 0.2 s after each tensor it reads, so that a signal lands midway
+SLOW_CONVERT = ("import time, convert\n"
+                "real = convert.names.set_path\n"
+                "convert.names.set_path = lambda *a: (real(*a), time.sleep(0.2))[0]\n"
+                "raise SystemExit(convert.main())\n")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_nothing(qwen3_pair, tmp_path, sig):
     out = tmp_path / "out"
-    p = subprocess.Popen([sys.executable, "-m", "convert", "--target", str(qwen3_pair.hf_target), "--draft",
+    p = subprocess.Popen([sys.executable, "-c", SLOW_CONVERT, "--target", str(qwen3_pair.hf_target), "--draft",
                           str(qwen3_pair.hf_draft), "--out", str(out)], cwd=ROOT,
-                         env=_env(DDTREE_CONVERT_SLOWDOWN="0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=_default_sigint)
     tmp = out.with_name(f"out.tmp-{p.pid}")
     deadline = time.monotonic() + 60

@@ -280,7 +280,7 @@ def _silence_closed_loop_callbacks() -> None:
 def _quiet_aborted_reads() -> None:
     """After a failed restore: the restore's other reads fail too, and when their asyncio tasks
     are collected (often at exit) asyncio logs each as "Task exception was never retrieved" with
-    its traceback, after the one-line error (seen once in CI, session 34). Their errors are the
+    its traceback, after the one-line error (seen once in CI). Their errors are the
     one already reported: drop exactly those records from the asyncio logger."""
     import logging
 
