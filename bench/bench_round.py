@@ -1,17 +1,18 @@
 """Round latency on a large random-weight model: AR step, DFlash and DDTree rounds, stage breakdown.
 
-    python -m bench.bench_round --model qwen3-8b --prompt-len 512 --budgets 16,64,256,1024 --out DIR
-    python -m bench.bench_round --model tiny --rounds 4          # CPU smoke run
+    python -m bench round --model qwen3-8b --prompt-len 512 --budgets 16,64,256,1024 --out DIR
+    python -m bench round --model tiny --rounds 4          # CPU smoke run
 
 Random weights accept ~nothing, but a round's cost does not depend on what is accepted (static
 shapes): every round verifies the full tree, compacts D+1 slots and feeds the drafter D+1 taps.
-The fused time comes from `engine.run_rounds` (the on-device while_loop) over --rounds rounds;
-the stage breakdown from the separately jitted stages (each synced, median of repeats).
+The fused time comes from `engine.run_rounds` (the on-device while_loop, as generate runs it)
+over --rounds rounds; the stage breakdown either from `ddtree_jax.profile.profiled_rounds` (each
+stage a separate call followed by a sync, as `--profile` times it) or, with --stage-loop, from
+each stage alone in a device loop (no host dispatch per stage: what the large shapes need).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import statistics
@@ -86,8 +87,8 @@ def build(model: str, dtype) -> types.SimpleNamespace:
                        target_layer_ids=d["target_layer_ids"], mask_token_id=t["vocab_size"] - 1,
                        num_target_layers=t["num_layers"], vocab_size=t["vocab_size"],
                        sliding_windows=(None,) * d["num_layers"], rope=rope)
-    # unsafe_rbg keys: threefry took 102 s for 18 GB of weights on the H200 (bench/RESULTS.md).
-    # Typed keys carry the generator, so the process-wide default (sampling) stays threefry.
+    # unsafe_rbg keys: threefry took 102 s for the 8B shape's 18 GB of weights on the H200. Typed
+    # keys carry the generator, so the process-wide default (sampling) stays threefry.
     tp = init_target(tc, jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True)
     dp = init_drafter(dc, jax.random.key(1, impl="unsafe_rbg"), dtype, jit=True)
     jax.block_until_ready((tp, dp))
@@ -97,48 +98,34 @@ def build(model: str, dtype) -> types.SimpleNamespace:
 
 def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1, *,
                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> types.SimpleNamespace:
-    """`batch` random prompts (one length) for gen: its spec, static args, knobs, a factory of fresh prefill
-    arguments (new donated caches each call) for `prefill` (engine.prefill, compiled at its first
-    call), `zeros()` (a new state of zeros) and `refill(old)`: the prefill as generate runs it, into a
-    finished state's buffers (or new zeros). Greedy unless a temperature is given."""
+    """`batch` random prompts (one length) for gen: its spec (a cache for max_new_tokens), static
+    args, knobs, `zeros()` (a new state of zeros) and `refill(old, max_new)`: the prefill as
+    generate runs it (`engine.prefill_into`), into a finished state's buffers (or new zeros), each
+    row done after max_new tokens (default: max_new_tokens). Greedy unless a temperature is given."""
     spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig.make(temperature, top_k))
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
     prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(batch, prompt_len)), jnp.int32)
     lens = jnp.full((batch,), prompt_len, jnp.int32)
     knobs = engine.make_knobs(temperature, top_p)
-    max_new = jnp.full((batch,), max_new_tokens, jnp.int32)
-    dtype = gen.tparams["embed"].dtype
 
-    def pre_args():
-        caches = engine.new_caches(gen.tcfg, gen.dcfg, spec, batch, dtype)
-        return (gen.tparams, gen.dparams, *caches, prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
+    def args(max_new: int) -> tuple:
+        return prompt, lens, jnp.full((batch,), max_new, jnp.int32), knobs, jax.random.PRNGKey(0)
 
-    compiled = {}
-
-    def prefill(*a):
-        """engine.prefill (new caches donated), compiled at its first call: only probe_call_fixed's
-        fresh and caches modes use it; everything else prefills as generate does (refill)."""
-        if "prefill" not in compiled:
-            compiled["prefill"] = engine.prefill.lower(*a, **static).compile(compiler_options=gen.compiler_options)
-        return compiled["prefill"](*a)
-
-    args = (prompt, lens, max_new, knobs, jax.random.PRNGKey(0))
-    shapes = engine.state_shapes(gen.tparams, gen.dparams, *args, **static)
-    into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args, **static).compile(
+    shapes = engine.state_shapes(gen.tparams, gen.dparams, *args(max_new_tokens), **static)
+    into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args(max_new_tokens), **static).compile(
         compiler_options=gen.compiler_options)
 
     def zeros():
         """A new state of zeros, in new buffers (what a first request prefills into)."""
         return jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
 
-    def refill(old=None):
+    def refill(old=None, max_new: int = max_new_tokens):
         """A state as Generator.generate_ids makes one: prefilled into `old` (a finished call's state,
         donated: every buffer reused) or, without one, into new zeros."""
-        return into(zeros() if old is None else old, gen.tparams, gen.dparams, *args)
+        return into(zeros() if old is None else old, gen.tparams, gen.dparams, *args(max_new))
 
-    return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, pre_args=pre_args, prefill=prefill,
-                                 zeros=zeros, refill=refill)
+    return types.SimpleNamespace(spec=spec, static=static, knobs=knobs, zeros=zeros, refill=refill)
 
 
 def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: int,
@@ -175,15 +162,14 @@ def fused_times(gen: Generator, run, fresh_state, knobs, rounds: int, repeats: i
 
 def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_repeats: int, batch: int = 1,
             verify_loop: bool = False, stage_loop: bool = False, fresh_buffers: bool = False) -> dict:
-    """fresh_buffers: every timed call's state in new buffers (new zeros and a prefill), as
-    generate did before session 30; by default each call prefills into the last call's state,
-    as generate does (engine.prefill_into)."""
+    """One row: the fused rounds (a call and the steady state), the prefill, the stage breakdown.
+    fresh_buffers: every timed call's state in new buffers (new zeros and a prefill); by default
+    each call prefills into the last call's state, as generate does (engine.prefill_into)."""
     # room for 2 x rounds rounds even if random weights accept a few tokens a round
     req = setup_request(gen, prompt_len, rounds * 40 + 8, batch)
     spec, static, knobs = req.spec, req.static, req.knobs
     # the prefill as generate runs it (engine.prefill_into): the first into new zeros (it includes
-    # the executable's first-run set-up), the second into the first's state (warm, buffers kept).
-    # Before session 31 this timed engine.prefill into new caches, a second compile a row.
+    # the executable's first-run set-up), the second into the first's state (warm, buffers kept)
     prefill_ms, state = [], None
     for _ in range(2):
         old = jax.block_until_ready(req.zeros() if state is None else state)
@@ -203,7 +189,7 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
     if stage_loop:
         stages = {k: statistics.median(v) for k, v in loops.items()}
     else:
-        stages = stage_times(gen, spec, lambda: req.refill(None), knobs, stage_repeats)
+        stages = stage_times(gen, spec, req.refill, knobs, stage_repeats)
     return {
         "verify_ms_steady": statistics.median(loops["verify"]) if loops else None,
         "verify_ms_steady_all": loops.get("verify", []),
@@ -211,8 +197,8 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         "round_ms_all": fused,
         "round_ms_steady": statistics.median(steady),
         "round_ms_steady_all": steady,
-        # what a call costs beyond its rounds (a call - rounds x steady; session 22: 1-24 ms at
-        # the 8B DDTree-256, the largest part of the per-call figure's spread between runs)
+        # what a call costs beyond its rounds (a call - rounds x steady: 1-24 ms at the 8B
+        # DDTree-256, the largest part of the per-call figure's spread between machine starts)
         "call_fixed_ms": statistics.median(call_fixed),
         "call_fixed_ms_all": call_fixed,
         "prefill_ms": prefill_ms[1],
@@ -232,8 +218,8 @@ def every(x) -> jax.Array:
 
 
 def tree_pass(acc, logp, state, vocab=None, *, spec) -> jax.Array:
-    """One tree-stage pass of stage_loop_times: the whole tree. Until session 9 the pass used one
-    token of it and XLA dropped the ancestor mask (4 x 48 us a round at B = 1024 on the H200)."""
+    """One tree-stage pass of stage_loop_times: the whole tree (a pass that used one token of it
+    let XLA drop the ancestor mask, 4 x 48 us a round at B = 1024 on the H200)."""
     logp, acc = jax.lax.optimization_barrier((logp, acc))
     return acc + every(jax.lax.optimization_barrier(engine.tree_stage(logp, state, vocab, spec=spec)))
 
@@ -317,44 +303,22 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     return out
 
 
-def stage_times(gen: Generator, spec, fresh_state, knobs, repeats: int) -> dict:
-    """Median ms per stage over `repeats` rounds (after one warm-up), each stage jitted alone and
-    synced, all from one state made by fresh_state() ({} for repeats 0, no state made). A stage's calls in one round add up
-    (verify = the forward + the choose call)."""
+def stage_times(gen: Generator, spec, refill, knobs, repeats: int) -> dict:
+    """ms per stage of a round, each stage a separate call followed by a sync: the rounds of a
+    request of `repeats` + 2 tokens (prefilled by refill(None, max_new)) through
+    `profile.profiled_rounds`, its first round (the stages' compiles) left out. A stage's calls in
+    one round add up (verify = the forward + the token choice). {} for repeats 0 (no state made)."""
     if repeats <= 0:
         return {}
-    fns = profile.stage_functions(gen.tcfg, gen.dcfg, spec, gen.round_options(spec))
-    state = fresh_state()
-    times: dict[str, list[float]] = {}
-    for i in range(repeats + 1):
-        cur: dict[str, float] = {}
-
-        def timed(name, fn, *args):
-            t = time.perf_counter()
-            out = jax.block_until_ready(fn(*args))
-            cur[name] = cur.get(name, 0.0) + 1e3 * (time.perf_counter() - t)
-            return out
-
-        if spec.speculative:
-            logp = timed("draft", fns["draft"], gen.tparams, gen.dparams, state)
-            tree = timed("tree", fns["tree"], logp, state, engine.draft_vocab(gen.dparams))
-        else:
-            tree = engine.root_tree(state)
-        logits, tapped, new_kv = timed("verify", fns["verify"], gen.tparams, state, tree)
-        tt = timed("verify", fns["choose"], logits, state.key, knobs)
-        result = timed("walk", fns["walk"], tree, tt)
-        # commit donates its state: it gets a copy (finished before the clock starts: up to session
-        # 4 it was not, and the commit stage included copying the caches)
-        st = jax.block_until_ready(jax.tree_util.tree_map(lambda x: x.copy() if hasattr(x, "copy") else x, state))
-        timed("commit", fns["commit"], gen.dparams, st, new_kv, tapped, result, knobs)
-        if i > 0:  # the first round warms up
-            for name, ms in cur.items():
-                times.setdefault(name, []).append(ms)
-    return {k: statistics.median(v) for k, v in times.items()}
+    # a round commits at least one token, the prefill one: `repeats` + 1 rounds at most
+    state = refill(None, repeats + 2)
+    _, stages = profile.profiled_rounds(gen.tparams, gen.dparams, state, knobs, tcfg=gen.tcfg, dcfg=gen.dcfg,
+                                        spec=spec, options=gen.round_options(spec))
+    return stages if spec.speculative else {k: v for k, v in stages.items() if k not in ("draft", "tree")}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_round", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench round", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--prompt-len", default="512", help="prompt length(s), comma-separated")
     ap.add_argument("--budgets", default="16,64,256,1024", help="DDTree budgets")
@@ -362,7 +326,8 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default="ddtree")
     ap.add_argument("--rounds", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--stage-repeats", type=int, default=5, help="0: no stage breakdown (fewer compiles)")
+    ap.add_argument("--stage-repeats", type=int, default=5,
+                    help="timed rounds of the synced stage breakdown (profile.profiled_rounds); 0: none (fewer compiles)")
     ap.add_argument("--verify-loop", action="store_true",
                     help="also time the verify pass alone in a device loop (verify_ms_steady: the round's "
                          "overhead beyond it is round_ms_steady - verify_ms_steady; one more compile a row)")
@@ -383,8 +348,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch", type=int, default=1, help="prompts decoded together (rows of one round)")
     ap.add_argument("--fresh-buffers", action="store_true",
-                    help="each timed call's state in new buffers (new caches, a prefill), as generate did before "
-                         "session 30; by default a call prefills into the last call's state, as generate does")
+                    help="each timed call's state in new buffers (new caches, a prefill); by default a call "
+                         "prefills into the last call's state, as generate does")
     ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
     if args.batch < 1:
@@ -462,7 +427,7 @@ def main(argv=None) -> int:
         try:
             from bench.plots import round_latency
         except ImportError as e:  # matplotlib is not on every device image
-            print(f"[bench_round] no plot ({e}); draw it elsewhere: python -m bench.plots {args.out}/{name}")
+            print(f"[bench_round] no plot ({e}); draw it elsewhere: python -m bench plots {args.out}/{name}")
         else:
             print(f"[bench_round] plot: {round_latency(out, Path(args.out) / 'round_latency.png')}")
     return 0

@@ -1,7 +1,11 @@
-"""What a token map (--draft-vocab) costs in acceptance on real weights: maps of several sizes
-built from the corpus' train split, DDTree on its eval prompts, greedy.
+"""What a token map (--draft-vocab) costs in acceptance on real weights, by map size.
 
-    python -m bench.draft_vocab [--ckpt DIR] [--sizes 512,1024,2048,4096] [--budgets 16,64]
+Maps of several sizes built from a corpus' train split; DDTree on its eval prompts, greedy.
+
+    python -m bench draft-vocab --data CORPUS.jsonl.xz [--ckpt DIR] [--sizes 512,1024,2048,4096] [--budgets 16,64]
+
+CORPUS is the full corpus with its train split (the shipped pair's: the Python 3.11.7 standard
+library, `split` train / eval; the repository ships its eval prompts only).
 
 For each map: the share of the eval split's tokens it covers, and per budget the mean acceptance
 against the full vocabulary's (the tokens themselves must not change: checked). Writes
@@ -36,9 +40,9 @@ def main(argv=None) -> int:
     from ddtree_jax.generator import Generator
     from ddtree_jax.cli import load_tokenizer
 
-    ap = argparse.ArgumentParser(prog="python -m bench.draft_vocab", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench draft-vocab", description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", default=str(DEFAULT_CKPT))
-    ap.add_argument("--data", default=None, help="the corpus (default: the pystdlib corpus beside the checkout)")
+    ap.add_argument("--data", required=True, help="the corpus: JSONL[.xz] with train and eval splits")
     ap.add_argument("--sizes", default="512,1024,2048,4096")
     ap.add_argument("--budgets", default="16,64")
     ap.add_argument("--prompts", type=int, default=8)
@@ -50,14 +54,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x]
     budgets = [int(x) for x in args.budgets.split(",") if x]
-    data = Path(args.data) if args.data else bp.default_data()
+    data = Path(args.data)
     if not data.is_file():
-        raise UserError(f"corpus {data} not found; pass --data")
+        raise UserError(f"corpus {data} not found; pass --data CORPUS.jsonl[.xz]")
     ck = load_checkpoint(args.ckpt, dtype=args.dtype)
     tok = load_tokenizer(ck)
     vocab = ck.target_cfg.vocab_size
     t0 = time.perf_counter()
     train = corpus_ids(tok, data, "train", args.train_docs)
+    if not train:
+        raise UserError(f"{data} has no train split to rank tokens by; pass the full corpus")
     held = corpus_ids(tok, data, "eval", 0)
     print(f"[draft_vocab] {sum(map(len, train))} train / {sum(map(len, held))} eval tokens "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
@@ -114,4 +120,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_script(main, prog="bench.draft_vocab")
+    run_script(main, prog="bench draft-vocab")

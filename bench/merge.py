@@ -1,8 +1,8 @@
 """Merge suite runs made in several calls (device time limits) into one bench.json, summary and plots.
 
-    python -m bench.merge RUN_DIR_1 RUN_DIR_2 [...] --out DIR
+    python -m bench merge RUN_DIR_1 RUN_DIR_2 [...] --out DIR
 
-Each input is a `python -m bench` output directory (a partial one too). They must share the
+Each input is a `python -m bench suite` output directory (a partial one too). They must share the
 checkpoint, prompts, dtype, lengths and device; rows are keyed by (label, temperature), and a
 row that appears twice is an error. Every speedup was computed against the AR of its own run,
 so each run must have measured AR at its temperatures (the suite always runs AR first).
@@ -64,7 +64,7 @@ def merge(benches: list[dict], names: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="python -m bench.merge", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m bench merge", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="output directories of python -m bench")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-plots", action="store_true")
@@ -73,8 +73,7 @@ def main(argv=None) -> int:
         raise UserError("give at least two run directories to merge")
     benches = [load(Path(d)) for d in args.runs]
     merged = merge(benches, args.runs)
-    from bench.__main__ import write_json
-    from bench.suite import summary_markdown
+    from bench.suite import summary_markdown, write_json
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

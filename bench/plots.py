@@ -1,6 +1,6 @@
 """Plots of a bench.json (matplotlib, Agg): one figure per question, one panel per temperature.
 
-    python -m bench.plots DIR/bench.json      # redraw the PNGs beside it
+    python -m bench plots DIR/bench.json      # redraw the PNGs beside it
 
 acceptance_vs_budget.png   mean acceptance per round vs budget, a line per tree policy, DFlash
                            (the chain) and AR as reference lines
@@ -11,7 +11,7 @@ round_latency.png          (with --round-latency, or from a bench_round JSON) th
                            model: ms per round by stage per config, the fused steady round
                            beside it, and the break-even acceptance (round / AR step)
 
-    python -m bench.plots results/.../round_qwen3-8b_auto.json    # bench.bench_round's JSON too
+    python -m bench plots DIR/round_qwen3-8b_auto.json    # bench.bench_round's JSON too
 
 gemm_bandwidth.png         (bench.bench_gemm) weight-read TB/s per matmul shape, XLA's dot against
                            the best kernel config, one panel per row count
@@ -290,7 +290,7 @@ def draw_all(bench: dict, out_dir: str | Path) -> list[Path]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m bench.plots DIR/bench.json", file=sys.stderr)
+        print("usage: python -m bench plots DIR/bench.json", file=sys.stderr)
         return 2
     path = Path(argv[0])
     try:

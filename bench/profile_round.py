@@ -1,23 +1,23 @@
 """Where a round's time goes: device kernels per stage from a profiler trace of the fused loop.
 
-    python3 -m bench.profile_round --model qwen3-8b --methods ar,ddtree:64 --out DIR   # GPU
-    python3 -m bench.profile_round --model tiny --methods ar,ddtree:16 --rounds 2        # CPU smoke
+    python -m bench profile --model qwen3-8b --methods ar,ddtree:64 --out DIR   # GPU
+    python -m bench profile --model tiny --methods ar,ddtree:16 --rounds 2        # CPU smoke
 
 Runs `engine.run_rounds` (the on-device while_loop) under `jax.profiler.trace`, reads the trace
 back with `jax.profiler.ProfileData`, and attributes every device kernel to its round stage
 (draft / tree / verify / walk / commit, from the `jax.named_scope`s the engine sets, through the
 compiled HLO's op metadata; kernels without it, cuBLAS's and Pallas', take the stage of the
-tagged kernels around them when those agree). Per method it reports wall time per round, kernel-busy time per round
-(the union of kernel intervals: the rest is launch gaps and host sync), kernels per round, and per
-stage and per kernel kind (matmul, attention, fusion, ...) their time and count. DIR gets
+tagged kernels around them when those agree). Per method it reports wall time per round,
+kernel-busy time per round (the union of kernel intervals: the rest is launch gaps and host
+sync), kernels per round, and per stage and per kernel kind (matmul, attention, fusion, ...)
+their time and count. DIR gets
 profile_<model>.json and, per method, the optimized HLO text (hlo_<method>.txt.xz).
 
-While a profiler session is active XLA runs its command buffers (CUDA graphs) op by op, one
-launch a kernel, unless the executable was compiled with
-xla_enable_command_buffers_during_profiling (found in session 22). So by default the trace shows
-the op-by-op execution, whose gaps (launch latency, a host that falls behind small kernels) are
-not the graphs'. `--graphs` compiles the round with that option, so that the trace is of the
-graphs that unprofiled runs execute (XLA calls the option experimental).
+While the profiler traces, XLA runs its command buffers (CUDA graphs) op by op, one launch a
+kernel, unless the executable was compiled with xla_enable_command_buffers_during_profiling. So
+by default the trace shows the op-by-op execution, whose gaps (launch latency, a host that falls
+behind small kernels) are not the graphs'. `--graphs` compiles the round with that option, so
+that the trace is of the graphs that unprofiled runs execute (XLA calls the option experimental).
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def host_in_gaps(xspace_path: str, events: list[dict], rounds: int, top: int = 1
     launches): every host event (all threads of /host:CPU) that starts inside such a gap, with
     its overlap summed by thread and name, ms per round, largest first. Events begun before the
     gap (the call, the while thunk) are left out; nested ones that start in it (the command
-    buffer's execute and its cuGraphLaunch, session 23) each count their own overlap."""
+    buffer's execute and its cuGraphLaunch) each count their own overlap."""
     gaps, end = [], events[0]["start"] if events else 0
     for e in events:
         if e["start"] - end > 5e4:
@@ -236,8 +236,8 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     # idle gaps between consecutive kernels, bucketed: small ones are launch latency inside a
     # graph, large ones host round-trips (loop predicate, relaunch)
     gaps = {"<5us": 0.0, "5-50us": 0.0, ">50us": 0.0}
-    # the idle under 50 us in front of each kernel, by kernel name: which launches wait (session
-    # 21: a cuBLASLt memset node delayed every gate_up GEMM by 4.5 us)
+    # the idle under 50 us in front of each kernel, by kernel name: which launches wait (a
+    # cuBLASLt memset node once delayed every gate_up GEMM of the 8B round by 4.5 us)
     idle_before = collections.defaultdict(lambda: [0.0, 0])
     end = events[0]["start"] if events else 0
     n_big = 0
@@ -317,7 +317,7 @@ def profile_one(gen: Generator, prompt_len: int, rounds: int, out: Path | None, 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.profile_round", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench profile", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--methods", default="ar,dflash,ddtree:64",

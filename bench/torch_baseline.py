@@ -18,19 +18,26 @@ from ddtree_jax.errors import UserError
 
 
 def resolve_hf_target(ckpt_path: Path, meta: dict, explicit: str | None) -> Path:
-    """--hf-target, else the checkpoint's recorded `target.source`, else the shipped pair's hf/target."""
-    candidates = [Path(explicit)] if explicit else []
-    if not explicit:
-        src = (meta.get("target") or {}).get("source")
-        if src:
-            candidates.append(Path(src))
-        candidates.append(Path(ckpt_path).parent / "hf" / "target")  # the layout of default_model/
-    for c in candidates:
-        if (c / "config.json").is_file():
-            return c
-    where = ", ".join(str(c) for c in candidates) or "nowhere"
-    raise UserError(f"no Hugging Face target directory for --torch-baseline (looked at {where}); "
-                    "pass --hf-target DIR")
+    """--hf-target, else the checkpoint's recorded `target.source` where it still exists, else the
+    checkpoint's target exported back to Hugging Face form in a temporary directory (removed at
+    exit): the shipped pair is stored converted only."""
+    if explicit:
+        if not (Path(explicit) / "config.json").is_file():
+            raise UserError(f"--hf-target {explicit} has no config.json; give a Hugging Face model directory")
+        return Path(explicit)
+    src = (meta.get("target") or {}).get("source")
+    if src and (Path(src) / "config.json").is_file():
+        return Path(src)
+    import atexit
+    import shutil
+    import tempfile
+
+    from ddtree_jax.train.export import export_checkpoint
+
+    tmp = Path(tempfile.mkdtemp(prefix="ddtree_torch_baseline_"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    target, _ = export_checkpoint(ckpt_path, tmp / "hf")
+    return target
 
 
 def pick_device(device: str) -> str:

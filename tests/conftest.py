@@ -3,6 +3,8 @@
     qwen3_pair     Qwen3 target (untied, with a tokenizer) + 2-layer DFlash drafter (block 8, taps [1, 2])
     llama_target   Llama target, tied embeddings, llama3 rope scaling
     qwen2_sharded  Qwen2 target (q/k/v biases), saved in >= 3 safetensors shards
+    qwen3_last_tap Qwen3 target (final norm weights far from 1) + a copy drafter tapping layers [1, 3],
+                   the last one included (hf_fixtures.make_copy_drafter; block 8)
 
 Each is a `Converted(hf_target, hf_draft, out)`; `out` is the converted checkpoint directory,
 to be read with `ddtree_jax.checkpoint.load_checkpoint`. Sizes: see tests/hf_fixtures.py.
@@ -31,7 +33,7 @@ if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per tes
 
     os.environ["DDTREE_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="ddtree-xla-cache-")
 
-from hf_fixtures import make_drafter, make_target, make_tokenizer  # noqa: E402
+from hf_fixtures import make_copy_drafter, make_drafter, make_target, make_tokenizer  # noqa: E402
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 128}
@@ -76,3 +78,12 @@ def qwen2_sharded(tmp_path_factory) -> Converted:
     target = make_target(d / "hf_target", "qwen2", sharded=True)
     convert_cli("--target", target, "--out", d / "converted", "--dtype", "float32")
     return Converted(target, None, d / "converted")
+
+
+@pytest.fixture(scope="session")
+def qwen3_last_tap(tmp_path_factory) -> Converted:
+    d = tmp_path_factory.mktemp("qwen3_last_tap")
+    target = make_target(d / "hf_target", "qwen3", vocab=384, final_norm_noise=1.0)
+    draft = make_copy_drafter(d / "hf_draft", target, target_layer_ids=[1, 3], block_size=8)
+    convert_cli("--target", target, "--draft", draft, "--out", d / "converted", "--dtype", "float32")
+    return Converted(target, draft, d / "converted")

@@ -2,6 +2,8 @@
 
     make_target(dir, "qwen3" | "llama" | "qwen2", ...)  a transformers model, save_pretrained'ed
     make_drafter(dir, target, ...)                       a z-lab DFlash drafter (config + safetensors)
+    make_copy_drafter(dir, target, ...)                  a DFlash drafter that proposes what the target's
+                                                         last-layer tap predicts (long acceptances)
     make_tokenizer(dir, vocab_size)                      a tiny byte-level BPE tokenizer (HF files)
 
 Weights are re-drawn with a fixed torch seed at scales that keep activations O(1) and give
@@ -66,11 +68,15 @@ def make_target(
     rope_theta: float = 10000.0,
     max_position: int = 512,
     rms_eps: float = 1e-6,
+    final_norm_noise: float | None = None,
 ) -> Path:
     """Build and save a tiny random `family` model in `dir`; returns `dir`.
 
     `sharded=True` saves with a small `max_shard_size` so there are at least 3 safetensors files
     plus model.safetensors.index.json. `tie=True` ties lm_head to the embeddings.
+    `final_norm_noise`: the final norm's weights are 1 + this x N(0, 1) (default: 0.1, as every
+    norm's); near 1 or above, some turn negative, so the final-normed state points far from the
+    last layer's raw output.
     """
     import torch
     import transformers
@@ -95,6 +101,9 @@ def make_target(
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):  # tied lm_head is listed once, as the embedding
             p.copy_(_draw(name, tuple(p.shape), gen, hidden=hidden))
+        if final_norm_noise is not None:
+            w = model.model.norm.weight
+            w.copy_(1.0 + final_norm_noise * torch.randn(tuple(w.shape), generator=gen))
     model = model.to(_torch_dtype(dtype)).eval()
     save: dict[str, Any] = dict(safe_serialization=True)
     if sharded:
@@ -244,4 +253,48 @@ def make_drafter(
     dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dir / "model.safetensors"), metadata={"format": "pt"})
     (dir / "config.json").write_text(json.dumps(config, indent=2))
+    return dir
+
+
+def make_copy_drafter(dir: str | Path, target: str | Path, *, target_layer_ids: list[int], block_size: int = 8,
+                      context: int = 3, gain: float = 16.0) -> Path:
+    """A one-layer DFlash drafter for `target` whose every block position proposes the token that
+    the target's states at the last `context` context positions predict, read from the tap of the
+    target's last layer (which must be in `target_layer_ids`): where the target repeats a token,
+    whole blocks are accepted, so acceptance lengths are worth comparing.
+
+    How: `fc` keeps only the last layer's tap; the block's own tokens are zeroed by the input norm
+    (weight 0), so every query is 0 and attends uniformly to the keys of a sliding window of
+    `block_size + context`, whose values are the last `context` context features (v = identity);
+    o = `gain` x identity adds their sum to the mask embedding, no MLP (down = 0), and the final
+    norm is plain. The logits are then ~ the sum of the target's logits at those positions.
+    Needs the target's head count x head_dim = hidden size (the tiny targets' defaults).
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    t = json.loads((Path(target) / "config.json").read_text())
+    hidden, heads = t["hidden_size"], t["num_attention_heads"]
+    last = t["num_hidden_layers"] - 1
+    if last not in target_layer_ids:
+        raise ValueError(f"target_layer_ids {target_layer_ids} must include the last layer, {last}")
+    head_dim = t.get("head_dim") or hidden // heads
+    if heads * head_dim != hidden:
+        raise ValueError("the copy drafter needs heads x head_dim = hidden")
+    dir = make_drafter(dir, target, layers=1, block_size=block_size, target_layer_ids=target_layer_ids,
+                       kv_heads=heads, sliding_window=block_size + context, layer_types=["sliding_attention"])
+    sd = load_file(str(dir / "model.safetensors"))
+    eye = torch.eye(hidden)
+    fc = torch.zeros_like(sd["fc.weight"])
+    k = target_layer_ids.index(last)
+    fc[:, k * hidden:(k + 1) * hidden] = eye
+    sd.update({
+        "fc.weight": fc,
+        "hidden_norm.weight": torch.ones(hidden), "norm.weight": torch.ones(hidden),
+        "layers.0.input_layernorm.weight": torch.zeros(hidden),
+        "layers.0.self_attn.v_proj.weight": eye.clone(),
+        "layers.0.self_attn.o_proj.weight": gain * eye,
+        "layers.0.mlp.down_proj.weight": torch.zeros_like(sd["layers.0.mlp.down_proj.weight"]),
+    })
+    save_file({n: a.contiguous() for n, a in sd.items()}, str(dir / "model.safetensors"), metadata={"format": "pt"})
     return dir

@@ -1,5 +1,6 @@
-"""`python -m bench` end to end on the shipped pair (tiny matrix), its JSON and plots, the torch
-baseline, the losslessness bookkeeping, and the error contract (exit 2, one line, no traceback)."""
+"""`python -m bench` (the suite) end to end on the shipped pair (tiny matrix), its JSON and plots, the
+torch baseline, the losslessness bookkeeping, the shipped eval prompts, the command dispatcher, and
+the error contract (exit 2, one line, no traceback)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ PLOTS = ("acceptance_vs_budget.png", "speedup_vs_budget.png", "stage_breakdown.p
 
 
 def test_suite_end_to_end_on_the_shipped_pair(tmp_path):
-    from bench.__main__ import main
+    from bench.suite import main
 
     out = tmp_path / "run"
     rc = main(["--num-prompts", "2", "--prompt-tokens", "32", "--max-new-tokens", "8", "--methods", "ar,ddtree",
@@ -160,7 +161,7 @@ def test_lossless_check_flags_a_mismatch():
 
 
 def test_policy_list_parsing():
-    from bench.__main__ import parse_policies
+    from bench.suite import parse_policies
 
     assert parse_policies("ddtree,beam:width=4") == ["ddtree", "beam:width=4"]
     assert parse_policies("static:tree=0;1;0.0, chain") == ["static:tree=0;1;0.0", "chain"]
@@ -181,7 +182,7 @@ def test_policy_list_parsing():
     (["--prompts", "/nonexistent/p.jsonl"], "not found"),
 ])
 def test_bad_options_are_user_errors(tmp_path, args, needle):
-    from bench.__main__ import main
+    from bench.suite import main
 
     with pytest.raises(UserError) as e:
         main([*args, "--out", str(tmp_path / "o")])
@@ -189,7 +190,7 @@ def test_bad_options_are_user_errors(tmp_path, args, needle):
 
 
 def test_empty_prompt_file(tmp_path):
-    from bench.__main__ import main
+    from bench.suite import main
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
@@ -207,10 +208,47 @@ def test_missing_checkpoint_is_one_line_exit_2(tmp_path):
     assert lines[0].startswith("bench: error:") and "not found" in lines[0]
 
 
+def test_commands_dispatch_to_each_modules_main(tmp_path, capsys):
+    """`python -m bench COMMAND ARGS` runs that module's main(ARGS); plain options are the suite's;
+    --help lists the commands with their modules' first docstring lines; an unknown command is a
+    one-line user error."""
+    from bench import __main__ as cli
+
+    assert cli.main(["--help"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("suite", "round", "profile", "merge", "plots", "draft-vocab", "prompts"):
+        assert f"  {name} " in listing, name
+    assert "Round latency on a large random-weight model" in listing
+    assert set(cli.available()) <= set(cli.COMMANDS) and "suite" in cli.available()
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    assert cli.main(["plots", str(bad)]) == 2  # bench.plots.main([...])'s own refusal
+    with pytest.raises(UserError, match="unknown command 'nope'"):
+        cli.main(["nope"])
+    with pytest.raises(UserError, match="--out"):  # the suite's validation: its --out is a file
+        cli.main(["--out", str(bad)])
+
+
+def test_the_default_prompts_ship_with_the_repository():
+    """The suite's default corpus is inside the repository (a clone runs it anywhere): every eval
+    document of the shipped pair's corpus, cut to what the prompts read, one JSON object a line."""
+    import lzma
+
+    from bench.prompts import EVAL_CHARS, default_data
+
+    path = default_data()
+    assert path == ROOT / "bench" / "data" / "eval_prompts.jsonl.xz" and path.is_file()
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    assert len(records) >= 64 and path.stat().st_size < 300_000
+    assert all(set(r) == {"path", "split", "text"} and r["split"] == "eval" for r in records)
+    assert all(0 < len(r["text"]) <= EVAL_CHARS for r in records)
+    assert len({r["path"] for r in records}) == len(records)
+
+
 def test_a_run_stopped_midway_keeps_its_rows(tmp_path, monkeypatch):
     """bench.json is rewritten after every row, so a killed run (a device time limit) keeps them."""
     from bench import suite
-    from bench.__main__ import main
 
     real = suite.run_config
     done = []
@@ -224,7 +262,7 @@ def test_a_run_stopped_midway_keeps_its_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(suite, "run_config", run_then_stop)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        main(["--num-prompts", "1", "--prompt-tokens", "16", "--max-new-tokens", "4", "--methods", "ar,dflash,ddtree",
+        suite.main(["--num-prompts", "1", "--prompt-tokens", "16", "--max-new-tokens", "4", "--methods", "ar,dflash,ddtree",
               "--policies", "ddtree", "--budgets", "4", "--temperatures", "0", "--repeats", "1",
               "--profile-prompts", "0", "--no-progress", "--no-plots", "--out", str(out)])
     bench = json.loads((out / "bench.json").read_text())
@@ -307,7 +345,7 @@ def test_time_limit_skips_the_rows_that_would_not_fit(monkeypatch):
 
 
 def test_time_limit_too_short_for_any_row_still_writes_a_valid_run(tmp_path):
-    from bench.__main__ import FINISH_RESERVE_S, main
+    from bench.suite import FINISH_RESERVE_S, main
 
     out = tmp_path / "run"
     rc = main(["--num-prompts", "1", "--prompt-tokens", "16", "--max-new-tokens", "4", "--methods", "ar",
@@ -327,7 +365,7 @@ def _stage_inputs(gen, spec, knobs):
     import jax
     import jax.numpy as jnp
 
-    from ddtree_jax import engine, profile
+    from ddtree_jax import engine
     from ddtree_jax.walk import walk
 
     tc, dc = gen.tcfg, gen.dcfg
@@ -410,12 +448,11 @@ def test_generators_share_executables():
     assert a.token_ids == b.token_ids and len(a.token_ids) == 8
 
 
-def test_commit_override(monkeypatch, tmp_path):
+def test_commit_given_or_read_from_git(tmp_path):
+    """--commit is recorded as given (a device copy has no usable .git); otherwise git says."""
     from bench.suite import git_commit
 
-    monkeypatch.setenv("DDTREE_COMMIT", "abc1234")
-    assert git_commit(tmp_path) == {"commit": "abc1234", "dirty": None}
-    monkeypatch.delenv("DDTREE_COMMIT")
+    assert git_commit(tmp_path, "abc1234") == {"commit": "abc1234", "dirty": None}
     assert git_commit(tmp_path)["commit"] is None  # not a git checkout
 
 

@@ -3,14 +3,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from bench import bench_kernels as bk
 from bench import profile_round as pr
 
 
@@ -79,39 +76,6 @@ def test_profile_round_graphs_option(tmp_path):
     assert r["traced"] == "graphs" and r["rounds"] == 2 and r["busy_ms_per_round"] > 0
 
 
-def test_probe_call_fixed_smoke(tmp_path):
-    """probe_call_fixed times calls in its four state modes (each call's wall-clock start kept,
-    --log-calls prints them); donating the whole last state to the prefill ("state") or running
-    it on ("continue") keeps every buffer's address, donating only the caches keeps theirs; an
-    unknown mode is a usage error."""
-    from bench import probe_call_fixed
-
-    assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--log-calls",
-                                  "--out", str(tmp_path)]) == 0
-    out = json.loads((tmp_path / "call_fixed.json").read_text())
-    modes = out["modes"]
-    # every call (a warm-up pair and a timed pair a mode) with its rounds, start and time
-    assert [(c["mode"], c["rounds"]) for c in out["calls"]] == [
-        (m, n) for m in probe_call_fixed.MODES for n in (2, 4, 2, 4)]
-    starts = [c["start"] for c in out["calls"]]
-    assert starts == sorted(starts) and all(c["ms"] > 0 for c in out["calls"])
-    assert list(modes) == list(probe_call_fixed.MODES)
-    for name, r in modes.items():
-        assert len(r["round_ms_a_call"]) == len(r["call_fixed_ms"]) == 1 and r["round_ms_a_call"][0] > 0, name
-        assert len(r["buffers_moved"]) == 2 and r["rounds_done"] > 0, name
-    assert modes["state"]["buffers_moved"] == modes["continue"]["buffers_moved"] == [0, 0]
-    assert all(m < modes["caches"]["leaves"] for m in modes["caches"]["buffers_moved"])
-    with pytest.raises(SystemExit):
-        probe_call_fixed.main(["--modes", "fresh,warm"])
-    # --dispatch: 0-round calls and the identity, every timing kept
-    assert probe_call_fixed.main(["--model", "tiny", "--rounds", "2", "--repeats", "1", "--modes", "state",
-                                  "--dispatch", "--out", str(tmp_path)]) == 0
-    disp = json.loads((tmp_path / "call_fixed.json").read_text())["dispatch"]
-    assert set(disp) == {"zero_made_inside", "zero", "identity", "identity_state_only", "identity_weights_only",
-                         "jnp_int32"}
-    assert all(len(v) == 5 and min(v) > 0 for v in disp.values())
-
-
 def test_building_the_bench_model_leaves_the_prng_default_alone():
     """bench_round.build uses a fast generator for random weights through typed keys; the
     process-wide default (which generation's sampling uses) must not change."""
@@ -129,13 +93,12 @@ def test_bench_round_shipped_shape_is_the_shipped_pairs():
     """bench_round --model shipped times the shipped pair's shapes: its table entry must follow
     ddtree_jax/default_model's configs (a retrained pair with other sizes must update it)."""
     import json
-    from pathlib import Path
 
     from bench.bench_round import SHAPES
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
 
-    hf = Path(__file__).resolve().parents[1] / "ddtree_jax" / "default_model" / "hf"
-    t = json.loads((hf / "target" / "config.json").read_text())
-    d = json.loads((hf / "draft" / "config.json").read_text())
+    t = json.loads((DEFAULT_CKPT / "target" / "config.json").read_text())  # the HF configs it was converted from
+    d = json.loads((DEFAULT_CKPT / "draft" / "config.json").read_text())
     s = SHAPES["shipped"]
     assert s["target"] == dict(vocab_size=t["vocab_size"], hidden_size=t["hidden_size"],
                                intermediate_size=t["intermediate_size"], num_layers=t["num_hidden_layers"],
@@ -202,8 +165,8 @@ def test_bench_round_batch(tmp_path, capsys):
 
 
 def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
-    """The verify stage is two calls (the forward, then choosing the target's tokens): per repeat
-    they add up. (Up to session 4 both went into one list whose median mixed them.)"""
+    """The synced breakdown (profile.profiled_rounds): the verify stage is two calls (the forward,
+    then choosing the target's tokens), which add up in a round, not one list whose median mixes them."""
     import time
 
     from bench import bench_round
@@ -333,36 +296,3 @@ def test_host_in_gaps_sums_host_events_inside_device_idle(tmp_path):
     assert pr.host_in_gaps(path, [dict(start=lo - 1, dur=hi - lo + 2)], rounds=1) == []
     # a 40 us gap is below the threshold
     assert pr.host_in_gaps(path, [dict(start=lo, dur=0), dict(start=lo + 40_000, dur=hi - lo)], rounds=1) == []
-
-
-def test_call_phases_reads_a_call_off_the_command_buffer_log(tmp_path, capsys):
-    """call_phases lines a call's start and end (probe_call_fixed --log-calls) up with XLA's
-    command-buffer log: launches before the call (the prefill's) do not count; the phases are
-    start to first launch, launch to launch, last launch to end; updates inside are counted."""
-    from bench import call_phases
-
-    log = tmp_path / "probe.log"
-    log.write_text("\n".join([
-        "I1204 09:59:59.990000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=1",
-        "[probe_call_fixed] call state 2 rounds from 10:00:00.000000 to 10:00:00.020000 (20.000 ms)",
-        "I1204 10:00:00.001000     465 command_buffer_thunk.cc:330] Update command buffer on device #0 by recoding",
-        "I1204 10:00:00.003000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=1",
-        "I1204 10:00:00.010000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=2",
-        "W1204 10:00:00.011000     465 other.cc:1] unrelated",
-        "[probe_call_fixed] call state 2 rounds from 10:00:01.000000 to 10:00:01.016000 (16.000 ms)",
-        "I1204 10:00:01.002000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=3",
-        "I1204 10:00:01.008000     465 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=4",
-    ]))
-    out = tmp_path / "phases.json"
-    assert call_phases.main([str(log), "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["calls"]
-    assert [r["launches"] for r in rows] == [2, 2] and [r["updates"] for r in rows] == [1, 0]
-    assert rows[0]["to_first_launch_ms"] == pytest.approx(3.0) and rows[0]["after_last_launch_ms"] == pytest.approx(10.0)
-    assert rows[1]["launch_to_launch_ms"] == pytest.approx(6.0)
-    summ = json.loads(out.read_text())["summary"]["state 2"]
-    assert summ["calls"] == 2 and summ["to_first_launch_ms"] == pytest.approx(2.5)
-    assert "state 2" in capsys.readouterr().out
-    empty = tmp_path / "empty.log"
-    empty.write_text("nothing\n")
-    with pytest.raises(SystemExit):
-        call_phases.main([str(empty)])

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddtree_jax.checkpoint import load_checkpoint
-from ddtree_jax.checkpoint import DEFAULT_CKPT
+from ddtree_jax.checkpoint import DEFAULT_CKPT, load_checkpoint
 from ddtree_jax.generator import Generator
+from ddtree_jax.train.export import export_checkpoint
 
-HF_TARGET = DEFAULT_CKPT.parent / "hf" / "target"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pystdlib-3.11.7.jsonl.xz"
+# The first documents of the corpus's held-out split (default_model/README.md), kept in the repo.
+EVAL_PROMPTS = Path(__file__).resolve().parents[1] / "bench" / "data" / "eval_prompts.jsonl.xz"
 
 
 @pytest.fixture(scope="module")
@@ -27,24 +27,40 @@ def eval_prompts(shipped):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(shipped.tokenizer_dir))
-    texts = []
-    if CORPUS.is_file():
-        with lzma.open(CORPUS, "rt") as f:
-            for line in f:
-                row = json.loads(line)
-                if row["split"] == "eval":
-                    texts.append(row["text"])
-                if len(texts) == 8:
-                    break
-    else:  # the corpus lives beside the checkout; keep the test meaningful without it
-        texts = [f"import os\n\n\ndef helper_{i}(path):\n    " for i in range(8)]
+    with lzma.open(EVAL_PROMPTS, "rt") as f:
+        texts = [row["text"] for row in map(json.loads, f) if row["split"] == "eval"][:8]
+    assert len(texts) == 8, f"{EVAL_PROMPTS} holds {len(texts)} eval documents, 8 wanted"
     return [tok.encode(t, add_special_tokens=False)[: 48 + 8 * i] for i, t in enumerate(texts)]
 
 
-def test_transformers_loads_shipped_target_and_agrees(shipped, eval_prompts):
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The shipped pair in Hugging Face form: (target dir, draft dir)."""
+    return export_checkpoint(DEFAULT_CKPT, tmp_path_factory.mktemp("shipped") / "hf")
+
+
+def test_shipped_pair_exports_to_hugging_face_bit_for_bit(exported):
+    """The pair is stored only converted; its Hugging Face form comes back exactly: every tensor,
+    in bf16, reads back as the checkpoint's param."""
+    import jax
+
+    from ddtree_jax.train.export import load_hf
+
+    ck = load_checkpoint(DEFAULT_CKPT)
+    target, draft = exported
+    for kind, path, params in [("target", target, ck.target_params), ("drafter", draft, ck.drafter_params)]:
+        _, back, _ = load_hf(path, kind, dtype="bfloat16")
+        want, got = jax.tree_util.tree_leaves_with_path(params), jax.tree_util.tree_leaves_with_path(back)
+        assert [p for p, _ in got] == [p for p, _ in want], kind
+        for (p, a), (_, b) in zip(want, got):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (kind, jax.tree_util.keystr(p))
+        assert (path / "tokenizer.json").is_file()
+
+
+def test_transformers_loads_shipped_target_and_agrees(shipped, eval_prompts, exported):
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(str(HF_TARGET), torch_dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(str(exported[0]), torch_dtype=torch.float32).eval()
     prompt = eval_prompts[0]
     with torch.no_grad():
         ref = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),

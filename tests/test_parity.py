@@ -1,12 +1,16 @@
 """Parity with Hugging Face transformers (PyTorch, float32) on tiny random checkpoints.
 
-Targets: logits and every tapped hidden state of the converted checkpoint match transformers;
-greedy generation is token-identical. Drafter: an independent PyTorch DFlash implementation,
-written here from DESIGN.md's description, matches our drafter (incremental context cache, sliding
-windows included).
+Targets: logits and every tapped hidden state of the converted checkpoint match transformers'
+(tap i is hidden_states[i + 1], for the last layer the final-normed state); greedy generation is
+token-identical. Drafter: an independent PyTorch DFlash implementation, written here from
+DESIGN.md's description, matches our drafter (incremental context cache, sliding windows
+included). A drafter tapping the target's last layer gets what transformers hands out, in training,
+prefill and verify, and its greedy DFlash / DDTree rounds accept what a plain reference loop
+(transformers' hidden states, that drafter, the target's greedy tokens) accepts.
 """
 from __future__ import annotations
 
+import heapq
 import json
 
 import jax.numpy as jnp
@@ -19,7 +23,7 @@ from ddtree_jax.checkpoint import load_checkpoint
 from ddtree_jax.generator import Generator
 from ddtree_jax.drafters import dflash as dmodel
 from ddtree_jax.models import target as tmodel
-from ddtree_jax.models.layers import KVCache
+from ddtree_jax.models.layers import KVCache, append
 from hf_fixtures import make_drafter
 
 torch.manual_seed(0)
@@ -50,7 +54,7 @@ def test_logits_and_hidden_states_match_transformers(name, request):
     logits, hidden = tmodel.forward_train(ck.target_params, ck.target_cfg, jnp.asarray(tokens, jnp.int32), taps=taps)
     _close(logits, out.logits.numpy(), f"{name} logits")
     h = ck.target_cfg.hidden_size
-    for i in taps[:-1]:  # HF's last hidden state is after the final norm
+    for i in taps:  # the last is after the final norm, in both
         _close(hidden[..., i * h:(i + 1) * h], out.hidden_states[i + 1].numpy(), f"{name} hidden state of layer {i}")
 
 
@@ -171,3 +175,114 @@ def test_drafter_matches_independent_torch(qwen3_pair, tmp_path, window):
                             n_ctx + jnp.arange(bs, dtype=jnp.int32)[None], cache, jnp.full(1, n_ctx, jnp.int32))
     logits = tmodel.lm_head(ck.target_params, tc, h[:, 1:])[0]
     _close(logits, ref_logits, f"drafter logits (window={window})")
+
+
+# ------------------------------------------------------------------ a drafter tapping the target's last layer
+
+
+def test_last_layer_tap_is_what_transformers_hands_the_drafter(qwen3_last_tap):
+    """Taps [1, 3] of a 4-layer target: tap 3 is hidden_states[4], the final-normed state (the
+    final norm's weights are far from 1 here, so the raw output of layer 3 would be far off), tap 1
+    hidden_states[2]; in training (forward_train), in a prefill and in a verify pass over its cache
+    (XLA's layers and the fused-kernel ones), and so are the drafter's context features."""
+    ck = load_checkpoint(qwen3_last_tap.out)
+    tc, dc = ck.target_cfg, ck.drafter_cfg
+    ids = dc.target_layer_ids
+    assert tc.num_layers - 1 in ids
+    hf = _hf(qwen3_last_tap.hf_target)
+    n, split = 30, 21
+    seq = np.random.default_rng(2).integers(0, tc.vocab_size, size=(1, n))
+    with torch.no_grad():
+        hs = hf(torch.tensor(seq), output_hidden_states=True).hidden_states
+    want = torch.cat([hs[i + 1] for i in ids], -1)
+    tokens = jnp.asarray(seq, jnp.int32)
+    _, got = tmodel.forward_train(ck.target_params, tc, tokens, taps=ids)
+    _close(got, want.numpy(), "training taps")
+
+    pos = jnp.arange(n, dtype=jnp.int32)[None]
+    zero = jnp.zeros(1, jnp.int32)
+    for impl, params in [("xla", ck.target_params), ("pallas_interpret", tmodel.fuse_params(ck.target_params))]:
+        cache = KVCache.zeros(tc.num_layers, 1, tc.num_kv_heads, 64, tc.head_dim, jnp.float32)
+        _, pre, (k, v) = tmodel.forward(params, tc, tokens[:, :split], pos[:, :split], cache, zero,
+                                        tmodel.causal_mask(1, split), taps=ids, matmul_impl="xla")
+        cache = append(cache, k, v, zero)
+        rows = n - split
+        assert tmodel._fused_layers(params, tc, (1, rows, tc.hidden_size), impl) == (impl != "xla")
+        _, ver, _ = tmodel.forward(params, tc, tokens[:, split:], pos[:, split:], cache, jnp.full(1, split, jnp.int32),
+                                   tmodel.causal_mask(1, rows), taps=ids, matmul_impl=impl)
+        _close(jnp.concatenate([pre, ver], axis=1), want.numpy(), f"prefill and verify taps ({impl})")
+
+    sd = load_file(str(qwen3_last_tap.hf_draft / "model.safetensors"))
+    ref = _rms(want[0] @ sd["fc.weight"].T, sd["hidden_norm.weight"], dc.rms_eps)
+    _close(dmodel.context_features(ck.drafter_params, dc, got[0]), ref.numpy(), "context features")
+
+
+def _best_first_paths(logp: np.ndarray, budget: int) -> set[tuple[int, ...]]:
+    """DDTree's tree the classic way (trees/ddtree.py): pop the best rank path, push its next
+    sibling and its first child, keyed by (-score, depth, the parent's pop index, rank); the first
+    `budget` popped, as token paths. logp: [depth, V]."""
+    depth, vocab = logp.shape
+    k = min(budget, vocab)
+    order = np.argsort(-logp, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(logp, order, axis=1)
+
+    def key(ranks, parent):
+        return (-sum(vals[i, r] for i, r in enumerate(ranks)), len(ranks), parent, ranks[-1], ranks)
+
+    heap, paths = [key((0,), -1)], []
+    while heap and len(paths) < budget:
+        *_, parent, _, ranks = heapq.heappop(heap)
+        me = len(paths)
+        paths.append(tuple(int(order[i, r]) for i, r in enumerate(ranks)))
+        if ranks[-1] + 1 < k:
+            heapq.heappush(heap, key(ranks[:-1] + (ranks[-1] + 1,), parent))
+        if len(ranks) < depth:
+            heapq.heappush(heap, key(ranks + (0,), me))
+    return set(paths)
+
+
+def reference_acceptance(hf, draft_dir, dc, prompt: list[int], ar: list[int], n: int, budget: int) -> list[int]:
+    """Per-round acceptance lengths of greedy DFlash (budget 0) or DDTree (budget B) generating n
+    tokens, computed the plain way: ar is the target's greedy continuation (a block past n); a
+    round's root ar[j] sits at position P + j, the drafter (torch_dflash) sees transformers' taps of
+    every position before it, the drafts are its argmax tokens (DFlash) or its `budget` best paths
+    (DDTree), and the round accepts the longest prefix of ar[j+1:] among them, plus the bonus."""
+    p, bs = len(prompt), dc.block_size
+    with torch.no_grad():
+        hs = hf(torch.tensor([prompt + ar]), output_hidden_states=True).hidden_states
+        taps = torch.cat([hs[i + 1][0] for i in dc.target_layer_ids], -1)
+        acc, j = [], 0
+        while j + 1 < n:
+            c = p + j
+            block = torch.full((bs,), dc.mask_token_id)
+            block[0] = ar[j]
+            h = torch_dflash(draft_dir, taps[:c], hf.model.embed_tokens(block), torch.arange(c), torch.arange(c, c + bs))
+            logp = torch.log_softmax(hf.lm_head(h[1:]).double(), -1).numpy()
+            want = ar[j + 1: j + bs]
+            chain = logp.argmax(-1).tolist()
+            drafted = _best_first_paths(logp, budget) if budget else {tuple(chain[:d]) for d in range(1, bs)}
+            k = 0
+            while k < len(want) and tuple(want[:k + 1]) in drafted:
+                k += 1
+            acc.append(k + 1)
+            j += k + 1
+    return acc
+
+
+@pytest.mark.parametrize("method,budget", [("dflash", 0), ("ddtree", 32)])
+def test_last_layer_tap_drafter_is_lossless_and_accepts_as_the_reference(qwen3_last_tap, method, budget):
+    """Greedy DFlash / DDTree with a drafter reading the last layer's tap: transformers' greedy
+    tokens, and every round's acceptance length as reference_acceptance computes it."""
+    ck = load_checkpoint(qwen3_last_tap.out)
+    dc = ck.drafter_cfg
+    hf = _hf(qwen3_last_tap.hf_target)
+    prompt, n = [5, 17, 42, 7, 99, 3], 48
+    with torch.no_grad():
+        ar = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         max_new_tokens=n + dc.block_size, do_sample=False, eos_token_id=None,
+                         pad_token_id=0)[0, len(prompt):].tolist()
+    got = Generator(ck, method=method, budget=budget or 32).generate_ids([prompt], max_new_tokens=n)[0]
+    assert got.token_ids == ar[:n]
+    ref = reference_acceptance(hf, qwen3_last_tap.hf_draft, dc, prompt, ar, n, budget)
+    assert got.acceptance_lengths == ref
+    assert max(ref) >= 4, ref  # whole runs accepted: the comparison above has teeth

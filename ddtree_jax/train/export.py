@@ -6,6 +6,8 @@ Target: a plain `Qwen3ForCausalLM` directory (config.json, model.safetensors or 
 (`DFlashDraftModel`, `dflash_config`, weights without the "model." prefix). Tensor names and
 shapes come from ddtree_jax/checkpoint/names.py, the same table `python -m convert` reads with, so export and
 conversion cannot drift apart. Our [in, out] matrices are transposed to HF's [out, in].
+`export_checkpoint` does the same for a converted checkpoint (the shipped pair is stored only in
+that form; tests that compare with transformers rebuild its HF directories from it).
 """
 from __future__ import annotations
 
@@ -186,6 +188,35 @@ def export_drafter(out: str | Path, cfg: DrafterConfig, params: Any, target: Tar
         _write_json(tmp / "config.json", config)
         copy_tokenizer_files(Path(tokenizer_dir) if tokenizer_dir else None, tmp)
     return Path(out)
+
+
+def export_checkpoint(ckpt: str | Path, out: str | Path, *, dtype: str | None = None,
+                      max_shard_bytes: int = MAX_SHARD_BYTES, force: bool = False) -> tuple[Path, Path | None]:
+    """A converted checkpoint (ddtree_jax.checkpoint) back in Hugging Face form, atomically:
+    out/target (transformers' AutoModelForCausalLM loads it) and, with a drafter, out/draft (z-lab
+    DFlash), each with the checkpoint's tokenizer files. Each config.json is the one the checkpoint
+    kept from its conversion; the weights are its params in `dtype` (default: the checkpoint's),
+    so a bfloat16 checkpoint comes back bit for bit. Returns (target dir, draft dir or None)."""
+    from ddtree_jax.checkpoint import atomic_directory, copy_tokenizer, load_checkpoint
+
+    ck = load_checkpoint(ckpt)
+    dtype = dtype or ck.meta["dtype"]
+    with atomic_directory(out, force) as tmp:
+        models = [("target", ck.target_cfg, ck.target_params)]
+        if ck.drafter_cfg is not None:
+            models.append(("draft", ck.drafter_cfg, ck.drafter_params))
+        for name, cfg, params in models:
+            d = tmp / name
+            d.mkdir()
+            save_safetensors(hf_tensors(cfg, params, dtype), d, max_shard_bytes)
+            config = json.loads((Path(ck.path) / name / "config.json").read_text())
+            for key in ("torch_dtype", "dtype"):
+                if key in config:
+                    config[key] = dtype
+            _write_json(d / "config.json", config)
+            copy_tokenizer(ck.tokenizer_dir, d)
+    out = Path(out)
+    return out / "target", (out / "draft" if ck.drafter_cfg is not None else None)
 
 
 def load_hf(model_dir: str | Path, kind: str, dtype: str = "float32", what: str = "--target"):
