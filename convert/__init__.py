@@ -12,6 +12,7 @@ released before the drafter is read, so peak host memory is about one model.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -85,6 +86,18 @@ class _Source:
         return params
 
 
+def _refuse_overlap(out: Path, sources: list[tuple[str, str]]) -> None:
+    """An output that is, lies inside or holds a source directory would destroy it (with --force,
+    or by renaming over it): refused whatever the flags."""
+    o = Path(os.path.realpath(out))
+    for src, flag in sources:
+        s = Path(os.path.realpath(src))
+        if o == s or s in o.parents or o in s.parents:
+            where = "is" if o == s else "lies inside" if s in o.parents else "holds"
+            raise UserError(f"--out {out} {where} the {flag} directory {src}; write the converted checkpoint "
+                            "to a directory of its own")
+
+
 def convert(target: str | Path, out: str | Path, *, draft: str | Path | None = None, dtype: str | None = None,
             force: bool = False, progress: bool = True) -> Path:
     """Convert a HF target (and optionally a DFlash drafter) into a converted checkpoint at `out`."""
@@ -98,6 +111,7 @@ def convert(target: str | Path, out: str | Path, *, draft: str | Path | None = N
     drf = _Source(str(draft), "--draft", "drafter") if draft is not None else None
     if drf is not None:
         check_pair(tgt.cfg, drf.cfg)
+    _refuse_overlap(Path(out), [(src.dir, src.what) for src in (tgt, drf) if src is not None])
     out = ck.check_writable(out, force)
     tgt.scan()
     if drf is not None:

@@ -1,32 +1,52 @@
 """The command line: `python -m ddtree_jax.generate` (flags -> a `Generator`, prompts -> text).
 
     python -m ddtree_jax.generate --prompt "def fib(n):"            # the shipped pair, DDTree
-    python -m ddtree_jax.generate --ckpt DIR --method ar --prompt "..." --json
+    python -m ddtree_jax.generate --ckpt DIR --method ar --prompt-file prompts.jsonl --json
+    echo "hello" | python -m ddtree_jax.generate --prompt - --chat --system "Be brief."
 
 Every flag is checked here, before anything is loaded.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
-import jax
-
-from ddtree_jax import compile_cache
-from ddtree_jax.checkpoint import DEFAULT_CKPT
+from ddtree_jax.checkpoint import DEFAULT_CKPT, read_meta, read_target_config
 from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file
-from ddtree_jax.generator import DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, Generator
+from ddtree_jax.generator import DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, check_budget_fits
 from ddtree_jax.token_map import check_token_map, read_token_map
+from ddtree_jax.tokenizer import load_tokenizer
+
+PROG = "python -m ddtree_jax.generate"
+
+
+def log(line: str) -> None:
+    print(f"[ddtree] {line}", file=sys.stderr, flush=True)
+
+
+def progress(line: str) -> None:
+    """What the first seconds are spent on, where a person watches (stderr is a terminal)."""
+    if sys.stderr.isatty():
+        log(line)
+
+
+def _stdin_text() -> str:
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UserError("'-' reads the prompt from standard input, and none is piped in; pipe text or give it")
+    return sys.stdin.read()
 
 
 def _load_prompts(args) -> list[str]:
     if args.prompt is not None:
-        prompts = [args.prompt]
+        prompts = [_stdin_text().rstrip("\n") if args.prompt == "-" else args.prompt]
     elif args.prompt_file is not None:
-        path = Path(args.prompt_file)
-        text = read_text_file(path, "prompt file")
+        stdin = args.prompt_file == "-"
+        path = Path("<stdin>" if stdin else args.prompt_file)
+        text = _stdin_text() if stdin else read_text_file(path, "prompt file")
         prompts = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -38,119 +58,176 @@ def _load_prompts(args) -> list[str]:
         if not prompts:
             raise UserError(f"prompt file {path} has no prompts")
     else:
-        raise UserError("give --prompt TEXT or --prompt-file FILE")
+        raise UserError("give --prompt TEXT or --prompt-file FILE ('-' reads standard input)")
     if any(not p for p in prompts):
         raise UserError("a prompt is empty; give at least one character of text")
     return prompts
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ddtree-jax")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> ArgumentParser:
     from ddtree_jax.trees import available_policies
 
-    ap = ArgumentParser(prog="python -m ddtree_jax.generate",
-                                 description="Lossless speculative generation with DDTree / DFlash, or plain decoding.")
-    ap.add_argument("--ckpt", default=str(DEFAULT_CKPT),
-                    help="converted checkpoint directory (python -m convert); default: the shipped small pair")
-    ap.add_argument("--method", default="ddtree", choices=METHODS)
+    ap = ArgumentParser(prog=PROG, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        description="Lossless speculative generation with DDTree / DFlash, or plain decoding.")
+    ap.add_argument("--version", action="version", version=f"ddtree-jax {_version()}")
+    ap.add_argument("--ckpt", default=str(DEFAULT_CKPT), help="converted checkpoint directory (python -m convert)")
+    ap.add_argument("--method", default="ddtree", choices=METHODS,
+                    help="ar: plain decoding; dflash: the drafter's top-1 chain; ddtree: a tree of --budget nodes")
     ap.add_argument("--tree-policy", default="ddtree",
                     help=f"tree policy for --method ddtree: {', '.join(available_policies())} "
                          "(options as name:key=value,...)")
     ap.add_argument("--budget", type=int, default=64, help="draft nodes verified per round (ddtree)")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: off)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling's mass")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (any integer)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     src = ap.add_mutually_exclusive_group()
-    src.add_argument("--prompt")
-    src.add_argument("--prompt-file", help="one prompt per line (\\n escapes allowed), or JSONL with 'prompt'/'text'")
+    src.add_argument("--prompt", help="the prompt text; '-' reads it from standard input")
+    src.add_argument("--prompt-file", help="one prompt per line (\\n escapes allowed), or JSONL with 'prompt'/'text'; "
+                                           "'-' reads standard input")
+    ap.add_argument("--batch-size", type=int, default=8, help="prompts of a prompt file decoded together")
     ap.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+    ap.add_argument("--system", help="a system message (implies --chat)")
+    ap.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                    help="stop a prompt's output at this text (repeatable; the text is left out)")
+    ap.add_argument("--ignore-eos", action="store_true", help="generate --max-new-tokens tokens whatever comes")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming text")
-    ap.add_argument("--profile", action="store_true", help="time each stage of the round (slower: a sync per stage)")
+    ap.add_argument("--profile", action="store_true",
+                    help="time each stage of the round (each stage its own call and a sync: a slower run)")
     ap.add_argument("--attn-impl", default="auto", help="attention implementation: auto, xla, pallas, ...")
     ap.add_argument("--matmul-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
-                    help="projection / LM-head matmuls: auto, xla, pallas (the skinny-matmul kernel where it fits)")
+                    help="projection / LM-head matmuls (pallas: the skinny-matmul kernel where it fits)")
+    ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
+                    help="the commit's KV-cache writes (pallas: all layers in one kernel)")
     ap.add_argument("--drafter-quant", default="none", choices=DRAFTER_QUANTS,
                     help="int8: the drafter's weights and its copy of the LM head as int8 (fewer bytes a "
                          "draft; lossless, acceptance may change a little)")
     ap.add_argument("--draft-vocab", metavar="FILE",
                     help="token map: the drafter drafts over these ids only (a JSON list; build one with "
                          "python -m ddtree_jax.token_map); fewer bytes a draft, lossless, acceptance may drop a little")
-    ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"),
-                    help="the commit's KV-cache writes: auto (= xla for now), xla, pallas (all layers in one kernel)")
     ap.add_argument("--rounds-per-call", type=int, default=4,
                     help="rounds of the first device call while streaming; later calls double it, up to "
                          f"{STREAM_MAX_ROUNDS_PER_CALL}")
-    ap.add_argument("--unroll", type=int, default=0,
-                    help="rounds per device-loop iteration (0: the device's default)")
+    ap.add_argument("--unroll", type=int, default=0, help="rounds per device-loop iteration (0: the device's default)")
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
                     help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     return ap
 
 
-def load_tokenizer(ckpt):
-    if ckpt.tokenizer_dir is None:
-        raise UserError("the checkpoint has no tokenizer files; reconvert with a target directory that has them")
-    from transformers import AutoTokenizer
+def _given(argv: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def check_flags(args, argv: Sequence[str]) -> None:
+    """The cheap checks, before anything is loaded; a warning for each flag that has no effect."""
+    if args.budget < 0:
+        raise UserError(f"--budget must be >= 0 (got {args.budget})")
+    if args.temperature < 0 or args.temperature != args.temperature:
+        raise UserError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.top_k < 0:
+        raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
+    if args.rounds_per_call < 1:
+        raise UserError(f"--rounds-per-call must be >= 1 (got {args.rounds_per_call})")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1 (got {args.batch_size})")
+    if args.unroll < 0:
+        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the device's default")
+    if any(not s for s in args.stop):
+        raise UserError("--stop needs a non-empty text")
+    from ddtree_jax.trees import make_policy
 
     try:
-        return AutoTokenizer.from_pretrained(str(ckpt.tokenizer_dir))
-    except Exception as e:  # noqa: BLE001 - transformers raises many types here
-        raise UserError(f"cannot load the tokenizer from {ckpt.tokenizer_dir}: {e}".splitlines()[0]) from None
+        make_policy(args.tree_policy)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    unused = []
+    if args.method != "ddtree":
+        unused += [(f, f"with --method {args.method}") for f in ("--budget", "--tree-policy")]
+    if args.temperature == 0:
+        unused += [(f, "at --temperature 0 (greedy)") for f in ("--top-k", "--top-p", "--seed")]
+    if args.prompt is not None:
+        unused.append(("--batch-size", "with a single --prompt"))
+    for flag, why in unused:
+        if _given(argv, flag):
+            log(f"warning: {flag} has no effect {why}")
+    if args.profile:
+        log("--profile runs each stage of a round as its own call with a sync after it: slower than a plain run")
 
 
 def stop_ids_for(tokenizer, tokenizer_dir) -> list[int]:
+    """The tokenizer's eos id and generation_config.json's eos_token_id (an id or a list of ids);
+    a generation_config.json that is not JSON, or an eos_token_id that is not ids, is one UserError line."""
     ids = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     gen = Path(tokenizer_dir) / "generation_config.json" if tokenizer_dir else None
     if gen is not None and gen.is_file():
-        eos = json.loads(gen.read_text()).get("eos_token_id")
+        fix = "fix it, or delete it to stop at the tokenizer's eos token only"
+        try:
+            config = json.loads(gen.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            why = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else type(e).__name__
+            raise UserError(f"{gen} is not valid JSON ({why}); {fix}") from None
+        if not isinstance(config, dict):
+            raise UserError(f"{gen} holds {type(config).__name__}, not a JSON object; {fix}")
+        eos = config.get("eos_token_id")
         for e in eos if isinstance(eos, list) else [eos]:
+            if e is not None and (isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < 2**31):
+                raise UserError(f"{gen}: eos_token_id is {json.dumps(eos)[:40]}; it must be a token id (an integer "
+                                f">= 0) or a list of them; {fix}")
             if e is not None:
-                ids.add(int(e))
+                ids.add(e)
     return sorted(ids)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.trees import make_policy
-
-    # Cheap checks first: nothing is loaded before the options and prompts are known to be good.
-    if args.budget < 0:
-        raise UserError(f"--budget must be >= 0 (got {args.budget})")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
-    if not 0 < args.top_p <= 1:
-        raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
-    if args.rounds_per_call < 1:
-        raise UserError(f"--rounds-per-call must be >= 1 (got {args.rounds_per_call})")
-    if args.unroll < 0:
-        raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the device's default")
-    if args.top_k < 0:
-        raise UserError(f"--top-k must be >= 0 (got {args.top_k}); 0 means off")
-    try:
-        make_policy(args.tree_policy)
-        from ddtree_jax.kernels import check_tuned_tables
-
-        check_tuned_tables()  # a bad $DDTREE_*_TABLE now, not after loading the model
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    check_flags(args, argv)
     prompts = _load_prompts(args)
     ckpt_path = Path(args.ckpt)
     if not ckpt_path.exists():
         hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
         raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
+    target_cfg = read_target_config(ckpt_path)
+    if args.method != "ar" and read_meta(ckpt_path).get("drafter") is None:
+        raise UserError(f"method {args.method} needs a drafter, and this checkpoint has none; "
+                        "convert one with python -m convert --draft, or use --method ar")
+    if args.method == "ddtree":
+        check_budget_fits(args.budget, target_cfg.max_position)
     draft_vocab = None
     if args.draft_vocab is not None:
         if args.method == "ar":
             raise UserError("--draft-vocab needs a drafter (method dflash or ddtree)")
-        from ddtree_jax.checkpoint import read_target_config
-
         draft_vocab = read_token_map(args.draft_vocab)
-        check_token_map(draft_vocab, read_target_config(ckpt_path).vocab_size, where=f"token map {args.draft_vocab}")
+        check_token_map(draft_vocab, target_cfg.vocab_size, where=f"token map {args.draft_vocab}")
+
+    progress(f"loading {ckpt_path} ...")
+    t0 = time.perf_counter()
+    import jax
+
+    from ddtree_jax import compile_cache
+    from ddtree_jax.checkpoint import load_checkpoint, tokenizer_dir
+    from ddtree_jax.generator import Generator
+
+    tok = load_tokenizer(tokenizer_dir(ckpt_path))
+    stop_ids = [] if args.ignore_eos else stop_ids_for(tok, tok.dir)
+    encoded = [_encode(tok, p, args) for p in prompts]
     dtype = args.dtype
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
         dtype = "float32" if jax.default_backend() == "cpu" else None
@@ -160,57 +237,131 @@ def main(argv: Sequence[str] | None = None) -> int:
                     matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
                     draft_vocab=draft_vocab, unroll=args.unroll,
                     log=lambda line: print(line, file=sys.stderr, flush=True))
-    tok = load_tokenizer(ckpt)
-    stop = stop_ids_for(tok, ckpt.tokenizer_dir)
-    encoded = []
-    for p in prompts:
-        if args.chat:
-            if not getattr(tok, "chat_template", None):
-                raise UserError("the tokenizer has no chat template; drop --chat")
-            p = tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-        encoded.append(tok.encode(p, add_special_tokens=False))
     for ids in encoded:
         gen.check_request([len(ids)], args.max_new_tokens, args.temperature, args.top_p)
+    progress(f"loaded in {time.perf_counter() - t0:.1f}s")
 
-    for prompt, ids in zip(prompts, encoded):
-        streamer = None if args.json else _TextStream(tok)
-        res = gen.generate_ids([ids], max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_ids=stop,
-                               on_tokens=streamer, rounds_per_call=args.rounds_per_call if streamer else 0,
-                               profile=args.profile)[0]
-        text = tok.decode(res.token_ids, skip_special_tokens=True)
-        if args.json:
-            obj = {"prompt": prompt, "text": text, "method": args.method, "tree_policy": gen.policy_name,
-                   "budget": gen.budget, **res.to_json()}
-            if not args.profile:
-                obj.pop("stage_ms")
-            print(json.dumps(obj), flush=True)
-        else:
-            streamer.finish()
-            stats = (f"[{res.num_output_tokens} tokens in {res.time_s:.2f}s, {res.tokens_per_s:.1f} tok/s, "
-                     f"{res.rounds} rounds, mean acceptance {res.mean_acceptance:.2f}]")
-            if res.stage_ms:
-                stats += " stage ms/round: " + ", ".join(f"{k} {v:.2f}" for k, v in res.stage_ms.items())
-            print(stats, file=sys.stderr, flush=True)
+    many = len(prompts) > 1
+    for start in range(0, len(prompts), args.batch_size):
+        rows = list(range(start, min(start + args.batch_size, len(prompts))))
+        stream = not args.json and len(rows) == 1
+        cuts = [_StopCut(tok, args.stop, out=_Printer() if stream else None) for _ in rows]
+        watch = stream or bool(args.stop)  # tokens come back between device calls
+        results = gen.generate_ids([encoded[i] for i in rows], max_new_tokens=args.max_new_tokens,
+                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                   seed=args.seed + start, stop_ids=stop_ids,
+                                   on_tokens=(lambda r, ids: cuts[r].add(ids)) if watch else None,
+                                   rounds_per_call=args.rounds_per_call if watch else 0, profile=args.profile)
+        for r, (i, res) in enumerate(zip(rows, results)):
+            cut = cuts[r]
+            if not watch:
+                cut.add(res.token_ids)
+            ids = cut.kept_ids(res.token_ids)
+            if args.json:
+                obj = {"prompt": prompts[i], "text": cut.text(), "method": args.method,
+                       "tree_policy": gen.policy_name, "budget": gen.budget,
+                       **dict(res.to_json(), token_ids=ids, num_output_tokens=len(ids))}
+                if not args.profile:
+                    obj.pop("stage_ms")
+                print(json.dumps(obj), flush=True)
+                continue
+            if many:
+                print(f"==> prompt {i + 1} of {len(prompts)} <==", flush=True)
+            if stream:
+                cut.finish()
+            else:
+                print(cut.text(), flush=True)
+        log(stats_line(results, jax.devices()[0]))
     return 0
 
 
-class _TextStream:
-    """Prints decoded text as tokens arrive; holds back incomplete UTF-8 at the end."""
+def _encode(tok, prompt: str, args) -> list[int]:
+    """Prompt ids as `transformers` makes them: the tokenizer's own special tokens (a Llama-3 BOS)
+    for plain text; a chat template writes its own."""
+    if args.chat or args.system is not None:
+        messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) + [
+            {"role": "user", "content": prompt}]
+        return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+    return tok.encode(prompt, add_special_tokens=True)
 
-    def __init__(self, tok):
-        self.tok, self.ids, self.printed = tok, [], 0
 
-    def __call__(self, row: int, new_ids: list[int]):
+def stats_line(results, device) -> str:
+    """One closing line a batch: prompt and generated tokens with their rates, rounds, memory."""
+    prompt = sum(r.prompt_tokens for r in results)
+    new = sum(r.num_output_tokens for r in results)
+    prefill = max(r.prefill_s for r in results)
+    decode = max(r.time_s - r.prefill_s for r in results)
+    rounds = [a for r in results for a in r.acceptance_lengths]
+    parts = [f"prompt: {prompt} tokens, {prompt / prefill if prefill > 0 else 0:.1f} tokens/s",
+             f"generation: {new} tokens, {new / decode if decode > 0 else 0:.1f} tokens/s",
+             f"{max(r.rounds for r in results)} rounds, mean acceptance {sum(rounds) / max(len(rounds), 1):.2f}"]
+    peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    if peak:
+        parts.append(f"peak memory {peak / 2**30:.2f} GiB")
+    line = " | ".join(parts)
+    stage_ms = results[0].stage_ms
+    if stage_ms:
+        line += " | stage ms/round: " + ", ".join(f"{k} {v:.2f}" for k, v in stage_ms.items())
+    return line
+
+
+class _Printer:
+    """Writes text to stdout as it becomes final."""
+
+    def __call__(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+class _StopCut:
+    """One prompt's output: decoded as tokens arrive, cut before the first stop string; prints
+    the part that can no longer change (incomplete UTF-8 and a possible stop's start held back)."""
+
+    def __init__(self, tok, stops: Sequence[str], out=None):
+        self.tok, self.stops, self.out = tok, list(stops), out
+        self.ids: list[int] = []
+        self.printed = 0
+        self.cut: int | None = None  # characters kept, once a stop string is found
+
+    def add(self, new_ids: list[int]) -> bool:
+        """Take new tokens; True once a stop string was found (the row needs no more)."""
+        if self.cut is not None:
+            return True
         self.ids.extend(new_ids)
         text = self.tok.decode(self.ids, skip_special_tokens=True)
-        stable = len(text.rstrip("\ufffd"))
-        if stable > self.printed:
-            sys.stdout.write(text[self.printed: stable])
-            sys.stdout.flush()
-            self.printed = stable
+        hits = [text.find(s) for s in self.stops]
+        hits = [h for h in hits if h >= 0]
+        if hits:
+            self.cut = min(hits)
+        if self.out is not None:
+            stable = len(text.rstrip("\ufffd"))
+            if self.cut is not None:
+                stable = self.cut
+            elif self.stops:  # a stop string may be starting at the end
+                stable = max(self.printed, stable - max(map(len, self.stops)) + 1)
+            if stable > self.printed:
+                self.out(text[self.printed: stable])
+                self.printed = stable
+        return self.cut is not None
 
-    def finish(self):
+    def text(self) -> str:
         text = self.tok.decode(self.ids, skip_special_tokens=True)
-        sys.stdout.write(text[self.printed:] + "\n")
-        sys.stdout.flush()
+        return text if self.cut is None else text[: self.cut]
+
+    def kept_ids(self, ids: list[int]) -> list[int]:
+        """The shortest prefix of `ids` whose text reaches the stop string (all of them without one)."""
+        if self.cut is None:
+            return list(ids)
+        lo, hi = 0, len(ids)
+        while lo < hi:  # the first k whose decoded text holds a stop string
+            mid = (lo + hi) // 2
+            text = self.tok.decode(ids[:mid], skip_special_tokens=True)
+            if any(s in text for s in self.stops):
+                hi = mid
+            else:
+                lo = mid + 1
+        return list(ids[:lo])
+
+    def finish(self) -> None:
+        text = self.text()
+        self.out(text[self.printed:] + "\n")

@@ -7,6 +7,7 @@ and timed without compilation; streaming runs a few rounds per call and prints b
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import functools
 import math
 import os
@@ -30,6 +31,22 @@ from ddtree_jax.tuning import Tuning, tuning_for
 from ddtree_jax.kernels import norm_impl_for
 
 METHODS = ("ar", "dflash", "ddtree")
+
+
+def prng_key(seed: int) -> jax.Array:
+    """The PRNG key of an integer seed of any size. Seeds in [0, 2**64) map one to one onto the
+    key's two 32-bit words (below 2**31 that is `jax.random.PRNGKey(seed)`); others hash to them."""
+    seed = int(seed)
+    if not 0 <= seed < 2**64:
+        seed = int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:8], "big")
+    return jnp.asarray(np.asarray([seed >> 32, seed & 0xFFFFFFFF], np.uint32))  # a raw threefry key
+
+
+def check_budget_fits(budget: int, context: int) -> None:
+    """A tree of `budget` nodes and its root must fit the model's context (before anything is traced)."""
+    if budget + 2 > context:
+        raise UserError(f"--budget {budget} does not fit the model's context of {context} tokens (a round needs "
+                        f"budget + 2 cache slots beyond the prompt); lower --budget")
 
 
 def tree_nbytes(tree) -> int:
@@ -88,6 +105,7 @@ class Result:
     acceptance_lengths: list[int]
     mean_acceptance: float
     prefill_s: float
+    prompt_tokens: int = 0
     stage_ms: dict[str, float] | None = None
 
     def to_json(self) -> dict:
@@ -150,6 +168,7 @@ class Generator:
             policy, budget = "chain", self.dcfg.depth
         elif budget == 0:
             raise UserError("--method ddtree needs --budget >= 1 (budget 0 is --method ar)")
+        check_budget_fits(budget, self.tcfg.max_position)
         if draft_vocab is not None:
             if method == "ar" or oracle is not None:
                 raise UserError("--draft-vocab needs a DFlash drafter (method dflash or ddtree)")
@@ -323,11 +342,13 @@ class Generator:
         top_p: float = 1.0,
         seed: int = 0,
         stop_ids: Sequence[int] = (),
-        on_tokens: Callable[[int, list[int]], None] | None = None,
+        on_tokens: Callable[[int, list[int]], bool | None] | None = None,
         rounds_per_call: int = 0,
         profile: bool = False,
     ) -> list[Result]:
-        """Generate for a batch of tokenised prompts. on_tokens(row, new_ids) streams tokens.
+        """Generate for a batch of tokenised prompts. on_tokens(row, new_ids) streams tokens; it
+        returns True once that row needs no more (a stop string: the caller cuts the text), and
+        the calls end when every row is done on the device or so.
 
         rounds_per_call > 0 streams: the first device call runs that many rounds, each later one
         twice as many as the one before, up to STREAM_MAX_ROUNDS_PER_CALL (first text soon; later,
@@ -349,7 +370,7 @@ class Generator:
                                                 np.full((bt,), max_new_tokens, np.int32)))
         knobs = engine.make_knobs(temperature, top_p, stop_ids)
         static = dict(tcfg=self.tcfg, dcfg=self.dcfg, spec=spec)
-        args = (prompt, lens, max_new, knobs, jax.random.PRNGKey(seed))
+        args = (prompt, lens, max_new, knobs, prng_key(seed))
         # the prefill does not depend on the tree: configs that differ there share its executable
         pre_static = dict(static, spec=engine.prefill_spec(spec))
         shapes = self._shapes_of_state(args, pre_static)
@@ -368,21 +389,22 @@ class Generator:
         jax.block_until_ready(state.root)
         t_prefill = time.perf_counter() - t0
         emitted = [0] * bt
+        finished: set[int] = set()  # rows their caller needs no more of
         stage_ms = None
         if on_tokens is not None:
-            self._emit(state, emitted, on_tokens)
+            self._emit(state, emitted, on_tokens, finished)
         if profile:
             first_compiles = not self._stage_warm.get(spec, False)
             self._stage_warm[spec] = True
-            emit = None if on_tokens is None else (lambda s: self._emit(s, emitted, on_tokens))
+            emit = None if on_tokens is None else (lambda s: self._emit(s, emitted, on_tokens, finished))
             state, stage_ms = profiled_rounds(self.tparams, self.dparams, state, knobs, tcfg=self.tcfg,
                                                       dcfg=self.dcfg, spec=spec, options=self.round_options(spec),
                                                       first_compiles=first_compiles, on_round=emit)
         else:
             while True:
                 state = run(self.tparams, self.dparams, state, knobs, self.rounds_limit(limit))
-                if on_tokens is not None:
-                    self._emit(state, emitted, on_tokens)
+                if on_tokens is not None and self._emit(state, emitted, on_tokens, finished):
+                    break
                 if np.asarray(state.done).all():  # a copy of Bt flags, no launch
                     break
                 limit = max(limit, min(2 * limit, STREAM_MAX_ROUNDS_PER_CALL))
@@ -400,7 +422,7 @@ class Generator:
                 token_ids=out[i, :n].tolist(), num_output_tokens=n, time_s=elapsed,
                 tokens_per_s=n / elapsed if elapsed > 0 else float("inf"), rounds=int(rounds[i]),
                 acceptance_lengths=acc, mean_acceptance=float(np.mean(acc)) if acc else 0.0,
-                prefill_s=t_prefill, stage_ms=stage_ms))
+                prefill_s=t_prefill, prompt_tokens=len(prompts[i]), stage_ms=stage_ms))
         return results
 
     def _shapes_of_state(self, args, pre_static) -> engine.State:
@@ -433,9 +455,12 @@ class Generator:
         return 0 if kept is None else tree_nbytes(kept)
 
     @staticmethod
-    def _emit(state, emitted, on_tokens):
-        out, out_len = np.asarray(state.out), np.asarray(state.out_len)
+    def _emit(state, emitted, on_tokens, finished: set[int]) -> bool:
+        """Pass each row's new tokens to on_tokens; whether every row is done or finished."""
+        out, out_len, done = np.asarray(state.out), np.asarray(state.out_len), np.asarray(state.done)
         for i in range(len(emitted)):
-            if out_len[i] > emitted[i]:
-                on_tokens(i, out[i, emitted[i]: out_len[i]].tolist())
+            if out_len[i] > emitted[i] and i not in finished:
+                if on_tokens(i, out[i, emitted[i]: out_len[i]].tolist()):
+                    finished.add(i)
                 emitted[i] = int(out_len[i])
+        return all(done[i] or i in finished for i in range(len(emitted)))

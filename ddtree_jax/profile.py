@@ -94,11 +94,12 @@ def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = (
 
 def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, *, tcfg, dcfg, spec: DecodeSpec,
                     options: dict | None = None, first_compiles: bool = True,
-                    on_round: Callable[[engine.State], None] | None = None):
+                    on_round: Callable[[engine.State], bool] | None = None):
     """Rounds until every row is done, each stage a separate call followed by a sync.
 
     Returns (state, {stage: ms per round}). first_compiles: the first round compiles the stages
-    and is left out of the figures. on_round(state) is called after every round (streaming).
+    and is left out of the figures. on_round(state) is called after every round (streaming); True
+    ends the rounds.
     """
     fns = stage_functions(tcfg, dcfg, spec, options)
     totals = dict.fromkeys(STAGES, 0.0)
@@ -124,7 +125,7 @@ def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, 
         state = timed("commit", fns["commit"], dparams, state, new_kv, tapped, result, knobs)
         state = dataclasses.replace(state, key=key)
         rounds += 1
-        if on_round is not None:
-            on_round(state)
+        if on_round is not None and on_round(state):
+            break
     timed_rounds = rounds - 1 if first_compiles else rounds
     return state, {k: 1e3 * v / max(timed_rounds, 1) for k, v in totals.items()}

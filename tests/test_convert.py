@@ -376,3 +376,70 @@ def test_interrupt_leaves_nothing(qwen3_pair, tmp_path, sig):
     assert p.returncode == 130, err
     assert "interrupted" in err.strip().splitlines()[-1] and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _digest(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["target", "inside target", "above target", "draft"])
+def test_output_over_a_source_is_refused_even_with_force(qwen3_pair, tmp_path, where):
+    """--out equal to, inside or above a source directory would replace the Hugging Face model
+    with the conversion: refused with or without --force, the source untouched."""
+    src = Path(shutil.copytree(qwen3_pair.hf_target, tmp_path / "models" / "target"))
+    draft = Path(shutil.copytree(qwen3_pair.hf_draft, tmp_path / "models" / "draft"))
+    before = _digest(tmp_path / "models")
+    out = {"target": src, "inside target": src / "converted", "above target": tmp_path / "models",
+           "draft": draft}[where]
+    for force in ((), ("--force",)):
+        r = run_cli("--target", src, "--draft", draft, "--out", out, *force)
+        assert_fails(r, "--out", "directory of its own")
+    assert _digest(tmp_path / "models") == before
+    assert not (src / "converted").exists()
+
+
+def test_interrupt_while_saving_leaves_nothing(tmp_path):
+    """Ctrl-C once every tensor is read, while orbax writes (its writer threads outlive the main
+    thread's interrupt): no temporary directory is left, an existing output is untouched. A
+    model whose save takes seconds: 256 MB of untied float32 embeddings."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    small = make_target(tmp_path / "small", "qwen3", layers=1)
+    cfg = json.loads((small / "config.json").read_text())
+    cfg.update(vocab_size=131072, hidden_size=256, tie_word_embeddings=False)
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "config.json").write_text(json.dumps(cfg))
+    h, v = cfg["hidden_size"], cfg["vocab_size"]
+    qd, kd, inter = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"], cfg["intermediate_size"]
+    shapes = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,),
+              "model.layers.0.input_layernorm.weight": (h,), "model.layers.0.post_attention_layernorm.weight": (h,),
+              "model.layers.0.self_attn.q_proj.weight": (qd, h), "model.layers.0.self_attn.k_proj.weight": (kd, h),
+              "model.layers.0.self_attn.v_proj.weight": (kd, h), "model.layers.0.self_attn.o_proj.weight": (h, qd),
+              "model.layers.0.self_attn.q_norm.weight": (cfg["head_dim"],),
+              "model.layers.0.self_attn.k_norm.weight": (cfg["head_dim"],),
+              "model.layers.0.mlp.gate_proj.weight": (inter, h), "model.layers.0.mlp.up_proj.weight": (inter, h),
+              "model.layers.0.mlp.down_proj.weight": (h, inter)}
+    rng = np.random.default_rng(0)
+    save_file({k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}, str(big / "model.safetensors"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("an existing checkpoint")
+    p = subprocess.Popen([sys.executable, "-m", "convert", "--target", str(big), "--out", str(out), "--force",
+                          "--dtype", "float32"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    tmp = out.with_name(f"out.tmp-{p.pid}")
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline and not any(
+            "params" in c.name for c in (tmp / "target").glob("*")):
+        time.sleep(0.01)
+    assert p.poll() is None, "the save ended before it could be interrupted"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "interrupted" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert "finishing the write in progress" in err
+    time.sleep(1.0)  # any writer thread still running would recreate files here
+    assert sorted(c.name for c in tmp_path.iterdir()) == ["big", "out", "small"]
+    assert [c.name for c in out.iterdir()] == ["keep.txt"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def gen(*args, env=None, timeout=300):
+def gen(*args, env=None, timeout=300, input=None):
     e = dict(os.environ, JAX_PLATFORMS="cpu", **(env or {}))
     return subprocess.run([sys.executable, "-m", "ddtree_jax.generate", *map(str, args)], cwd=ROOT, env=e,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=input)
 
 
 def test_json_output_all_methods_identical(qwen3_pair, tmp_path):
@@ -42,7 +43,8 @@ def test_json_output_all_methods_identical(qwen3_pair, tmp_path):
 def test_streaming_text_and_profile(qwen3_pair):
     r = gen("--ckpt", qwen3_pair.out, "--prompt", "import os", "--max-new-tokens", 10, "--profile")
     assert r.returncode == 0, r.stderr
-    assert "tok/s" in r.stderr and "stage ms/round" in r.stderr and "verify" in r.stderr
+    assert "tokens/s" in r.stderr and "stage ms/round" in r.stderr and "verify" in r.stderr
+    assert "--profile runs each stage" in r.stderr and re.search(r"prompt: \d+ tokens", r.stderr)
 
 
 def _fails(r, *needles):
@@ -63,7 +65,10 @@ def _fails(r, *needles):
     (("--tree-policy", "static:tree=0;1.0.0"), ("static",)),
     (("--prompt", ""), ("empty",)),
     (("--max-new-tokens", 600), ("context",)),
-    (("--budget", 100000), ("--budget",)),
+    (("--budget", 100000), ("--budget", "context")),
+    (("--batch-size", 0), ("--batch-size",)),
+    (("--stop", ""), ("--stop",)),
+    (("--prompt", "-"), ("empty",)),  # nothing piped in
 ])
 def test_bad_options(qwen3_pair, args, needles):
     base = ["--ckpt", qwen3_pair.out, "--max-new-tokens", 4]
@@ -78,22 +83,6 @@ def test_missing_checkpoint(tmp_path):
 
 def test_hf_directory_is_not_a_converted_checkpoint(qwen3_pair):
     _fails(gen("--ckpt", qwen3_pair.hf_target, "--prompt", "x"), "convert")
-
-
-def test_bad_tuned_tables_fail_before_loading(tmp_path):
-    """A malformed, or missing, file named by $DDTREE_ATTENTION_TABLE / $DDTREE_MATMUL_TABLE, or a
-    malformed $DDTREE_MGPU_ATTENTION / $DDTREE_MGPU_CONFIG / $DDTREE_F32_ATTENTION_DOT, is a
-    one-line error before any checkpoint is read (this checkpoint path does not even exist)."""
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"NVIDIA H200": [{"t": [1, 2], "config": {}}]}')
-    ck = ("--ckpt", tmp_path / "nope", "--prompt", "x")
-    _fails(gen(*ck, env={"DDTREE_ATTENTION_TABLE": str(bad)}), "attention table", "needs t")
-    _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(tmp_path / "typo.json")}), "DDTREE_MATMUL_TABLE", "does not exist")
-    bad.write_text('{"NVIDIA H200": [{"k": 1, "n": 2, "rows": [1, 16], "config": [1, 2, 3, 4, 5, 6, 7, 8]}]}')
-    _fails(gen(*ck, env={"DDTREE_MATMUL_TABLE": str(bad)}), "matmul table", "MatmulConfig")
-    _fails(gen(*ck, env={"DDTREE_MGPU_ATTENTION": "257"}), "DDTREE_MGPU_ATTENTION", "LO-HI")
-    _fails(gen(*ck, env={"DDTREE_MGPU_CONFIG": "64x3"}), "DDTREE_MGPU_CONFIG", "BKxSTAGESwWGS")
-    _fails(gen(*ck, env={"DDTREE_F32_ATTENTION_DOT": "tf32"}), "DDTREE_F32_ATTENTION_DOT", "tf32x3")
 
 
 def test_prompt_files(qwen3_pair, tmp_path):
@@ -118,3 +107,90 @@ def test_not_enough_memory_is_refused_before_allocating(qwen3_pair):
 def test_debug_shows_traceback(qwen3_pair):
     r = gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--budget", -1, "--debug")
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def _json_rows(r):
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_batched_prompt_file_gives_each_prompt_its_own_tokens(qwen3_pair, tmp_path):
+    """Prompts of a file decoded together (--batch-size) get the tokens they get one at a time."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("def f(x):\nimport os\nclass A:\nfor i in range(3):\nhello world\n")
+    base = ("--ckpt", qwen3_pair.out, "--prompt-file", prompts, "--max-new-tokens", 10, "--json", "--budget", 8)
+    one = _json_rows(gen(*base, "--batch-size", 1))
+    together = _json_rows(gen(*base, "--batch-size", 3))
+    assert [r["token_ids"] for r in one] == [r["token_ids"] for r in together]
+    assert [r["prompt"] for r in together] == ["def f(x):", "import os", "class A:", "for i in range(3):", "hello world"]
+
+
+def test_text_output_of_several_prompts_is_separated(qwen3_pair, tmp_path):
+    r = gen("--ckpt", qwen3_pair.out, "--prompt-file", "-", "--max-new-tokens", 4, input="a b\nc d\n")
+    assert r.returncode == 0, r.stderr
+    assert "==> prompt 1 of 2 <==" in r.stdout and "==> prompt 2 of 2 <==" in r.stdout
+
+
+def test_stdin_prompt_equals_the_flag(qwen3_pair):
+    flag = _json_rows(gen("--ckpt", qwen3_pair.out, "--prompt", "def f(x):", "--max-new-tokens", 6, "--json"))
+    piped = _json_rows(gen("--ckpt", qwen3_pair.out, "--prompt", "-", "--max-new-tokens", 6, "--json",
+                           input="def f(x):\n"))
+    assert piped[0]["token_ids"] == flag[0]["token_ids"] and piped[0]["prompt"] == "def f(x):"
+
+
+def test_stop_strings_cut_text_and_tokens(qwen3_pair):
+    """--stop ends a prompt's output before the stop text, in streamed text and in JSON, whose
+    token ids end with the token that completes it."""
+    base = ("--ckpt", qwen3_pair.out, "--prompt", "def f(x):", "--max-new-tokens", 24, "--ignore-eos")
+    full = _json_rows(gen(*base, "--json"))[0]
+    text = full["text"]
+    assert len(text) > 6, text
+    stop = text[3:5]
+    cut = _json_rows(gen(*base, "--json", "--stop", stop))[0]
+    assert cut["text"] == text[: text.find(stop)]
+    assert full["token_ids"][: len(cut["token_ids"])] == cut["token_ids"]
+    assert cut["num_output_tokens"] == len(cut["token_ids"]) < len(full["token_ids"])
+    streamed = gen(*base, "--stop", stop)
+    assert streamed.returncode == 0, streamed.stderr
+    assert streamed.stdout == text[: text.find(stop)] + "\n"
+
+
+def test_ignore_eos_generates_every_token(qwen3_pair):
+    rows = _json_rows(gen("--ckpt", qwen3_pair.out, "--prompt", "x y", "--max-new-tokens", 20, "--json",
+                          "--ignore-eos", "--method", "ar"))
+    assert rows[0]["num_output_tokens"] == 20
+
+
+def test_version_help_defaults_and_warnings(qwen3_pair):
+    v = gen("--version")
+    assert v.returncode == 0 and v.stdout.startswith("ddtree-jax ")
+    h = gen("--help")
+    assert h.returncode == 0 and "(default: 64)" in h.stdout and "(default: ddtree)" in h.stdout
+    r = gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 3, "--method", "ar", "--budget", 32,
+            "--top-p", 0.5)
+    assert r.returncode == 0, r.stderr
+    assert "--budget has no effect with --method ar" in r.stderr
+    assert "--top-p has no effect at --temperature 0" in r.stderr
+    assert "--seed has no effect" not in r.stderr
+
+
+def test_any_seed_is_accepted_and_seeds_do_not_collide():
+    from ddtree_jax.generator import prng_key
+
+    seeds = list(range(-1000, 1000)) + [2**32 + k for k in range(-5, 5)] + [2**63, 2**64 - 1, 2**64, -2**64, 10**40]
+    keys = {tuple(prng_key(s).tolist()) for s in seeds}
+    assert len(keys) == len(seeds)
+    import jax
+
+    assert prng_key(123).tolist() == jax.random.PRNGKey(123).tolist()
+
+
+def test_huge_seed_and_huge_budget(qwen3_pair):
+    import time
+
+    r = gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 3, "--temperature", 1,
+            "--seed", 2**70)
+    assert r.returncode == 0, r.stderr
+    t = time.monotonic()
+    _fails(gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--budget", 1000000), "--budget 1000000", "context")
+    assert time.monotonic() - t < 60  # the budget is checked before any tree is traced

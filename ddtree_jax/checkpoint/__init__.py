@@ -34,7 +34,7 @@ from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 
 FORMAT = 1
 # The small pair that ships with the package (default_model/README.md says how it was trained).
-DEFAULT_CKPT = Path(__file__).resolve().parents[1] / "default_model" / "converted"
+DEFAULT_CKPT = Path(__file__).resolve().parents[1] / "default_model"
 META_FILE = "ddtree.json"
 DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
 TOKENIZER_FILES = (
@@ -108,6 +108,10 @@ class InterruptsDeferred:
     _depth = 0
     _pending: int | None = None
     _old: dict = {}
+    _note: str | None = None
+
+    def __init__(self, note: str | None = None):
+        self.note = note  # printed when a signal is held, so a waiting user knows why
 
     def __enter__(self):
         cls = type(self)
@@ -115,12 +119,15 @@ class InterruptsDeferred:
             return self
         if cls._depth == 0:
             cls._pending = None
+            cls._note = self.note
             cls._old = {s: signal.signal(s, cls._hold) for s in (signal.SIGINT, signal.SIGTERM)}
         cls._depth += 1
         return self
 
     @classmethod
     def _hold(cls, signum, frame):
+        if cls._pending is None and cls._note:
+            print(f"interrupted: {cls._note}", file=sys.stderr, flush=True)
         cls._pending = signum
 
     def __exit__(self, exc_type, exc, tb):
@@ -236,10 +243,14 @@ def save_params(path: str | Path, params: Any) -> None:
     import orbax.checkpoint as ocp
 
     path = Path(path).absolute()
-    ckptr = ocp.PyTreeCheckpointer()
-    ckptr.save(path, _to_host(params))
-    if hasattr(ckptr, "close"):
-        ckptr.close()
+    tree = _to_host(params)
+    # orbax's writer threads outlive an interrupt of the main thread and would write into the
+    # directory the cleanup removes: the save runs to its end, then the interrupt is raised
+    with InterruptsDeferred("finishing the write in progress, then removing it"):
+        ckptr = ocp.PyTreeCheckpointer()
+        ckptr.save(path, tree)
+        if hasattr(ckptr, "close"):
+            ckptr.close()
 
 
 _SILENCED = False
