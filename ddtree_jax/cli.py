@@ -97,6 +97,9 @@ def build_parser() -> ArgumentParser:
                                            "'-' reads standard input")
     ap.add_argument("--batch-size", type=int, default=8, help="prompts of a prompt file decoded together")
     ap.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+    ap.add_argument("--interactive", "-i", action="store_true",
+                    help="chat turn by turn on standard input (the conversation stays in the device's cache; "
+                         "/reset starts over, an empty line or EOF ends)")
     ap.add_argument("--system", help="a system message (implies --chat)")
     ap.add_argument("--stop", action="append", default=[], metavar="TEXT",
                     help="stop a prompt's output at this text (repeatable; the text is left out)")
@@ -199,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     check_flags(args, argv)
-    prompts = _load_prompts(args)
+    if args.interactive and (args.prompt is not None or args.prompt_file is not None or args.json):
+        raise UserError("--interactive reads its turns from standard input; drop --prompt / --prompt-file / --json")
+    prompts = [] if args.interactive else _load_prompts(args)
     ckpt_path = Path(args.ckpt)
     if not ckpt_path.exists():
         hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
@@ -240,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for ids in encoded:
         gen.check_request([len(ids)], args.max_new_tokens, args.temperature, args.top_p)
     progress(f"loaded in {time.perf_counter() - t0:.1f}s")
+    if args.interactive:
+        return interactive(args, gen, tok, stop_ids, sys.stdin, sys.stdout)
 
     many = len(prompts) > 1
     for start in range(0, len(prompts), args.batch_size):
@@ -273,6 +280,54 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(cut.text(), flush=True)
         log(stats_line(results, jax.devices()[0]))
     return 0
+
+
+# Positions a conversation's cache holds (the model's context where smaller): its memory is taken
+# once, at the first turn, so that later turns append to it in place.
+CONVERSATION_POSITIONS = 8192
+
+
+def interactive(args, gen, tok, stop_ids, inp, out) -> int:
+    """Chat turn by turn: each turn's prompt is the chat template over the whole conversation,
+    of which only what the device's cache does not hold yet is prefilled."""
+    if tok.chat_template is None:
+        raise UserError("--interactive needs a tokenizer with a chat template; this checkpoint's has none")
+    context = min(gen.tcfg.max_position, CONVERSATION_POSITIONS)
+    system = [{"role": "system", "content": args.system}] if args.system is not None else []
+    messages, consumed = list(system), []
+    tty = hasattr(inp, "isatty") and inp.isatty()
+    while True:
+        if tty:
+            print(">>> ", end="", file=sys.stderr, flush=True)
+        line = inp.readline()
+        text = line.rstrip("\n")
+        if not text.strip():
+            return 0
+        if text.strip() == "/reset":
+            messages, consumed = list(system), []
+            continue
+        messages.append({"role": "user", "content": text})
+        ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+        same = next((i for i, (a, b) in enumerate(zip(ids, consumed)) if a != b), min(len(ids), len(consumed)))
+        start = min(same, len(consumed) - 1, len(ids) - 1) if consumed else None
+        cut = _StopCut(tok, args.stop, out=out.write)
+        try:
+            res = gen.generate_ids([ids if start is None else ids[start:]], max_new_tokens=args.max_new_tokens,
+                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                   seed=args.seed + len(messages), stop_ids=stop_ids, min_cache=context,
+                                   start=start, on_tokens=lambda r, new: cut.add(new),
+                                   rounds_per_call=args.rounds_per_call)[0]
+        except UserError as e:
+            if "no longer fits" not in str(e):
+                raise
+            log(f"{e}: the conversation starts over")
+            messages, consumed = list(system) + [messages[-1]], []
+            continue
+        cut.finish()
+        out.flush()
+        consumed = ids + cut.kept_ids(res.token_ids)
+        messages.append({"role": "assistant", "content": cut.text()})
+        log(stats_line([res], gen.tparams["embed"].devices().pop()))
 
 
 def _encode(tok, prompt: str, args) -> list[int]:

@@ -317,22 +317,26 @@ def new_caches(tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec,
 
 
 def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: jax.Array, prompt_len: jax.Array,
-             max_new: jax.Array, knobs: Knobs, key: jax.Array, *, tcfg: TargetConfig, dcfg: DrafterConfig | None,
-             spec: DecodeSpec) -> State:
-    """Prompt pass: fills both caches (from `new_caches`), chooses the first token (the first root)."""
+             max_new: jax.Array, knobs: Knobs, key: jax.Array, start: jax.Array | None = None, *,
+             tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec) -> State:
+    """Prompt pass: fills both caches (from `new_caches`), chooses the first token (the first root).
+
+    start (int32[Bt]): the prompt goes to positions start.. of caches whose first `start`
+    positions hold what came before it (a conversation's earlier turns); None: from 0."""
     bt, p = prompt.shape
     # Positions and masks derived from an argument, not literals: XLA would otherwise
     # constant-fold the masked attention over the empty prefix (seconds of compile time).
-    zero = jax.lax.optimization_barrier(jnp.zeros_like(prompt_len, jnp.int32))
+    if start is None:
+        start = jax.lax.optimization_barrier(jnp.zeros_like(prompt_len, jnp.int32))
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    cache, h, tapped = _prefill_target(tparams, tcfg, cache, prompt, zero, taps, spec)
-    pos = zero[:, None] + jnp.arange(p, dtype=jnp.int32)
+    cache, h, tapped = _prefill_target(tparams, tcfg, cache, prompt, start, taps, spec)
+    pos = start[:, None] + jnp.arange(p, dtype=jnp.int32)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last, impl=spec.matmul_impl), spec.sampling,
                           knobs.temperature, knobs.top_p)
     if dcache is not None:
-        dcache = dmodel.extend_cache(dparams, dcfg, dcache, zero, tapped, pos, norm_impl=spec.norm_impl,
+        dcache = dmodel.extend_cache(dparams, dcfg, dcache, start, tapped, pos, norm_impl=spec.norm_impl,
                                      matmul_impl=spec.matmul_impl)
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
@@ -340,7 +344,7 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     return State(
         cache=cache,
         dcache=dcache,
-        length=prompt_len.astype(jnp.int32),
+        length=start + prompt_len.astype(jnp.int32),
         root=first,
         out=out,
         out_len=jnp.ones((bt,), jnp.int32),
@@ -354,6 +358,7 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
 
 def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Array, zero: jax.Array,
                     taps: tuple[int, ...], spec: DecodeSpec):
+    # zero: int32[Bt], the position of the prompt's first token
     """The target over the prompt, in pieces of at most spec.prefill_chunk tokens: returns (cache
     with the prompt's K/V, final-normed hidden [Bt, P, H], taps [Bt, P, nTaps*H] or None).
 
@@ -417,6 +422,20 @@ def _prefill_into(old: State, tparams, dparams, prompt: jax.Array, prompt_len: j
 # to be donated (and taken by the outputs of the same shapes, in order)
 prefill_into = jax.jit(_prefill_into, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("old",),
                        keep_unused=True)
+
+
+def _prefill_continue(old: State, tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, start: jax.Array,
+                      max_new: jax.Array, knobs: Knobs, key: jax.Array, *, tcfg: TargetConfig,
+                      dcfg: DrafterConfig | None, spec: DecodeSpec) -> State:
+    """`_prefill` of the next part of a conversation into the state of its last request, donated
+    whole: the caches keep their first `start` positions (the conversation so far, which the
+    new part attends to), the new part goes after them, and the rounds go on from there."""
+    return _prefill(tparams, dparams, old.cache, old.dcache, prompt, prompt_len, max_new, knobs, key, start,
+                    tcfg=tcfg, dcfg=dcfg, spec=spec)
+
+
+prefill_continue = jax.jit(_prefill_continue, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("old",),
+                           keep_unused=True)
 
 
 def state_shapes(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max_new: jax.Array, knobs: Knobs,

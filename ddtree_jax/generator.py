@@ -248,7 +248,8 @@ class Generator:
 
     # ------------------------------------------------------------------ sizes and checks
 
-    def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig) -> engine.DecodeSpec:
+    def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig,
+                 min_cache: int = 0) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
                                  attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
                                  cache_impl=self.cache_impl, drafter=self.drafter,
@@ -256,7 +257,7 @@ class Generator:
                                  prefill_chunk=self.prefill_chunk)
         depth = self.dcfg.depth if self.budget else 0
         cache, out_size = cache_positions(prompt_len, max_new_tokens, engine.num_nodes(base, self.dcfg), depth)
-        return dataclasses.replace(base, cache_size=cache, out_size=out_size)
+        return dataclasses.replace(base, cache_size=max(cache, -(-min_cache // 128) * 128), out_size=out_size)
 
     def check_request(self, prompt_lens: Sequence[int], max_new_tokens: int, temperature: float, top_p: float):
         if any(n == 0 for n in prompt_lens):
@@ -345,6 +346,8 @@ class Generator:
         on_tokens: Callable[[int, list[int]], bool | None] | None = None,
         rounds_per_call: int = 0,
         profile: bool = False,
+        min_cache: int = 0,
+        start: int | None = None,
     ) -> list[Result]:
         """Generate for a batch of tokenised prompts. on_tokens(row, new_ids) streams tokens; it
         returns True once that row needs no more (a stop string: the caller cuts the text), and
@@ -355,12 +358,26 @@ class Generator:
         fewer calls, as each call has a fixed cost: ~4-6 ms on the H200 for the 8B shape, a round's
         worth); 0 runs to the end in one call. profile=True runs the round's stages as separate
         calls and times each.
+
+        A conversation: min_cache gives its first request caches of at least that many positions;
+        a later request with `start` (one prompt, the same min_cache and max_new_tokens) appends
+        its prompt at position `start` of the last request's caches, whose first `start`
+        positions (the conversation so far: at most its prompt and generated tokens but the last)
+        it keeps and attends to.
         """
         self.check_request([len(p) for p in prompts], max_new_tokens, temperature, top_p)
         sampling = SamplingConfig.make(temperature, top_k)
         bt = len(prompts)
         longest = max(len(p) for p in prompts)
-        spec = self.spec_for(longest, max_new_tokens, sampling)
+        spec = self.spec_for(longest, max_new_tokens, sampling, min_cache)
+        if start is not None:
+            slots = engine.num_nodes(spec, self.dcfg) + (self.dcfg.block_size if self.budget else 0) + 2
+            if bt != 1 or start < 0:
+                raise UserError("a conversation continues one prompt at a position >= 0")
+            if start + longest + max_new_tokens + slots > spec.cache_size:
+                raise UserError(f"the conversation ({start + longest} tokens) plus --max-new-tokens "
+                                f"({max_new_tokens}) no longer fits its cache of {spec.cache_size} positions; "
+                                "start a new conversation")
         plen = _bucket(longest)
         prompt = np.zeros((bt, plen), np.int32)
         for i, p in enumerate(prompts):
@@ -374,10 +391,20 @@ class Generator:
         # the prefill does not depend on the tree: configs that differ there share its executable
         pre_static = dict(static, spec=engine.prefill_spec(spec))
         shapes = self._shapes_of_state(args, pre_static)
-        pre_args = (self._state_buffers(shapes), self.tparams, self.dparams, *args)
-        pre_key = self._key("prefill", pre_args, pre_static, self.compiler_options)
-        prefill = self._compile("prefill", engine.prefill_into, pre_args, pre_static, self.compiler_options,
-                                key=pre_key)
+        if start is None:
+            name, fn = "prefill", engine.prefill_into
+            pre_args = (self._state_buffers(shapes), self.tparams, self.dparams, *args)
+        else:
+            with self._kept_lock:
+                kept, self._kept = self._kept, None
+            if kept is None or not _same_shapes(kept, shapes):
+                raise UserError("no conversation to continue: its last request is gone or had other shapes "
+                                "(min_cache and max_new_tokens must stay the same)")
+            name, fn = "continued prefill", engine.prefill_continue
+            pre_args = (kept, self.tparams, self.dparams, prompt, lens, jax.device_put(np.asarray([start], np.int32)),
+                        max_new, knobs, args[-1])
+        pre_key = self._key(name, pre_args, pre_static, self.compiler_options)
+        prefill = self._compile(name, fn, pre_args, pre_static, self.compiler_options, key=pre_key)
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
         if not profile:  # compile the rounds too before the clock starts, from the state's shapes
             run = self._compile("rounds", engine.run_rounds,

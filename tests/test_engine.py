@@ -52,44 +52,42 @@ def test_chunked_prefill_same_tokens(pair, ar_tokens, method, chunk):
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
 
-@pytest.mark.parametrize("stage1,budget", [("xla", 13), ("pallas_interpret", 11), ("threshold_interpret", 12)])
-def test_gpu_vocab_top_k_inside_the_round_is_lossless(pair, ar_tokens, monkeypatch, stage1, budget):
-    """The GPU's per-chunk keep (with its lax.cond fallback; its first stage by XLA or by the
-    Pallas kernels: extraction, by rank, or threshold, by index) traced into the fused round on
-    the CPU: 11-13 ranks of a 64-token vocabulary from 4 chunks keeping 5 each (the fallback runs
-    whenever a chunk holds more than 5 of them). Budgets 11-13 are used by no other test, so the
-    round is traced afresh with the patched settings."""
-    import jax
+@pytest.mark.parametrize("stage2_select,budget", [(False, 13), (True, 12)])
+def test_gpu_vocab_top_k_inside_the_round_is_lossless(pair, ar_tokens, stage2_select, budget):
+    """The GPU's per-chunk keep (with its lax.cond fallback; its first stage in the threshold
+    kernel, its second by lax.top_k or by select_top), interpreted inside the fused round on the
+    CPU: 12-13 ranks of a 64-token vocabulary from 4 chunks keeping 5 each (the fallback runs
+    whenever a chunk holds more than 5 of them)."""
+    from ddtree_jax.tuning import TreeTuning, Tuning, VocabTopK
 
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=4, keep=5, keep_from_k=8, stage1=stage1))
-    gen = Generator(pair, method="ddtree", budget=budget)
+    topk = VocabTopK(chunks=4, keep=5, keep_from_k=8, stage2_select=stage2_select)
+    tuning = Tuning(tree=TreeTuning(kernels="pallas_interpret", vocab_topk=topk))
+    gen = Generator(pair, method="ddtree", budget=budget, tuning=tuning)
+    assert gen.spec_for(8, 8, SamplingConfig()).tuning.tree.vocab_topk == topk
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
 
-@pytest.mark.parametrize("budget,kernels", [(37, ("PAIR", "RUNS")), (38, ("RANK",))])
-def test_gpu_selection_kernels_inside_the_round_are_lossless(pair, ar_tokens, monkeypatch, budget, kernels):
-    """The tree build's selection kernels (pair_select at every depth and runs_select for the
-    final selection, or rank_select for both), in interpret mode, traced into the fused round on
-    the CPU, with a noisy oracle so that acceptance runs through side branches: the AR tokens.
-    Budgets 37 / 38 are used by no other test, so the round is traced afresh with the kernels.
-    (Any consistent tree is lossless: the kernels' exactness is tested in their own files.)"""
-    import jax
+def test_gpu_selection_kernels_inside_the_round_are_lossless(pair, ar_tokens, monkeypatch):
+    """The GPU's tree tuning with its selection kernels at every size (pair_select at every depth,
+    runs_select for the final selection), interpreted inside the fused round on the CPU, with a
+    noisy oracle so that acceptance runs through side branches: the AR tokens. (Any consistent
+    tree is lossless: the kernels' exactness is tested in their own files.)"""
+    import dataclasses
 
     from ddtree_jax.trees import ddtree
+    from ddtree_jax.tuning import GPU_TREE, Tuning
 
-    for name in kernels:
-        monkeypatch.setitem(getattr(ddtree, f"{name}_KERNEL_FROM"), jax.default_backend(), 1)
+    tree = dataclasses.replace(GPU_TREE, kernels="pallas_interpret", pair_kernel_from=1, runs_kernel_from=1,
+                               vocab_topk=None)
     calls = []
-    for name in ("pair", "runs", "rank"):
+    for name in ("pair", "runs"):
         real = getattr(ddtree, f"{name}_select")
         monkeypatch.setattr(ddtree, f"{name}_select",
                             lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
-    got = Generator(pair, method="ddtree", budget=budget, oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
-    assert set(calls) == {name.lower() for name in kernels}
+    got = Generator(pair, method="ddtree", budget=37, oracle=oracle, tuning=Tuning(tree=tree)).generate_ids(
+        PROMPTS, max_new_tokens=MAX_NEW)
+    assert set(calls) == {"pair", "runs"}
     assert [r.token_ids for r in got] == ar_tokens
     assert max(a for r in got for a in r.acceptance_lengths) > 2     # side branches were taken
 
@@ -194,15 +192,10 @@ def test_streaming_calls_grow(pair, ar_tokens):
     assert len(sizes) < MAX_NEW // 4
 
 
-@pytest.mark.parametrize("method,as_loop", [("ar", False), ("ddtree", False), ("ddtree", True)])
-def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method, as_loop, monkeypatch):
+@pytest.mark.parametrize("method", ["ar", "ddtree"])
+def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
     """unroll=3 with 4 rounds per call (not a multiple): disabled steps commit nothing, the
-    round count and acceptance history match, and sampled output keeps its key sequence. As an
-    inner loop ($DDTREE_UNROLL_AS_LOOP=1) too."""
-    from ddtree_jax import engine
-
-    if as_loop:
-        monkeypatch.setenv(engine.UNROLL_AS_LOOP_ENV, "1")
+    round count and acceptance history match, and sampled output keeps its key sequence."""
     base = Generator(pair, method=method, budget=16, unroll=1)
     unrolled = Generator(pair, method=method, budget=16, unroll=3)
     for temperature in (0.0, 1.0):
@@ -213,30 +206,32 @@ def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method, a
                                    on_tokens=lambda i, ids, got=got: got[i].extend(ids), rounds_per_call=4)
             assert [got[i] for i in range(len(PROMPTS))] == [r.token_ids for r in res]
             runs.append([(r.token_ids, r.rounds, r.acceptance_lengths) for r in res])
-        assert unrolled.spec_for(8, 8, SamplingConfig()).unroll_as_loop is as_loop
         assert runs[0] == runs[1]
         if temperature == 0.0:
             assert [r[0] for r in runs[1]] == ar_tokens
 
 
-def test_round_xla_options_by_device_kind_and_rows(pair, monkeypatch):
-    """The measured per-device XLA options go to the round executables whose verify row count
-    (tree nodes + root) is in range, nowhere else (other kinds, CPUs, other budgets), and the
-    constructor's compiler_options override them."""
+def test_round_xla_options_by_tuning_and_rows(pair):
+    """The tuning's XLA options go to the round executables whose verify row count (tree nodes +
+    root) is in range, nowhere else, and the constructor's compiler_options override them; the
+    H200 tuning forces split-K 1 for 33-65 rows only, other devices none."""
     import types
 
-    from ddtree_jax import engine
-    h200 = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")
-    monkeypatch.setattr(engine, "ROUND_XLA_OPTIONS", {"NVIDIA H200": [((65, 65), {"opt_a": 1}), ((2, 300), {"opt_b": 2})]})
+    from ddtree_jax import engine, tuning
+
+    mine = tuning.Tuning(round_xla_options=((65, 65, (("opt_a", 1),)), (2, 300, (("opt_b", 2),))))
     dcfg = pair.drafter_cfg
-    at = lambda budget, dev=h200: engine.round_xla_options(engine.DecodeSpec(budget=budget), dcfg, dev)
+    at = lambda budget, t=mine: engine.round_xla_options(engine.DecodeSpec(budget=budget, tuning=t), dcfg)
     assert at(64) == {"opt_a": 1}              # 65 rows: the first matching range wins
     assert at(16) == {"opt_b": 2} and at(0) == {}  # AR: one row
-    assert at(64, types.SimpleNamespace(platform="gpu", device_kind="NVIDIA A100")) == {}
-    assert at(64, types.SimpleNamespace(platform="cpu", device_kind="cpu")) == {}
-    gen = Generator(pair, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0})
-    monkeypatch.setattr(engine, "round_xla_options", lambda spec, d, device=None: {"opt_a": 1, "opt_b": 2})
-    assert gen.round_options(engine.DecodeSpec(budget=64)) == {"opt_a": 5, "opt_b": 2, "opt_c": 0}
+    assert at(64, tuning.H200) == {"xla_gpu_experimental_force_split_k": 1} and at(256, tuning.H200) == {}
+    assert at(64, tuning.GPU) == {} and at(64, tuning.CPU) == {}
+    assert tuning.tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")) is tuning.H200
+    assert tuning.tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")) is tuning.GPU
+    assert tuning.tuning_for(types.SimpleNamespace(platform="cpu", device_kind="cpu")) is tuning.CPU
+    gen = Generator(pair, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0}, tuning=mine)
+    assert gen.round_options(engine.DecodeSpec(budget=64, tuning=mine)) == {"opt_a": 5, "opt_c": 0}
+    assert gen.round_options(engine.DecodeSpec(budget=16, tuning=mine)) == {"opt_a": 5, "opt_b": 2, "opt_c": 0}
 
 
 @pytest.mark.parametrize("method", ["ar", "ddtree"])
@@ -267,7 +262,7 @@ def test_requests_reuse_the_last_state_buffers(pair, ar_tokens, method):
     gen.release_buffers()
     assert gen._kept is None
     assert [r.token_ids for r in gen.generate_ids([PROMPTS[2]], max_new_tokens=MAX_NEW)] == [ar_tokens[2]]
-    # the calls' round limits: one device scalar per value, made once (session 31)
+    # the calls' round limits: one device scalar per value, made once
     assert gen._limits and all(int(v) == n for n, v in gen._limits.items())
     n = next(iter(gen._limits))
     assert gen.rounds_limit(n) is gen._limits[n] and int(gen.rounds_limit(5)) == 5
@@ -304,7 +299,7 @@ def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
 
 
 def test_a_call_takes_few_buffers(pair):
-    """Every buffer a call takes costs host time (bench/RESULTS.md, session 33), so the state
+    """Every buffer a call takes costs host time (~3 us a leaf on the H200), so the state
     holds each model's KV cache as two arrays (every layer's K, every layer's V) and, where
     kernels read the norm weights, the inference layout stacks them (none left in a layer's
     dict). Where only XLA reads them (the CPU's "auto") they stay per layer: a stacked row is a
@@ -336,3 +331,28 @@ def test_norms_are_stacked_where_kernels_read_them(norm_impl, matmul_impl, stack
 
     want = auto_impl() == "pallas" if stacked is None else stacked   # "auto": kernels on NVIDIA GPUs only
     assert stacks_norms_for(norm_impl, matmul_impl) is want
+
+
+@pytest.mark.parametrize("method", ["ar", "ddtree"])
+def test_a_conversation_continues_in_its_cache(pair, method):
+    """A later turn appended to the last request's caches (generate_ids(start=...)) gives the
+    tokens a fresh request over the whole conversation gives, also where the first turn was cut
+    by max_new_tokens mid-round (its cache then holds positions beyond what was kept), and where
+    the turn rewinds into the earlier reply (a start before its end)."""
+    gen = Generator(pair, method=method, budget=16)
+    fresh = Generator(pair, method=method, budget=16)
+    first = list(range(2, 12))
+    kw = dict(max_new_tokens=9, min_cache=256)
+    reply = gen.generate_ids([first], **kw)[0].token_ids
+    convo = first + reply
+    for extra, back in (([7, 8, 9], 0), ([4, 4], 0), ([5, 6], 3)):
+        start = len(convo) - 1 - back           # everything but the last token is in the cache
+        convo = convo[: len(convo) - back] + extra
+        got = gen.generate_ids([convo[start:]], start=start, **kw)[0].token_ids
+        want = fresh.generate_ids([convo], max_new_tokens=9)[0].token_ids
+        assert got == want, (extra, back)
+        convo += got
+    from ddtree_jax.errors import UserError
+
+    with pytest.raises(UserError, match="no longer fits"):
+        gen.generate_ids([convo[-1:]], start=len(convo) + 300, **kw)

@@ -194,3 +194,47 @@ def test_huge_seed_and_huge_budget(qwen3_pair):
     t = time.monotonic()
     _fails(gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--budget", 1000000), "--budget 1000000", "context")
     assert time.monotonic() - t < 60  # the budget is checked before any tree is traced
+
+
+CHAT = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|endoftext|>assistant:{% endif %}")
+
+
+def test_interactive_chat_keeps_the_conversation_in_the_cache(qwen3_pair, tmp_path, monkeypatch, capsys):
+    """--interactive: each turn's reply is what a fresh request over the whole conversation (the
+    chat template over every turn so far) generates, though only the new part is prefilled."""
+    import io
+    import shutil
+
+    from ddtree_jax import cli
+    from ddtree_jax.checkpoint import load_checkpoint
+    from ddtree_jax.generator import Generator
+    from ddtree_jax.tokenizer import Tokenizer
+
+    ck = Path(shutil.copytree(qwen3_pair.out, tmp_path / "ck"))
+    cfg_file = ck / "tokenizer" / "tokenizer_config.json"
+    (ck / "tokenizer" / "chat_template.jinja").unlink(missing_ok=True)
+    cfg_file.write_text(json.dumps(dict(json.loads(cfg_file.read_text()), chat_template=CHAT)))
+    turns = ["def f(x):", "import os", "class A:"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(turns) + "\n"))
+    starts, real = [], Generator.generate_ids
+    monkeypatch.setattr(Generator, "generate_ids",
+                        lambda self, prompts, **kw: starts.append((kw.get("start"), len(prompts[0]))) or
+                        real(self, prompts, **kw))
+    assert cli.main(["--ckpt", str(ck), "--interactive", "--system", "code", "--max-new-tokens", "8",
+                     "--budget", "8", "--ignore-eos"]) == 0
+    replies = capsys.readouterr().out.splitlines()
+    assert len(replies) == 3
+    monkeypatch.setattr(Generator, "generate_ids", real)
+    # later turns prefill only what follows the part of the cached conversation they share (a reply
+    # may tokenize otherwise inside the template: from there on it is prefilled again)
+    assert starts[0][0] is None and all(s is not None and s >= starts[0][1] for s, _ in starts[1:]), starts
+    tok = Tokenizer(ck / "tokenizer")
+    gen = Generator(load_checkpoint(ck, dtype="float32"), method="ddtree", budget=8)
+    messages = [{"role": "system", "content": "code"}]
+    for turn, reply in zip(turns, replies):
+        messages.append({"role": "user", "content": turn})
+        ids = tok.encode(tok.apply_chat_template(messages), add_special_tokens=False)
+        want = tok.decode(gen.generate_ids([ids], max_new_tokens=8)[0].token_ids)
+        assert reply == want
+        messages.append({"role": "assistant", "content": reply})
