@@ -1,19 +1,16 @@
 """On-device equality of the tree build's fast paths with plain XLA: the same DraftTree.
 
-    python3 -m bench.check_tree                       # GPU: the backend's settings vs a sort + XLA
+    python3 -m bench.check_tree                       # GPU: GPU_TREE vs a sort + XLA
     python3 -m bench.check_tree --interpret --vocab 3000 --budgets 16    # CPU smoke run
 
 The CPU tests compare the Pallas paths in interpret mode; this builds the DDTree tree on the
-device with the backend's settings (ddtree.VOCAB_TOPK: the chunked first stage and, where
-`stage2_max_k` covers K, the threshold second stage, else with `stage2_select` the select_top
-one; ddtree.SELECT_TOP_FROM's prefilter) and with the one-kernel depth loop forced on
-(ddtree.BEAM_KERNEL_MAX; --no-beam-kernel leaves it out) and with every selection in the
-rank_select kernel (ddtree.RANK_KERNEL_FROM; --no-rank-kernel leaves it out) and with every depth in the
-pair_select kernel (ddtree.PAIR_KERNEL_FROM; --no-pair-kernel leaves it out), and compares every array with a build
-that uses XLA's depth loop without the prefilter, the final selection without the merge
-(ddtree.FINAL_MERGE_FROM) or the runs_select kernel (ddtree.RUNS_KERNEL_FROM), and a vocabulary top-k by one total-order sort
-(`top_k_by_sort`), on log-probs
-with distinct values, many ties, and signed zeros. Exits non-zero on any difference.
+device with the GPU's tree tuning (`ddtree_jax.tuning.GPU_TREE`: the two-stage vocabulary top-k,
+the pairwise ranks, pair_select and runs_select from their sizes, chained ancestors) and, unless
+--no-forced, with the selection kernels forced on at every size (pair_kernel_from and
+runs_kernel_from 1), and compares every array with a build by the default `TreeTuning()` (XLA's
+ops: sorts, gathers, squared ancestors) whose vocabulary top-k is one total-order sort
+(`top_k_by_sort`), on log-probs with distinct values, many ties, and signed zeros. Exits non-zero
+on any difference.
 """
 from __future__ import annotations
 
@@ -26,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.trees import ddtree, make_policy
 from ddtree_jax.kernels.chunk_topk import order_key
+from ddtree_jax.trees import ddtree, make_policy
+from ddtree_jax.tuning import GPU_TREE, TreeTuning
 
 
 def logp_of(kind: str, shape, seed: int):
@@ -55,44 +53,26 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--depth", type=int, default=15)
     ap.add_argument("--budgets", default="16,64")
-    ap.add_argument("--beam-kernel", action=argparse.BooleanOptionalAction, default=True,
-                    help="also build with the one-kernel depth loop forced on (slow from B = 256)")
-    ap.add_argument("--rank-kernel", action=argparse.BooleanOptionalAction, default=True,
-                    help="also build with every selection in the rank_select kernel (ddtree.RANK_KERNEL_FROM)")
-    ap.add_argument("--pair-kernel", action=argparse.BooleanOptionalAction, default=True,
-                    help="also build with every depth's selection in the pair_select kernel (ddtree.PAIR_KERNEL_FROM)")
+    ap.add_argument("--forced", action=argparse.BooleanOptionalAction, default=True,
+                    help="also build with pair_select and runs_select at every size")
     ap.add_argument("--interpret", action="store_true",
-                    help="off the GPU: give this backend the GPU's settings with the Pallas kernels in interpret mode")
+                    help="off the GPU: the GPU's tuning with the Pallas kernels in interpret mode")
     args = ap.parse_args(argv)
-    backend = jax.default_backend()
-    policy = make_policy("ddtree")
-    fast = dict(ddtree.VOCAB_TOPK.get("gpu", {}))
-    top_from = {backend: ddtree.SELECT_TOP_FROM.get("gpu", 0)} if args.interpret else {}
-    if args.interpret:
-        fast.update(stage1=fast.get("stage1", "xla") + "_interpret" * (fast.get("stage1", "xla") != "xla"))
+    fast = dataclasses.replace(GPU_TREE, kernels="pallas_interpret") if args.interpret else GPU_TREE
+    variants = [("GPU tuning", fast)]
+    if args.forced:
+        variants.append(("GPU tuning, kernels at every size",
+                         dataclasses.replace(fast, pair_kernel_from=1, runs_kernel_from=1)))
     bad = 0
     for b in [int(x) for x in args.budgets.split(",") if x]:
         for kind in ("float", "ties", "zeros"):
             logp = logp_of(kind, (2, args.depth, args.vocab), seed=b)
-            with mock.patch.object(ddtree, "vocab_top_k", top_k_by_sort), \
-                    mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {backend: 0}), \
-                    mock.patch.dict(ddtree.SELECT_TOP_FROM, {backend: 0}), \
-                    mock.patch.dict(ddtree.FINAL_MERGE_FROM, {backend: 0}), \
-                    mock.patch.dict(ddtree.RANK_KERNEL_FROM, {backend: 0}), \
-                    mock.patch.dict(ddtree.PAIR_KERNEL_FROM, {backend: 0}), \
-                    mock.patch.dict(ddtree.RUNS_KERNEL_FROM, {backend: 0}):
-                want = jax.jit(lambda x: policy.build(x, b))(logp)
-            variants = ([("settings", None, None, None)]
-                        + [("settings + beam kernel", 1 << 20, None, None)] * args.beam_kernel
-                        + [("settings + rank kernel", 0, 1, None)] * args.rank_kernel
-                        + [("settings + pair kernel", 0, None, 1)] * args.pair_kernel)
-            for name, beam, rank, pair in variants:
-                with mock.patch.dict(ddtree.VOCAB_TOPK, {backend: fast} if (args.interpret or backend == "gpu") else {}), \
-                        mock.patch.dict(ddtree.SELECT_TOP_FROM, top_from), \
-                        mock.patch.dict(ddtree.BEAM_KERNEL_MAX, {} if beam is None else {backend: beam}), \
-                        mock.patch.dict(ddtree.RANK_KERNEL_FROM, {} if rank is None else {backend: rank}), \
-                        mock.patch.dict(ddtree.PAIR_KERNEL_FROM, {} if pair is None else {backend: pair}):
-                    got = jax.jit(lambda x: policy.build(x, b))(logp)
+            reference = make_policy("ddtree").with_tuning(TreeTuning())
+            with mock.patch.object(ddtree, "vocab_top_k", top_k_by_sort):
+                want = jax.jit(lambda x: reference.build(x, b))(logp)
+            for name, tuning in variants:
+                policy = make_policy("ddtree").with_tuning(tuning)
+                got = jax.jit(lambda x: policy.build(x, b))(logp)
                 fields = [(f.name, getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(got)]
                 diffs = {field: int(np.sum(np.asarray(x) != np.asarray(y)))
                          for field, x, y in fields if not np.array_equal(np.asarray(x), np.asarray(y))}

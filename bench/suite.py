@@ -48,6 +48,7 @@ from typing import Sequence
 
 import numpy as np
 
+from bench.torch_baseline import first_mismatch
 from ddtree_jax.errors import UserError, cli_main
 
 STAGES = ("draft", "tree", "verify", "walk", "commit")
@@ -191,14 +192,6 @@ class CompileMeter:
 
 def _nodes(gen) -> int:
     return gen.policy.num_nodes(gen.budget, gen.dcfg.depth) if gen.budget else 0
-
-
-def first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first differing token (or the shorter length when one is a prefix); None if equal."""
-    if list(a) == list(b):
-        return None
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def _profiles(opts: SuiteOptions, temperature: float) -> int:

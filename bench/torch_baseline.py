@@ -113,7 +113,6 @@ def run(hf_dir: Path, prompts, max_new_tokens: int, stop_ids: Sequence[int], rep
         entry = {"prompt": p.index, "num_output_tokens": len(tokens[i]), "time_s": t,
                  "tokens_per_s": len(tokens[i]) / t}
         if reference is not None:
-            from bench.suite import first_mismatch
 
             at = first_mismatch(tokens[i], reference[i])
             entry["equal_to_jax_ar"] = at is None
@@ -132,3 +131,11 @@ def run(hf_dir: Path, prompts, max_new_tokens: int, stop_ids: Sequence[int], rep
         "equal_to_jax_ar": None if reference is None else f"{equal}/{len(prompts)}",
         "per_prompt": per_prompt,
     }
+
+
+def first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token (or the shorter length when one is a prefix); None if equal."""
+    if list(a) == list(b):
+        return None
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

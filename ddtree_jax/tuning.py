@@ -27,7 +27,7 @@ class VocabTopK:
 
     chunks: int = 128
     keep: int = 64
-    keep_from_k: int = 512            # below, keeping all K needs no exactness check (a lax.cond)
+    keep_from_k: int = 512            # below, chunks keep all K: no lax.cond fallback (on a GPU a host round trip)
     stage2_max_k: int = 64
     stage2_select: bool = True
     radix_bits: int = 2               # 1, 2 or 4
@@ -83,13 +83,13 @@ CPU = Tuning()
 
 GPU_TREE = TreeTuning(
     kernels="pallas",
-    rank_by_count_max=8192,   # the pairwise rank beats XLA's sort up to B = 1024's candidates (0.99 vs 1.77 ms)
-    select_barrier=True,      # unmaterialized, XLA fuses each depth's gathers into its rank (0.344 -> 0.317 ms at B = 64)
-    select_onehot_max=20000,  # covers B <= 64, whose depths are launch-bound (0.295 -> 0.266 ms at B = 64)
+    rank_by_count_max=8192,   # pairwise rank, not XLA's sort, up to B = 1024's candidates (build 1.77 -> 0.99 ms)
+    select_barrier=True,      # unmaterialized, XLA fuses each depth's gathers into its rank (0.344 -> 0.317 ms)
+    select_onehot_max=20000,  # B <= 64, whose depths are launch-bound (build 0.295 -> 0.266 ms at B = 64)
     ancestor_chain_from=65,   # from B = 64 the squaring's GEMMs cost more than parent chasing
-    pair_kernel_from=100,     # from B ~ 40: 3.8 us a depth at B = 64, 7.2 at 1024 against XLA's gathers and rank
-    runs_kernel_from=1000,    # from B = 256: 5.5 us at B = 1024 against a 44 us pairwise rank
-    vocab_topk=VocabTopK(),   # 0.59 ms for one lax.top_k over 151936 tokens (its sort), ~0.1 ms in two stages
+    pair_kernel_from=100,     # B >= ~40: 7.2 us a depth at B = 1024 against XLA's gathers and 12.5 us rank
+    runs_kernel_from=1000,    # B >= 256: 5.5 us at B = 1024 against a 44 us pairwise rank
+    vocab_topk=VocabTopK(),   # one lax.top_k over 151936 tokens sorts: 0.59 ms, ~0.1 in two stages
 )
 
 GPU = Tuning(tree=GPU_TREE)

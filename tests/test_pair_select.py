@@ -1,8 +1,9 @@
 """ddtree_jax/kernels/pair_select.py in interpret mode: a depth's n best sums over the staircase of
 (beam row, rank) pairs, equal to the XLA reference (ties, -inf, signed zeros, few rows, long short
 rows, n = P); its errors; DDTree's tree with every depth in it (and / or the final selection in
-runs_select) equals the heap reference and, array for array, the tree of XLA's selections; and
-its Triton module lowers for CUDA and verifies."""
+runs_select) equals the heap reference and, array for array, the tree of XLA's selections; the
+GPU's whole tree tuning in interpret mode builds the heap's tree; and its Triton module lowers for
+CUDA and verifies."""
 import dataclasses
 
 import jax
@@ -10,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ddtree_jax.trees import ddtree, make_policy
 from ddtree_jax.kernels.pair_select import pair_select
+from ddtree_jax.trees import ddtree, make_policy
+from ddtree_jax.tuning import GPU_TREE, TreeTuning
 from test_kernels import _verified_triton_modules
 from test_trees import check_ddtree_against_heap, make_logp
 
@@ -87,34 +89,36 @@ def test_pair_select_errors():
         pair_select(beam, lp, tok, 2, (2,), impl="triton")
 
 
+def _spy_kernels(monkeypatch, names=("pair", "runs")) -> list:
+    """Record (name, keyword arguments) of every call of ddtree's pair_select / runs_select."""
+    calls = []
+    for name in names:
+        real = getattr(ddtree, f"{name}_select")
+        monkeypatch.setattr(ddtree, f"{name}_select",
+                            lambda *a, real=real, name=name, **k: calls.append((name, k)) or real(*a, **k))
+    return calls
+
+
 @pytest.mark.parametrize("case,kind,kernels", [((2, 6, 300, 64), "ties", ("pair",)),
                                                ((1, 10, 400, 100), "dyadic", ("pair", "runs")),
                                                ((2, 5, 50, 70), "float", ("runs",)),
                                                ((2, 7, 500, 90), "float", ("pair", "runs"))])
 def test_ddtree_with_the_pair_and_runs_kernels_equals_the_heap_and_xla(case, kind, kernels, monkeypatch):
-    """Every depth's selection in pair_select (PAIR_KERNEL_FROM = 1) and / or the final one in
-    runs_select (RUNS_KERNEL_FROM = 1): the same arrays as XLA's selections build (and, once,
-    the heap's tree directly)."""
+    """Every depth's selection in pair_select (pair_kernel_from = 1) and / or the final one in
+    runs_select (runs_kernel_from = 1), interpreted: the same arrays as XLA's selections build
+    (and, once, the heap's tree directly)."""
     batch, depth, vocab, budget = case
-    backend = jax.default_backend()
     x = jnp.asarray(make_logp(kind, (batch, depth, vocab), sum(case)))
-    build = lambda: jax.jit(lambda x: make_policy("ddtree").build(x, budget))(x)
-    monkeypatch.setitem(ddtree.RUNS_KERNEL_FROM, backend, 0)
-    monkeypatch.setitem(ddtree.RANK_KERNEL_FROM, backend, 0)
-    want = build()
-    calls = []
-    for name in kernels:
-        monkeypatch.setitem(getattr(ddtree, f"{name.upper()}_KERNEL_FROM"), backend, 1)
-        real = getattr(ddtree, f"{name}_select")
-        monkeypatch.setattr(ddtree, f"{name}_select",
-                            lambda *a, real=real, name=name, **k: calls.append((name, k["impl"])) or real(*a, **k))
-    got = build()
-    impl = "pallas" if backend == "gpu" else "pallas_interpret"
-    assert {c[0] for c in calls} == set(kernels) and {c[1] for c in calls} == {impl}
+    want = jax.jit(lambda x: make_policy("ddtree").build(x, budget))(x)
+    tuning = TreeTuning(kernels="pallas_interpret", pair_kernel_from=1 if "pair" in kernels else 0,
+                        runs_kernel_from=1 if "runs" in kernels else 0)
+    calls = _spy_kernels(monkeypatch)
+    got = jax.jit(lambda x: make_policy("ddtree").with_tuning(tuning).build(x, budget))(x)
+    assert {c[0] for c in calls} == set(kernels) and {c[1]["impl"] for c in calls} == {"pallas_interpret"}
     for f in dataclasses.fields(want):
         np.testing.assert_array_equal(np.asarray(getattr(got, f.name)), np.asarray(getattr(want, f.name)), f.name)
     if kind == "ties":  # XLA's selections build the heap's tree (test_trees); one direct check here
-        check_ddtree_against_heap(case, kind, seed=sum(case), fresh_trace=True)
+        check_ddtree_against_heap(case, kind, seed=sum(case), tuning=tuning)
 
 
 def test_pair_select_triton_lowering_verifies(monkeypatch):
@@ -133,21 +137,19 @@ def test_pair_select_triton_lowering_verifies(monkeypatch):
     assert len(modules) == 1 and modules[0].operation.verify()
 
 
-def test_ddtree_with_the_gpu_pair_and_runs_settings_equals_the_heap(monkeypatch):
-    """The GPU's shipped settings (PAIR_KERNEL_FROM / PAIR_KERNEL_TILE / RUNS_KERNEL_FROM), given to
-    this backend: every depth of >= 100 candidates in pair_select with its tiles, the final
-    selection of >= 1000 entries in runs_select."""
-    backend = jax.default_backend()
-    for table in (ddtree.PAIR_KERNEL_FROM, ddtree.PAIR_KERNEL_TILE, ddtree.RUNS_KERNEL_FROM):
-        monkeypatch.setitem(table, backend, table["gpu"])
+def test_gpu_tree_tuning_in_interpret_mode_equals_the_heap(monkeypatch):
+    """GPU_TREE, its kernels interpreted, at a size where every path it sets runs: every depth of
+    >= 100 candidates in pair_select with its tiles, the final selection of >= 1000 entries in
+    runs_select, chained ancestors (301 slots), the pairwise ranks behind barriers, and a two-stage
+    vocabulary top-k (threshold first stage, select second stage; chunks cut to this vocabulary)."""
+    topk = dataclasses.replace(GPU_TREE.vocab_topk, chunks=16, keep=32, keep_from_k=256)
+    tuning = dataclasses.replace(GPU_TREE, kernels="pallas_interpret", vocab_topk=topk)
     plan = ddtree._depth_plan(300, 300, 300, 300, 5)
-    assert all(len(pairs) >= ddtree.PAIR_KERNEL_FROM["gpu"] for _, pairs, _ in plan)
-    assert 300 + sum(n for *_, n in plan) >= ddtree.RUNS_KERNEL_FROM["gpu"]
-    calls = []
-    for name in ("pair", "runs"):
-        real = getattr(ddtree, f"{name}_select")
-        monkeypatch.setattr(ddtree, f"{name}_select",
-                            lambda *a, real=real, name=name, **k: calls.append((name, k)) or real(*a, **k))
-    check_ddtree_against_heap((1, 5, 600, 300), "ties", seed=6, fresh_trace=True)
+    assert all(len(pairs) >= GPU_TREE.pair_kernel_from for _, pairs, _ in plan)
+    assert 300 + sum(n for *_, n in plan) >= GPU_TREE.runs_kernel_from
+    assert ddtree._stage2(300, tuning) == "select_interpret"
+    calls = _spy_kernels(monkeypatch)
+    check_ddtree_against_heap((1, 5, 600, 300), "ties", seed=6, tuning=tuning)
     assert [c[0] for c in calls] == ["pair"] * len(plan) + ["runs"]
-    assert all(k["ti"] == ddtree.PAIR_KERNEL_TILE["gpu"]["ti"] for name, k in calls if name == "pair")
+    ti, a, warps = GPU_TREE.pair_kernel_tile
+    assert all((k["ti"], k["a"], k["num_warps"]) == (ti, a, warps) for name, k in calls if name == "pair")

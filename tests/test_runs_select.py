@@ -1,6 +1,7 @@
 """ddtree_jax/kernels/runs_select.py in interpret mode: the n best of rows made of sorted runs equal
-rank_select's XLA reference bit for bit (ties within and across runs, -inf, signed zeros, one
-run, runs of width 1, rows not a multiple of the tile, n = T and n = 1); its errors; and its
+the XLA reference (`select_reference`) bit for bit and the tree build's XLA selection
+(`ddtree.select_best`) position for position (ties within and across runs, -inf, signed zeros,
+one run, runs of width 1, rows not a multiple of the tile, n = T and n = 1); its errors; and its
 Triton module for DDTree's final selection at B = 1024 lowers for CUDA and verifies."""
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from ddtree_jax.kernels.runs_select import runs_select
+from ddtree_jax.trees import ddtree
 from test_kernels import _verified_triton_modules
 
 
@@ -48,6 +50,8 @@ def test_runs_select_equals_the_reference(bt, widths, n, ti):
         assert g.shape == w.shape == (bt, n) and g.dtype == w.dtype
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     assert (np.signbit(np.asarray(got[0])) == np.signbit(np.asarray(want[0]))).all()
+    positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), s.shape)
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(ddtree.select_best(s, positions, n)))
 
 
 def test_runs_select_errors():

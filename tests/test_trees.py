@@ -21,7 +21,11 @@ from hypothesis import strategies as st
 
 from ddtree_jax.trees import DraftTree, TreePolicy, available_policies, make_policy, register_policy, tree_from_nodes
 from ddtree_jax.trees import base as trees_base
+from ddtree_jax.trees import ddtree
 from ddtree_jax.trees.static import parse_static_tree
+from ddtree_jax.tuning import GPU_TREE, TreeTuning, VocabTopK
+
+CPU_TREE = TreeTuning()
 
 EXAMPLES = int(os.environ.get("DDTREE_FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -64,18 +68,19 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 
 
 @functools.lru_cache(maxsize=None)
-def compiled_build(spec: str, shape: tuple[int, ...], dtype: str, budget: int):
-    lowered = jax.jit(make_policy(spec).build, static_argnums=1).lower(jax.ShapeDtypeStruct(shape, dtype), budget)
+def compiled_build(spec: str, shape: tuple[int, ...], dtype: str, budget: int, tuning: TreeTuning = CPU_TREE):
+    policy = make_policy(spec).with_tuning(tuning)
+    lowered = jax.jit(policy.build, static_argnums=1).lower(jax.ShapeDtypeStruct(shape, dtype), budget)
     return lowered.compile(compiler_options=FAST_COMPILE)
 
 
-def build_tree(spec: str, logp, budget: int) -> DraftTree:
+def build_tree(spec: str, logp, budget: int, tuning: TreeTuning = CPU_TREE) -> DraftTree:
     logp = jnp.asarray(logp)
-    return compiled_build(spec, logp.shape, str(logp.dtype), budget)(logp)
+    return compiled_build(spec, logp.shape, str(logp.dtype), budget, tuning)(logp)
 
 
-def build(spec: str, logp, budget: int) -> dict[str, np.ndarray]:
-    tree = build_tree(spec, logp, budget)
+def build(spec: str, logp, budget: int, tuning: TreeTuning = CPU_TREE) -> dict[str, np.ndarray]:
+    tree = build_tree(spec, logp, budget, tuning)
     return {f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}
 
 
@@ -225,111 +230,33 @@ def test_ddtree_equals_heap_best_first(case, kind, seed):
 @pytest.mark.parametrize("count_limit", [0, 1024])
 @pytest.mark.parametrize("case", LARGE_CASES + CASES[5:7])
 @pytest.mark.parametrize("kind", ["ties", "dyadic"])
-def test_ddtree_equals_heap_both_selection_branches(case, kind, count_limit, monkeypatch):
+def test_ddtree_equals_heap_both_selection_branches(case, kind, count_limit):
     """Selections by pairwise rank counting (the GPU's for short lists) and by sort agree with the heap."""
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, jax.default_backend(), count_limit)
-    check_ddtree_against_heap(case, kind, seed=sum(case) * 7 + len(kind) + count_limit, fresh_trace=True)
+    check_ddtree_against_heap(case, kind, seed=sum(case) * 7 + len(kind) + count_limit,
+                              tuning=TreeTuning(rank_by_count_max=count_limit))
 
 
 @pytest.mark.parametrize("count_limit", [0, 4096])
-def test_ddtree_select_barrier_keeps_the_tree(count_limit, monkeypatch):
-    """ddtree.SELECT_BARRIER (each selection's inputs materialized) changes the program, not the
-    tree: with it on, both selection branches still build the heap's tree."""
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.SELECT_BARRIER, jax.default_backend(), True)
-    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, jax.default_backend(), count_limit)
-    check_ddtree_against_heap((2, 6, 300, 64), "ties", seed=5 + count_limit, fresh_trace=True)
+def test_ddtree_select_barrier_keeps_the_tree(count_limit):
+    """TreeTuning.select_barrier (each selection's inputs materialized) changes the program, not
+    the tree: with it on, both selection branches still build the heap's tree."""
+    check_ddtree_against_heap((2, 6, 300, 64), "ties", seed=5 + count_limit,
+                              tuning=TreeTuning(select_barrier=True, rank_by_count_max=count_limit))
 
 
 @pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
                                        ((2, 5, 40, 16), "float"), ((1, 15, 400, 300), "ties")])
-def test_ddtree_one_hot_selection_keeps_the_tree(case, kind, monkeypatch):
-    """ddtree.SELECT_ONEHOT_MAX (a depth's selected values picked by one-hot reductions over the
-    ranks instead of a scatter and gathers) builds the heap's tree. The largest case has
+def test_ddtree_one_hot_selection_keeps_the_tree(case, kind):
+    """TreeTuning.select_onehot_max (a depth's selected values picked by one-hot reductions over
+    the ranks instead of a scatter and gathers) builds the heap's tree. The largest case has
     selections on both sides of the limit (n * P from ~4k to ~90k candidates-slots)."""
-    from ddtree_jax.trees import ddtree
-
-    backend = jax.default_backend()
-    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, 4096)
-    monkeypatch.setitem(ddtree.SELECT_ONEHOT_MAX, backend, 1 << 30 if case[3] < 300 else 40000)
-    check_ddtree_against_heap(case, kind, seed=sum(case) + len(kind), fresh_trace=True)
-
-
-@pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
-                                       ((1, 15, 400, 300), "float"), ((2, 5, 3000, 1100), "ties")])
-def test_ddtree_select_top_prefilter_keeps_the_tree(case, kind, monkeypatch):
-    """ddtree.SELECT_TOP_FROM (a selection keeps its n best by ddtree_jax.kernels.select_top, here in
-    interpret mode, and ranks only those) builds the heap's tree: on the depths' selections past
-    the limit and, at budget 1100 (~15k entries over all depths, 5 x ~3000 candidates a depth),
-    on the final selection too; 'dyadic' ties scores across depths and has zero log-probs."""
-    from ddtree_jax.trees import ddtree
-
-    backend = jax.default_backend()
-    monkeypatch.setitem(ddtree.SELECT_TOP_FROM, backend, 100)
-    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, 4096)
-    check_ddtree_against_heap(case, kind, seed=sum(case) + 2 * len(kind), fresh_trace=True)
-
-
-@pytest.mark.parametrize("case,kind", [((2, 6, 300, 64), "ties"), ((3, 8, 50, 70), "dyadic"),
-                                       ((1, 15, 400, 300), "float"), ((4, 15, 4, 6), "dyadic")])
-def test_ddtree_final_merge_keeps_the_tree(case, kind, monkeypatch):
-    """ddtree.FINAL_MERGE_FROM (the final selection ranks the entries by merging the depths'
-    best-first beams: binary searches instead of a pairwise count or sort) builds the heap's tree;
-    'dyadic' ties scores across depths and has zero log-probs."""
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.FINAL_MERGE_FROM, jax.default_backend(), 1)
-    check_ddtree_against_heap(case, kind, seed=sum(case) + 3 * len(kind), fresh_trace=True)
-
-
-def test_merged_ranks_equal_the_pairwise_rank():
-    """_merged_ranks of best-first beams is the pairwise rank of their concatenation under
-    (score desc, depth asc, position asc): ties within and across beams, -0.0 and +0.0 (equal),
-    -inf, beams of one entry."""
-    from ddtree_jax.trees import ddtree
-
-    rng = np.random.default_rng(7)
-    for trial in range(6):      # trial 0: signed zeros and -inf; 3: zeros; 4: -inf
-        widths = [int(w) for w in rng.integers(1, 30, size=int(rng.integers(1, 6)))]
-        beams, keys = [], []
-        for d, w in enumerate(widths):
-            x = np.round(rng.normal(size=(2, w)) * 2) / 2
-            if trial % 3 == 0:
-                x[:, ::2], x[:, 1::2] = 0.0, -0.0
-            if trial % 4 == 0:
-                x[:, -2:] = -np.inf
-            beams.append(jnp.asarray(-np.sort(-x, axis=1), jnp.float32))
-            keys.append(np.broadcast_to(np.arange(w) + d * 100, (2, w)))
-        want = ddtree._rank(jnp.concatenate(beams, axis=1), jnp.asarray(np.concatenate(keys, axis=1), jnp.int32))
-        np.testing.assert_array_equal(np.asarray(ddtree._merged_ranks(beams)), np.asarray(want))
-
-
-def test_select_ranked_equals_select_best_with_signed_zeros(monkeypatch):
-    """select_ranked through the prefilter gives select_best's positions where scores tie, hold
-    -0.0 and +0.0 (equal to `>`, then ordered by key) and -inf."""
-    from ddtree_jax.trees import ddtree
-
-    rng = np.random.default_rng(3)
-    scores = np.round(rng.normal(size=(3, 700)) * 2) / 2
-    scores[0, ::2] = 0.0
-    scores[0, 1::2] = -0.0
-    scores[1, ::3] = -np.inf
-    keys = np.stack([rng.permutation(700) for _ in range(3)]).astype(np.int32)
-    s, k = jnp.asarray(scores, jnp.float32), jnp.asarray(keys)
-    want = ddtree.select_best(s, k, 250)
-    monkeypatch.setitem(ddtree.SELECT_TOP_FROM, jax.default_backend(), 500)
-    assert ddtree._select_top_impl(700, 250) == "pallas_interpret"
-    np.testing.assert_array_equal(np.asarray(ddtree.select_ranked(s, k, 250)), np.asarray(want))
+    tuning = TreeTuning(rank_by_count_max=4096, select_onehot_max=1 << 30 if case[3] < 300 else 40000)
+    check_ddtree_against_heap(case, kind, seed=sum(case) + len(kind), tuning=tuning)
 
 
 def test_select_onehot_equals_gathering_at_select_best():
     """select_onehot's values are exactly the gathers at select_best's positions, ties included
     (equal scores, -0.0 and +0.0, -inf)."""
-    from ddtree_jax.trees import ddtree
-
     rng = np.random.default_rng(7)
     scores = rng.integers(-3, 1, size=(3, 40)).astype(np.float32) / 2
     scores[0, :5] = -np.inf
@@ -344,11 +271,9 @@ def test_select_onehot_equals_gathering_at_select_best():
         assert (np.signbit(np.asarray(g)) == np.signbit(want)).all()
 
 
-def test_pairwise_rank_equals_the_sort_with_ties(monkeypatch):
+def test_pairwise_rank_equals_the_sort_with_ties():
     """The counting branch (XLA's pairwise compare-and-sum) orders by (score desc, key asc) like
     the sort branch: -0.0 ties +0.0 and -inf ties -inf, both broken by the key."""
-    from ddtree_jax.trees import ddtree
-
     s = jnp.asarray([[0.0, -np.inf, -0.0, 1.0, -np.inf, -0.0]], jnp.float32)
     k = jnp.asarray([[5, 2, 3, 9, 1, 4]], jnp.int32)
     np.testing.assert_array_equal(np.asarray(ddtree._rank(s, k)), [[3, 5, 1, 0, 4, 2]])
@@ -356,93 +281,44 @@ def test_pairwise_rank_equals_the_sort_with_ties(monkeypatch):
     scores = np.where(rng.random((3, 300)) < 0.4, -np.inf, np.round(rng.normal(size=(3, 300)) * 2) / 2)
     scores = jnp.asarray(scores, jnp.float32)
     keys = jnp.asarray(np.stack([rng.permutation(100_000)[:300] for _ in range(3)]), jnp.int32)
-    backend = jax.default_backend()
-    results = []
-    for limit in (0, 4096):  # the sort branch, then the counting branch (eager: no cached trace)
-        monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, limit)
-        results.append(np.asarray(ddtree.select_best(scores, keys, 40)))
+    # the sort branch, then the counting branch
+    results = [np.asarray(ddtree.select_best(scores, keys, 40, TreeTuning(rank_by_count_max=limit)))
+               for limit in (0, 4096)]
     np.testing.assert_array_equal(results[1], results[0])
 
 
-def test_tree_settings_from_the_environment():
-    """Every DDTREE_* tree setting (trees.base.env_setting) sets every backend, parsed by its
-    type; a malformed value stops the import with a one-line error naming the variable."""
-    import subprocess
-    import sys
-
-    code = ("from ddtree_jax.trees import base, ddtree; print(ddtree.GLOBAL_PRUNE['gpu'], ddtree.RANK_BY_COUNT_MAX, "
-            "ddtree.SELECT_ONEHOT_MAX, base.ANCESTOR_CHAIN_FROM, base.ancestor_impl(2), "
-            "ddtree.SELECT_BARRIER['cpu'], ddtree.VOCAB_TOPK['gpu']['stage1'], "
-            "ddtree.VOCAB_TOPK['gpu']['radix_bits'], ddtree.VOCAB_TOPK['gpu']['num_warps'], "
-            "ddtree.VOCAB_TOPK['gpu']['stage2_max_k'], ddtree.BEAM_KERNEL_MAX['cpu'], ddtree.BEAM_KERNEL_WARPS['gpu'], "
-            "ddtree.RANK_KERNEL_FROM['cpu'], ddtree.RANK_KERNEL_TILE['gpu'])")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "DDTREE_RANK_BY_COUNT_MAX": "0",
-           "DDTREE_SELECT_ONEHOT_MAX": "20000", "DDTREE_ANCESTOR_IMPL": "chain",
-           "DDTREE_SELECT_BARRIER": "1",
-           "DDTREE_VOCAB_STAGE1": "threshold:r4w2", "DDTREE_GLOBAL_PRUNE": "0",
-           "DDTREE_VOCAB_STAGE2_MAX_K": "16", "DDTREE_BEAM_KERNEL_MAX": "40",
-           "DDTREE_BEAM_KERNEL_WARPS": "4", "DDTREE_RANK_KERNEL_FROM": "2000", "DDTREE_RANK_KERNEL_TILE": "16x64w2"}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == ("False {'gpu': 0, 'cpu': 0, 'tpu': 0} {'gpu': 20000, 'cpu': 20000, 'tpu': 20000} "
-                        "{'gpu': 0, 'cpu': 0, 'tpu': 0} chain True threshold 4 2 16 40 4 2000 "
-                        "{'ti': 16, 'tj': 64, 'num_warps': 2}\n")
-    bad = [("DDTREE_SELECT_ONEHOT_MAX", "lots", "give a whole number"),
-           ("DDTREE_VOCAB_STAGE2_MAX_K", "-1", "give a whole number"),
-           ("DDTREE_SELECT_BARRIER", "yes", "give 0 or 1"),
-           ("DDTREE_VOCAB_STAGE1", "fast", "choose one of xla, pallas, threshold"),
-           ("DDTREE_VOCAB_STAGE1", "threshold:r3", "radix bits are one of 1, 2, 4"),
-           ("DDTREE_ANCESTOR_IMPL", "tri", "choose one of square, chain"),
-           ("DDTREE_RANK_KERNEL_TILE", "32x100", "give TIxTJ[wWARPS] in powers of two, e.g. 32x128w4")]
-    # One process for the malformed values: each is set, then the two modules that read the
-    # settings are imported afresh (a process each cost ~3 s of imports).
-    check = ("import importlib, os, sys\n"
-             "from ddtree_jax.trees import base, ddtree\n"
-             "for name, value in [tuple(x.split('=', 1)) for x in sys.argv[1:]]:\n"
-             "    saved = os.environ.get(name)\n"
-             "    os.environ[name] = value\n"
-             "    try:\n"
-             "        importlib.reload(base); importlib.reload(ddtree)\n"
-             "        print('accepted')\n"
-             "    except ValueError as e:\n"
-             "        print(f'ValueError: {e}')\n"
-             "    os.environ.pop(name) if saved is None else os.environ.__setitem__(name, saved)\n")
-    r = subprocess.run([sys.executable, "-c", check, *[f"{n}={v}" for n, v, _ in bad]], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = r.stdout.strip().splitlines()
-    assert got == [f"ValueError: {n}={v!r}: {why}, or unset it" for n, v, why in bad]
-    # and as a user meets it: the import itself stops
-    name, value, why = bad[0]
-    r = subprocess.run([sys.executable, "-c", code], env={**env, name: value},
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert r.stderr.strip().splitlines()[-1] == f"ValueError: {name}={value!r}: {why}, or unset it"
+def test_policies_take_a_tuning_that_is_no_option():
+    """with_tuning gives the same policy with another TreeTuning: unequal (so jit compiles it
+    anew), the same spec text; make_policy accepts no `tuning` option, and a TreeTuning checks
+    its kernel mode."""
+    for spec in SPECS:
+        policy = make_policy(spec)
+        tuned = policy.with_tuning(GPU_TREE)
+        assert tuned.tuning is GPU_TREE and policy.tuning == TreeTuning() and type(tuned) is type(policy)
+        assert tuned != policy and tuned.with_tuning(TreeTuning()) == policy
+        assert hash(tuned.with_tuning(TreeTuning())) == hash(policy)
+        assert tuned.spec == policy.spec and make_policy(tuned.spec) == policy
+    assert make_policy("beam:width=3").with_tuning(GPU_TREE).width == 3
+    with pytest.raises(ValueError, match="has no option 'tuning'; its options: width"):
+        make_policy("beam:tuning=gpu")
+    with pytest.raises(ValueError, match="TreeTuning.kernels='triton'; choose one of pallas, pallas_interpret"):
+        TreeTuning(kernels="triton")
 
 
-@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret", "threshold_interpret"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind, stage1, monkeypatch):
+def test_ddtree_equals_heap_with_the_gpu_vocab_top_k(kind):
     """The GPU's two-stage vocabulary top-k keeping few candidates per chunk (both its fast path
-    and its fallback: 'ties' and 'dyadic' concentrate equal values; its first stage by XLA or by
-    the Pallas kernel) builds the heap's tree."""
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=16, keep=24, keep_from_k=100, stage1=stage1))
-    check_ddtree_against_heap((1, 15, 400, 300), kind, seed=17, fresh_trace=True)
+    and its fallback: 'ties' and 'dyadic' concentrate equal values; its first stage in the
+    threshold kernel, its second by lax.top_k) builds the heap's tree."""
+    tuning = TreeTuning(vocab_topk=VocabTopK(chunks=16, keep=24, keep_from_k=100, stage2_select=False))
+    check_ddtree_against_heap((1, 15, 400, 300), kind, seed=17, tuning=tuning)
 
 
-def check_ddtree_against_heap(case, kind, seed, fresh_trace=False):
+def check_ddtree_against_heap(case, kind, seed, tuning: TreeTuning = CPU_TREE):
+    """DDTree's tree, built with `tuning`, is the heap's."""
     batch, depth, vocab, budget = case
     logp = make_logp(kind, (batch, depth, vocab), seed)
-    if fresh_trace:  # traced now, so module settings patched by the caller apply
-        x = jnp.asarray(logp)
-        built = jax.jit(lambda x: make_policy("ddtree").build(x, budget)).lower(x).compile(
-            compiler_options=FAST_COMPILE)(x)
-        tree = {f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(built)}
-    else:
-        tree = build("ddtree", logp, budget)
+    tree = build("ddtree", logp, budget, tuning)
     for b in range(batch):
         want = heap_best_first(logp[b], budget)
         assert_same_best_first(rank_paths(tree, b, logp[b]), want, logp[b], exact=kind == "dyadic")
@@ -467,17 +343,11 @@ def assert_same_best_first(paths, want, logp_row, exact: bool) -> None:
 
 @pytest.mark.parametrize("case", [(6, 8, 5, 3), (4, 15, 4, 6), (3, 15, 40, 14), (2, 6, 300, 64)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_ddtree_global_pruning_keeps_the_tree(case, kind, monkeypatch):
+def test_ddtree_global_pruning_keeps_the_tree(case, kind):
     """The exact tree's pruning by the global budget (ddtree._beam_bounds: beams of n - d + 1,
     candidates with (i+1)(r+2) <= n - d + 2, no depth past n) builds the heap's tree, budgets
-    below the depth included ('dyadic' has zero log-probs: children tie with their parents);
-    with ddtree.GLOBAL_PRUNE off, the beam's bound alone builds it too."""
-    from ddtree_jax.trees import ddtree
-
+    below the depth included ('dyadic' has zero log-probs: children tie with their parents)."""
     check_ddtree_against_heap(case, kind, seed=sum(case) * 3 + len(kind))
-    if case[3] == 64:
-        monkeypatch.setitem(ddtree.GLOBAL_PRUNE, jax.default_backend(), False)
-        check_ddtree_against_heap(case, kind, seed=sum(case) * 3 + len(kind), fresh_trace=True)
 
 
 def test_beam_bounds():
@@ -516,7 +386,7 @@ def test_ddtree_matches_heap_on_handmade_ties():
 def test_ddtree_tie_goes_to_the_child_of_the_better_parent():
     # The 9th and 10th nodes tie at -1 with (0,1): (0,1) wins by depth, then (1,0,1) beats
     # (0,1,0) because its parent (1,0) (score -0.5) comes before (0,1) (score -1), although
-    # (0,1,0) is the lexicographically smaller rank path (the tie rule before session 17).
+    # (0,1,0) is the lexicographically smaller rank path.
     logp = np.array([[[-0.5, 0.0, -1.5], [0.0, -1.5, -1.0], [0.0, -0.5, -1.5]]], np.float32)
     tree = build("ddtree", logp, 10)
     want = [(0,), (0, 0), (0, 0, 0), (1,), (1, 0), (0, 0, 1), (1, 0, 0), (0, 1), (1, 0, 1), (0, 1, 0)]
@@ -601,22 +471,26 @@ def test_ancestor_mask_impls_equal_the_closure(impl, batch, slots, max_depth):
         np.testing.assert_array_equal(mask[b], closure)
 
 
-def test_ancestor_chain_from_picks_the_construction_by_size(monkeypatch):
-    """ANCESTOR_CHAIN_FROM (per backend) is the slot count from which a tree build follows parent
-    pointers instead of squaring; builds on either side are valid trees. An unknown impl is a
-    one-line error."""
-    backend = jax.default_backend()
-    monkeypatch.setitem(trees_base.ANCESTOR_CHAIN_FROM, backend, 34)
-    assert [trees_base.ancestor_impl(s) for s in (33, 34, 1025)] == ["square", "chain", "chain"]
+def test_ancestor_chain_from_picks_the_construction_by_size():
+    """TreeTuning.ancestor_chain_from is the slot count from which a tree build follows parent
+    pointers instead of squaring; builds on either side are valid trees, and every policy builds
+    its mask as its tuning says (no squaring's matmul when chained). An unknown impl is a one-line
+    error."""
+    tuning = TreeTuning(ancestor_chain_from=34)
+    assert [trees_base.ancestor_impl(s, tuning) for s in (33, 34, 1025)] == ["square", "chain", "chain"]
+    assert trees_base.ancestor_impl(1 << 20) == "square" and trees_base.ancestor_impl(65, GPU_TREE) == "chain"
+    logp = jnp.asarray(make_logp("ties", (2, 6, 50), 3))
     for slots in (33, 41):
-        impl = trees_base.ancestor_impl(slots)
-        hlo = jax.jit(lambda p: trees_base.ancestor_mask_from_parents(p, 15)).lower(
+        impl = trees_base.ancestor_impl(slots, tuning)
+        hlo = jax.jit(lambda p: trees_base.ancestor_mask_from_parents(p, 15, tuning=tuning)).lower(
             jnp.zeros((1, slots), jnp.int32)).as_text()
         assert ("dot_general" in hlo) == (impl == "square")
-        policy = make_policy("ddtree")
-        tree = jax.jit(lambda x: policy.build(x, slots - 1))(jnp.asarray(make_logp("ties", (2, 6, 50), slots)))
-        check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)},
-                         slots - 1, 6, slots - 1)
+        check_valid_tree(build("ddtree", logp, slots - 1, tuning), slots - 1, 6, slots - 1)
+    for spec in ("ddtree", "chain", "beam:width=2", f"static:tree={STATIC_TREES[1]}"):  # one of each class
+        for chain_from in (0, TreeTuning().ancestor_chain_from):
+            policy = make_policy(spec).with_tuning(TreeTuning(ancestor_chain_from=chain_from))
+            hlo = jax.jit(lambda x: policy.build(x, 8)).lower(logp).as_text()
+            assert ("dot_general" in hlo) == (chain_from > 0), spec
     with pytest.raises(ValueError, match="unknown ancestor-mask impl 'bits'"):
         trees_base.ancestor_mask_from_parents(jnp.zeros((1, 3), jnp.int32), 2, "bits")
 
@@ -694,6 +568,33 @@ def test_a_new_policy_is_one_decorated_class():
         trees_base._REGISTRY.pop("test_only_first_two", None)
 
 
+def test_the_documented_new_policy_works():
+    """The example policy of `ddtree_jax.trees`' docstring (and the README) registers, parses its
+    option and builds a valid tree, with the default tuning and with a device's (chained mask)."""
+    import sys
+    import textwrap
+    import types
+
+    import ddtree_jax.trees as trees
+
+    doc = trees.__doc__
+    code = textwrap.dedent(doc[doc.index("    # ddtree_jax/trees/mine.py"):doc.index("\nand nothing else")])
+    assert len(code.splitlines()) <= 22
+    module = sys.modules["test_only_mine"] = types.ModuleType("test_only_mine")
+    try:
+        exec(compile(code, "mine.py", "exec"), module.__dict__)
+        logp = jnp.asarray(make_logp("float", (2, 5, 30), 1))
+        for tuning in (TreeTuning(), dataclasses.replace(GPU_TREE, kernels="pallas_interpret", ancestor_chain_from=0)):
+            policy = make_policy("mine:depth_cap=3").with_tuning(tuning)
+            assert policy.spec == "mine:depth_cap=3" and policy.num_nodes(8, 5) == 3
+            tree = policy.build(logp, 8)
+            check_valid_tree({f.name: np.asarray(getattr(tree, f.name)) for f in dataclasses.fields(tree)}, 3, 5, 8)
+            np.testing.assert_array_equal(tree.tokens[:, 1:], jnp.argmax(logp[:, :3], axis=-1))
+    finally:
+        trees_base._REGISTRY.pop("mine", None)
+        sys.modules.pop("test_only_mine", None)
+
+
 @pytest.mark.parametrize("chunks", [2, 7, 64])
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_stage_vocab_top_k_equals_top_k(chunks, kind):
@@ -707,7 +608,7 @@ def test_two_stage_vocab_top_k_equals_top_k(chunks, kind):
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
 
-@pytest.mark.parametrize("stage1", ["xla", "pallas_interpret", "threshold_interpret"])
+@pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
 @pytest.mark.parametrize("kind", KINDS + ["clustered"])
 def test_two_stage_vocab_top_k_keeping_few_per_chunk_is_exact(kind, stage1):
     """keep < k: exact whether or not a chunk held more than `keep` of the top k (then the
@@ -743,37 +644,28 @@ def _spy_launch_options(monkeypatch, module, name: str) -> list[dict]:
 
 
 def test_vocab_top_k_passes_the_first_stage_options(monkeypatch):
-    """VOCAB_TOPK's num_warps / radix_bits reach chunk_top_k (the build's first stage), and the
-    top-k is lax.top_k's with them."""
-    from ddtree_jax.trees import ddtree
-
+    """VocabTopK's num_warps / radix_bits reach chunk_top_k (the build's first stage, and the
+    threshold second stage's), and the top-k is lax.top_k's with them."""
     seen = _spy_launch_options(monkeypatch, ddtree, "chunk_top_k")
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=8, keep=24, keep_from_k=100, stage1="threshold_interpret",
-                             radix_bits=4, num_warps=2))
+    tuning = TreeTuning(vocab_topk=VocabTopK(chunks=8, keep=24, keep_from_k=100, radix_bits=4, num_warps=2))
     logp = jnp.asarray(make_logp("ties", (1, 3, 1000), seed=2))
-    got = ddtree.vocab_top_k(logp, 24, *ddtree._vocab_top_k_settings(24), **ddtree._stage1_options())
+    got = ddtree.tuned_vocab_top_k(logp, 24, tuning)
     want = jax.lax.top_k(logp, 24)
-    assert seen == [dict(impl="threshold_interpret", num_warps=2, radix_bits=4)]
+    assert seen == [dict(impl="threshold_interpret", num_warps=2, radix_bits=4)] * 2
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
 
 
-def test_select_second_stage_passes_its_options(monkeypatch):
-    """VOCAB_TOPK's select_radix_bits / select_num_warps reach select_top (the select second
-    stage), and the top-k is lax.top_k's with them."""
-    from ddtree_jax.trees import ddtree
-
+def test_select_second_stage_runs_select_top(monkeypatch):
+    """stage2_select past stage2_max_k: the second stage is select_top, run as the tuning's
+    kernels say, and the top-k is lax.top_k's."""
     seen = _spy_launch_options(monkeypatch, ddtree, "select_top")
-    backend = jax.default_backend()
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=8, keep=100, keep_from_k=100, stage1="xla",
-                                                         stage2_select=True, select_radix_bits=4,
-                                                         select_num_warps=2))
+    tuning = TreeTuning(vocab_topk=VocabTopK(chunks=8, keep=100, keep_from_k=100))
     logp = jnp.asarray(make_logp("ties", (1, 3, 1000), seed=4))
-    got = ddtree.vocab_top_k(logp, 100, *ddtree._vocab_top_k_settings(100), stage2=ddtree._stage2(100),
-                             select_options=ddtree._select_options())
+    assert ddtree._stage2(100, tuning) == "select_interpret"
+    got = ddtree.tuned_vocab_top_k(logp, 100, tuning)
     want = jax.lax.top_k(logp, 100)
-    assert seen == [dict(impl="pallas" if backend == "gpu" else "pallas_interpret", num_warps=2, radix_bits=4)]
+    assert seen == [dict(impl="pallas_interpret")]
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
 
@@ -781,8 +673,6 @@ def test_select_second_stage_passes_its_options(monkeypatch):
 def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):
     """On a vocabulary whose best tokens are spread over the chunks the kept candidates suffice:
     the fallback top_k must not run (checked by poisoning it)."""
-    from ddtree_jax.trees import ddtree
-
     logp = jnp.asarray(make_logp("float", (1, 2, 4096), seed=3))
     want = jax.lax.top_k(logp, 32)
     real_top_k = jax.lax.top_k
@@ -799,20 +689,17 @@ def test_two_stage_vocab_top_k_fast_path_taken_on_spread_input(monkeypatch):
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
 
 
-def test_vocab_top_k_settings_use_the_pallas_stage_only_for_short_keeps(monkeypatch):
-    """The first stage runs as the Pallas kernel only where a chunk keeps <= pallas_keep_max
-    (session 8: faster at 16 / 64 kept a chunk, slower at 256); keep applies from keep_from_k."""
-    from ddtree_jax.trees import ddtree
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=128, keep=64, keep_from_k=512, stage1="pallas", pallas_keep_max=64))
-    assert ddtree._vocab_top_k_settings(16) == (128, None, "pallas")
-    assert ddtree._vocab_top_k_settings(64) == (128, None, "pallas")
-    assert ddtree._vocab_top_k_settings(256) == (128, None, "xla")     # keeps all 256 a chunk
-    assert ddtree._vocab_top_k_settings(1024) == (128, 64, "pallas")   # keeps 64 a chunk
-    # the threshold kernel's work does not grow with keep: no limit
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=128, keep=64, keep_from_k=512, stage1="threshold", pallas_keep_max=64))
-    assert ddtree._vocab_top_k_settings(256) == (128, None, "threshold")
+def test_vocab_top_k_settings():
+    """The first stage is the threshold kernel (compiled or interpreted as the tuning says) in
+    `chunks` chunks, each keeping `keep` from K >= keep_from_k and all K below; without a
+    VocabTopK one lax.top_k."""
+    topk = VocabTopK(chunks=128, keep=64, keep_from_k=512)
+    assert ddtree._vocab_top_k_settings(16, TreeTuning(vocab_topk=topk)) == (128, None, "threshold_interpret")
+    assert ddtree._vocab_top_k_settings(256, GPU_TREE) == (128, None, "threshold")
+    assert ddtree._vocab_top_k_settings(1024, GPU_TREE) == (128, 64, "threshold")
+    assert ddtree._vocab_top_k_settings(1024, TreeTuning()) == (None, None, "xla")
+    assert ddtree._stage1_options(GPU_TREE) == dict(num_warps=4, radix_bits=2)
+    assert ddtree._stage1_options(TreeTuning()) == {}
 
 
 @pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
@@ -824,8 +711,6 @@ def test_second_stage_by_threshold_is_lax_top_k(stage1, kind, shape, k, chunks):
     """vocab_top_k's threshold second stage (the kernel over chunks of 1024 candidates, then a
     pairwise order) gives lax.top_k's values bit for bit (-0.0 below +0.0) and its indices
     (equal values: lower token first), after either first stage."""
-    from ddtree_jax.trees import ddtree
-
     if kind == "zeros":
         rng = np.random.default_rng(k)
         x = jnp.asarray(np.where(rng.random(shape) < 0.5, 0.0, -0.0).astype(np.float32))
@@ -851,28 +736,26 @@ def test_top_k_total_order_ranks_signed_zeros():
         assert bits.tolist() == [0, 0, 0x80000000, 0x80000000, np.float32(-1.0).view(np.uint32)]
 
 
-def test_stage2_setting(monkeypatch):
-    """The threshold second stage runs up to VOCAB_TOPK's stage2_max_k, only where every chunk
-    keeps all K (the keep path has its own exactness check), and never without the setting."""
-    from ddtree_jax.trees import ddtree
+def test_stage2_setting():
+    """The threshold second stage runs up to VocabTopK's stage2_max_k, only where every chunk
+    keeps all K (the keep path has its own exactness check), and never without a VocabTopK;
+    select_top (stage2_select) past it where the candidates fit one program."""
+    def stage2(k, **topk):
+        return ddtree._stage2(k, TreeTuning(vocab_topk=VocabTopK(**topk)))
 
-    backend = jax.default_backend()
-    twin = "threshold" if backend == "gpu" else "threshold_interpret"
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512,
-                                                         stage1="threshold", stage2_max_k=64))
-    assert [ddtree._stage2(k) for k in (16, 64, 128, 1024)] == [twin, twin, "xla", "xla"]
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=8, keep_from_k=8, stage2_max_k=64))
-    assert ddtree._stage2(16) == "xla"                 # chunks keep 8 < K: lax.top_k and its check
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512))
-    assert ddtree._stage2(16) == "xla"
+    twin, pick = "threshold_interpret", "select_interpret"
+    off = dict(stage2_select=False)
+    assert [stage2(k, chunks=128, keep=64, keep_from_k=512, **off) for k in (16, 64, 128, 1024)] == [
+        twin, twin, "xla", "xla"]
+    assert stage2(16, chunks=128, keep=8, keep_from_k=8, **off) == "xla"   # chunks keep 8 < K: lax.top_k and its check
+    assert stage2(16, chunks=128, keep=64, keep_from_k=512, stage2_max_k=0, **off) == "xla"
+    assert ddtree._stage2(16, TreeTuning()) == "xla"
     # stage2_select: any K the candidates of which fit (after the threshold kernel's chunking)
-    pick = "select" if backend == "gpu" else "select_interpret"
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=512,
-                                                         stage2_max_k=64, stage2_select=True))
-    assert [ddtree._stage2(k) for k in (16, 128, 256, 1024)] == [twin, pick, pick, pick]
+    assert [stage2(k, chunks=128, keep=64, keep_from_k=512) for k in (16, 128, 256, 1024)] == [twin, pick, pick, pick]
     # 128 chunks keeping all 1024: 131072 candidates, each chunk of 1024 keeps them all
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=128, keep=64, keep_from_k=2048, stage2_select=True))
-    assert ddtree._stage2(1024) == "xla" and ddtree._stage2(256) == pick
+    assert stage2(1024, chunks=128, keep=64, keep_from_k=2048, stage2_max_k=0) == "xla"
+    assert stage2(256, chunks=128, keep=64, keep_from_k=2048, stage2_max_k=0) == pick
+    assert [ddtree._stage2(k, GPU_TREE) for k in (16, 64, 256, 1024)] == ["threshold", "threshold", "select", "select"]
 
 
 @pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
@@ -886,8 +769,6 @@ def test_second_stage_by_select_is_lax_top_k(stage1, kind, shape, k, chunks, kee
     (-0.0 below +0.0) and its indices (equal values: lower token first), after either first
     stage, with every chunk keeping K or fewer (then behind the exactness check: 'ties' and
     'zeros' take its fallback)."""
-    from ddtree_jax.trees import ddtree
-
     if kind == "zeros":
         rng = np.random.default_rng(k)
         x = jnp.asarray(np.where(rng.random(shape) < 0.5, 0.0, -0.0).astype(np.float32))
@@ -900,27 +781,17 @@ def test_second_stage_by_select_is_lax_top_k(stage1, kind, shape, k, chunks, kee
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_ddtree_equals_heap_with_the_select_second_stage(kind, monkeypatch):
+def test_ddtree_equals_heap_with_the_select_second_stage(kind):
     """The GPU's tree build at a large budget, CPU-sized: the select second stage (chunks
-    keeping fewer than K, behind the exactness check) and the select_top prefilter of the depths'
-    and the final selections build the heap's tree."""
-    from ddtree_jax.trees import ddtree
-
-    backend = jax.default_backend()
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, backend, dict(chunks=16, keep=32, keep_from_k=256,
-                                                         stage1="threshold_interpret", stage2_select=True))
-    monkeypatch.setitem(ddtree.SELECT_TOP_FROM, backend, 1000)
-    monkeypatch.setitem(ddtree.RANK_BY_COUNT_MAX, backend, 4096)
-    assert ddtree._stage2(300) == "select_interpret"
-    check_ddtree_against_heap((1, 6, 4000, 300), kind, seed=29, fresh_trace=True)
+    keeping fewer than K, behind the exactness check) and pairwise ranks builds the heap's tree."""
+    tuning = TreeTuning(rank_by_count_max=4096, vocab_topk=VocabTopK(chunks=16, keep=32, keep_from_k=256))
+    assert ddtree._stage2(300, tuning) == "select_interpret"
+    check_ddtree_against_heap((1, 6, 4000, 300), kind, seed=29, tuning=tuning)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_ddtree_equals_heap_with_the_threshold_second_stage(kind, monkeypatch):
+def test_ddtree_equals_heap_with_the_threshold_second_stage(kind):
     """The GPU's vocabulary top-k with the threshold first and second stages builds the heap's tree."""
-    from ddtree_jax.trees import ddtree
-
-    monkeypatch.setitem(ddtree.VOCAB_TOPK, jax.default_backend(),
-                        dict(chunks=16, keep=64, keep_from_k=512, stage1="threshold_interpret", stage2_max_k=64))
-    assert ddtree._stage2(40) == "threshold_interpret"
-    check_ddtree_against_heap((1, 15, 4000, 40), kind, seed=23, fresh_trace=True)
+    tuning = TreeTuning(vocab_topk=VocabTopK(chunks=16, keep=64, keep_from_k=512, stage2_max_k=64))
+    assert ddtree._stage2(40, tuning) == "threshold_interpret"
+    check_ddtree_against_heap((1, 15, 4000, 40), kind, seed=23, tuning=tuning)

@@ -1,37 +1,25 @@
 """Top-`keep` of every chunk of a row as one Pallas kernel: the first stage of the tree build's
-vocabulary top-k (``ddtree_jax.trees.ddtree.vocab_top_k``).
+vocabulary top-k (``ddtree_jax.trees.ddtree.vocab_top_k``), and the second stage's prefilter.
 
-Why: XLA's ``top_k`` on a GPU sorts. On the H200 the tree build's two-stage vocabulary top-k
-(15 depths x 151936 tokens, 128 chunks) took 0.21-0.22 ms at every K (bench/RESULTS.md, session
-4): most of the 0.35 ms build at budget 64 and a third of the 0.69 ms at 1024, against a 0.3 ms
-target. Here a program holds one chunk in registers (1187 values of an 8B-shape row, padded to
-2048: 16 a thread) and pulls its maximum out `keep` times: each step is one max and one
-min-index reduction over the chunk, no sort and no memory traffic beyond one read of the chunk.
+Why: XLA's ``top_k`` on a GPU sorts: one ``lax.top_k`` over 15 depths x 151936 tokens took
+0.59 ms on the H200 at every K, against a 0.3 ms target for the whole tree build.
 
-Result: values and indices ``[..., chunks, keep]`` with exactly ``lax.top_k``'s order on each
-chunk: larger values first, equal values by lower index first (the min-index reduction), so the
-caller's second stage sees the same candidates in the same order as with ``lax.top_k``. The
-maximum is taken over int32 keys in the float total order that ``lax.top_k`` uses, so -0.0
-ranks below +0.0 there too.
-Positions past the row's end (the last chunk's padding) count as -inf at their own index, as in
-the reference, which pads the row with -inf.
+How (``impl="threshold"``): a program holds one chunk in registers (1187 values of an 8B-shape
+row, padded to 2048: 16 a thread) and builds the chunk's keep-th largest key a few bits at a time
+(32 / radix_bits rounds of compare-and-count: the largest t with at least `keep` keys >= t), takes
+every key above it and the lowest-index keys equal to it (a prefix count), and scatters the kept
+values to their slots by a second prefix count: work that does not grow with `keep`, one read of
+the chunk. 128 chunks keeping 64 take 0.096 ms on the H200 (an extraction of the maximum `keep`
+times took 0.171).
 
-Status: the GPU default where a chunk keeps at most 64 in sessions 8-10; the threshold
-kernel below replaced it in session 11. The tests run it in interpret mode against ``lax.top_k`` and lower it for CUDA.
-
-A second kernel, ``impl="threshold"`` (session 10), finds the same set with work that does not
-grow with `keep`. The extraction above runs `keep` rounds of two block reductions over the
-chunk (~150 instructions a thread a round, and two CTA-wide syncs); the H200 round profile of
-DDTree-64 has it at 0.105 ms for 15 x 128 chunks keeping 64, ~40x the read of the logits. The
-threshold kernel builds the chunk's keep-th largest key a few bits at a time (32 / radix_bits
-rounds of compare-and-count: the largest t with at least `keep` keys >= t), takes every key
-above it and the lowest-index keys equal to it (a prefix count), and scatters the kept values
-to their slots by a second prefix count: in **index order** (ascending token index), not by
-rank. That is enough for the two-stage top-k: its second stage sorts the candidates, and
-chunk-major index order is token order, so lax.top_k's lower-position-first tie rule still
-picks the lower token. The GPU default since session 11 (``ddtree.VOCAB_TOPK``): on the H200,
-128 chunks keeping 64 took 0.096 ms against the extraction's 0.171, and the whole tree build at
-B = 64 0.208 against 0.276 ms (``python -m bench.bench_tree --variants 128x64p,128x64t``).
+Result: values and indices ``[..., chunks, keep]``: each chunk's top `keep` as ``lax.top_k``
+chooses them (larger values first, equal values by lower index first), listed in **index order**
+(ascending token index), not by rank. That is enough for the two-stage top-k: its second stage
+ranks the candidates, and chunk-major index order is token order, so lax.top_k's
+lower-position-first tie rule still picks the lower token. Keys are int32 in the float total
+order that ``lax.top_k`` uses, so -0.0 ranks below +0.0. Positions past the row's end (the last
+chunk's padding) count as -inf at their own index, as in the reference, which pads the row with
+-inf. The tests run it in interpret mode against the reference and lower it for CUDA.
 """
 
 from __future__ import annotations
@@ -47,13 +35,13 @@ from jax.experimental import pallas as pl
 from .norms import _pow2_at_least, pltriton
 
 __all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "order_key", "from_order_key", "top_k_total_order",
-           "IMPLS"]
+           "IMPLS", "RADIX_BITS"]
 
 # Widest chunk one program holds (values in registers: 32 a thread on 4 warps).
 _MAX_CHUNK = 4096
 
 
-IMPLS = ("xla", "pallas", "pallas_interpret", "threshold", "threshold_interpret")
+IMPLS = ("xla", "threshold", "threshold_interpret")
 
 
 def order_key(x: jax.Array) -> jax.Array:
@@ -71,12 +59,12 @@ def from_order_key(key: jax.Array) -> jax.Array:
 def top_k_total_order(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """`lax.top_k(x, k)` in the float total order (-0.0 below +0.0; equal values by lower
     index) on every backend: lax.top_k of the int32 `order_key`s, since on the H200 XLA's GPU
-    top_k ranks -0.0 and +0.0 as equal (session 15: the tree build's vocabulary top-k picked
-    other tokens than the CPU on signed zeros).
+    top_k ranks -0.0 and +0.0 as equal (the tree build's vocabulary top-k picked other tokens
+    than the CPU on signed zeros).
 
     Float32 on the CPU goes straight to lax.top_k, whose float order there is already this one
-    (tests): XLA:CPU's top-k of int32 keys is ~100x slower (session 37, [15, 8192] at K = 16:
-    22 ms against 0.2, most of the shipped pair's whole CPU round)."""
+    (tests): XLA:CPU's top-k of int32 keys is ~100x slower ([15, 8192] at K = 16: 22 ms against
+    0.2, most of the shipped pair's whole CPU round)."""
     if jax.default_backend() == "cpu" and x.dtype == jnp.float32:
         vals, pos = lax.top_k(x, k)
         return vals, pos
@@ -146,41 +134,10 @@ def chunk_top_k_reference(x: jax.Array, chunks: int, keep: int,
     return vals, idx
 
 
-def _kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int, keep_pad: int):
-    """One (row, chunk): x_ref [V] (the whole row), outputs [keep_pad] of this chunk."""
-    c = pl.program_id(1)
-    lane = jnp.arange(width, dtype=jnp.int32)
-    start = c * length
-    pos = start + lane
-    valid = (lane < length) & (pos < x_ref.shape[0])
-    x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)], mask=valid,
-                      other=-jnp.inf).astype(jnp.float32)
-    key = order_key(x)   # the total order lax.top_k sorts by (-0.0 below +0.0)
-    slot = jnp.arange(keep_pad, dtype=jnp.int32)
-    lowest = jnp.iinfo(jnp.int32).min
-
-    def step(i, carry):
-        alive, best, idx = carry
-        ka = jnp.where(alive, key, lowest)
-        m = jnp.max(ka)
-        # the lowest live lane holding the maximum (lax.top_k's tie rule; `alive`, not the
-        # value, marks what was taken, so repeated -inf keys are taken one by one)
-        j = jnp.min(jnp.where(alive & (ka == m), lane, width))
-        best = jnp.where(slot == i, m, best)
-        idx = jnp.where(slot == i, start + j, idx)
-        return alive & (lane != j), best, idx
-
-    best0 = jnp.full((keep_pad,), lowest, jnp.int32)
-    idx0 = jnp.zeros((keep_pad,), jnp.int32)
-    _, best, idx = lax.fori_loop(0, keep, step, (lane < length, best0, idx0))
-    vals = from_order_key(best)
-    vals_ref[...] = vals.astype(vals_ref.dtype)
-    idx_ref[...] = idx
-
-
 def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep: int,
                       keep_pad: int, radix_bits: int):
-    """One (row, chunk), as _kernel, but the kept entries in index order (see the module doc).
+    """One (row, chunk): x_ref [V] (the whole row), outputs [keep_pad] of this chunk, the kept
+    entries in index order (see the module doc).
 
     keep_pad is the outputs' width: keep rounded up to a power of two, one more in interpret
     mode when that is keep itself (see `kept_slots`). radix_bits: key bits settled a round
@@ -193,7 +150,7 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
     inchunk = lane < length
     x = pltriton.load(x_ref.at[jnp.minimum(pos, x_ref.shape[0] - 1)],
                       mask=inchunk & (pos < x_ref.shape[0]), other=-jnp.inf).astype(jnp.float32)
-    key = order_key(x)                                       # signed total order, as _kernel
+    key = order_key(x)                                       # the total order lax.top_k sorts by
     take = take_by_position(key, inchunk, keep, kth_largest(key, inchunk, keep, radix_bits))
     slot = kept_slots(take, keep, keep_pad)
     pltriton.store(vals_ref.at[slot], x.astype(vals_ref.dtype), mask=take)
@@ -203,16 +160,15 @@ def _threshold_kernel(x_ref, vals_ref, idx_ref, *, length: int, width: int, keep
 RADIX_BITS = (1, 2, 4)
 
 
-def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas", num_warps: int = 4,
+def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "threshold", num_warps: int = 4,
                 radix_bits: int = 2) -> tuple[jax.Array, jax.Array]:
     """Top-`keep` of each of `chunks` contiguous slices of the last axis of x [..., V].
 
     Returns (values in x.dtype, indices into the row, int32), each ``[..., chunks, keep]``.
-    impl: "pallas" (the extraction kernel: each slice ordered as ``lax.top_k`` orders it),
-    "threshold" (the threshold kernel: the same entries, each slice in index order), each with
-    an "_interpret" twin (the same kernel on any backend, for tests), or "xla" (the reference,
-    rank order). num_warps: the kernel's warps a program; radix_bits (threshold only, 1, 2 or 4):
-    key bits settled a round. Neither changes the result, and neither has been timed.
+    impl: "threshold" (the kernel: each slice's entries in index order), its "threshold_interpret"
+    twin (the same kernel on any backend, for tests), or "xla" (the reference, rank order).
+    num_warps: the kernel's warps a program; radix_bits (1, 2 or 4): key bits settled a round.
+    Neither changes the result.
     """
     if impl == "xla":
         return chunk_top_k_reference(x, chunks, keep)
@@ -232,12 +188,10 @@ def chunk_top_k(x: jax.Array, chunks: int, keep: int, *, impl: str = "pallas", n
     rows = math.prod(lead)
     keep_pad = _pow2_at_least(keep)
     interpret = impl.endswith("_interpret")
+    if interpret and keep == keep_pad:
+        keep_pad += 1       # a spare slot for the masked-off lanes (see kept_slots)
     params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=1)
-    kernel = _kernel
-    if index_ordered(impl):
-        kernel = functools.partial(_threshold_kernel, radix_bits=radix_bits)
-        if interpret and keep == keep_pad:
-            keep_pad += 1       # a spare slot for the masked-off lanes (see _threshold_kernel)
+    kernel = functools.partial(_threshold_kernel, radix_bits=radix_bits)
     vals, idx = pl.pallas_call(
         functools.partial(kernel, length=length, width=width, keep=keep, keep_pad=keep_pad),
         grid=(rows, chunks),

@@ -4,8 +4,8 @@ kernel, many programs a row.
 
 Why: at depth d the candidates are the previous depth's beam (best first) extended by the depth's
 ranked tokens (log-probs best first), the pairs (i, r) with r < row_len[i] (`ddtree._beam_bounds`:
-non-increasing row lengths, ~B ln B pairs at budget B). rank_select ranks them by pairwise count,
-O(P^2) comparisons (P = 6238 at B = 1024: 12.7 us a depth on an H200, session 17) after XLA has
+non-increasing row lengths, ~B ln B pairs at budget B). A pairwise rank of them costs O(P^2)
+comparisons (P = 6238 at B = 1024: 12.5 us a depth on an H200 in one kernel) after XLA has
 gathered the sums and the tokens. Both lists are sorted, so every row i' of the staircase holds
 the sums in non-increasing order along r', and every column r' along i' (float rounding is
 monotone): how many entries of a row (or a column) beat a candidate is a binary search. A program
@@ -18,21 +18,18 @@ That is (A + 2C) searches of log2 steps a candidate (~30 x 10 at B = 1024) inste
 comparisons, the sums computed in the kernel (no [Bt, P] candidate array), and every entry of rank
 < n is scattered to its output slot with its parent and token.
 
-Order: (score desc, pair position asc), the pairs listed row by row: rank_select on the candidate
-array (`pair_select_reference`, tests). A candidate (i, r) is beaten by (i', r') when the sum of
-(i', r') is greater, or equal with i' < i, or i' == i and r' < r. NaN is not supported (the tree
-build never makes it); -inf and signed zeros are (float `>`: -0.0 == +0.0). Preconditions: beam
-and lp non-increasing under `>` (the tree build's beams and ranked log-probs are), row_len
-non-increasing.
+Order: (score desc, pair position asc), the pairs listed row by row: `select_reference` on the
+candidate array (`pair_select_reference`, tests). A candidate (i, r) is beaten by (i', r') when
+the sum of (i', r') is greater, or equal with i' < i, or i' == i and r' < r. NaN is not supported
+(the tree build never makes it); -inf and signed zeros are (float `>`: -0.0 == +0.0).
+Preconditions: beam and lp non-increasing under `>` (the tree build's beams and ranked log-probs
+are), row_len non-increasing.
 
-Status (H200, session 18, bench/RESULTS.md): the GPU default from 100 candidates a depth
-(`ddtree.PAIR_KERNEL_FROM`) with TI = 16, A = 32 and 4 warps: 7.2 us a depth at B = 1024 (rank_select
-12.5 us plus XLA's gathers), 2.5 us at B = 64; the whole build at B = 1024 0.382 -> 0.231 ms with
-runs_select for the final selection.
+Speed (H200): with TI = 16, A = 32 and 4 warps (`TreeTuning.pair_kernel_tile`) 7.2 us a depth at
+B = 1024, 2.5 us at B = 64; the tree build's default from 100 candidates a depth
+(`TreeTuning.pair_kernel_from`).
 
-Masked-off scatter lanes point at slot 0 on the GPU (a masked store writes nothing); interpret mode
-writes masked lanes back, so there the outputs have one spare slot past n for them, which the
-wrapper cuts off (on the GPU that cut cost a copy kernel, ~4 us: runs_select's note).
+Masked-off scatter lanes: see `runs_select.kept_width`.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 
 from .norms import pltriton
-from .rank_select import kept_width, rank_select_reference, store_kept
+from .runs_select import kept_width, select_reference, store_kept
 
 __all__ = ["pair_select", "pair_select_reference", "IMPLS"]
 
@@ -60,11 +57,11 @@ def _pairs(row_len: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 def pair_select_reference(beam: jax.Array, lp: jax.Array, tok: jax.Array, n: int,
                           row_len: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """XLA path: the candidate sums, then rank_select's reference (a stable sort). Returns
-    (scores, parents, tokens), each [Bt, n]."""
+    """XLA path: the candidate sums, then `select_reference` (a stable sort). Returns (scores,
+    parents, tokens), each [Bt, n]."""
     rows, cols = _pairs(row_len)
     cand = beam[:, rows] + lp[:, cols]
-    score, _, parent, token = rank_select_reference(
+    score, _, parent, token = select_reference(
         cand, n, jnp.broadcast_to(jnp.asarray(rows), cand.shape), tok[:, cols])
     return score, parent, token
 
@@ -136,7 +133,8 @@ def pair_select(beam: jax.Array, lp: jax.Array, tok: jax.Array, n: int, row_len:
     (so the kernel reads the tree build's arrays in place, not XLA copies of their slices).
     impl: "pallas", its "pallas_interpret" twin (any backend, for tests) or "xla" (the
     reference). ti: candidates a program ranks; a: rows searched along r' (a power of two; the
-    rows after it are searched by column); num_warps: warps a program. Untimed defaults."""
+    rows after it are searched by column); num_warps: warps a program. The tree build passes
+    `TreeTuning.pair_kernel_tile`."""
     row_len = tuple(int(x) for x in row_len)
     bt, pv = beam.shape[0], beam.shape[-1]
     k = lp.shape[-1]

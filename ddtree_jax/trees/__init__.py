@@ -1,7 +1,9 @@
 """Tree policies: which draft nodes the target verifies each round.
 
     from ddtree_jax.trees import make_policy
+    from ddtree_jax.tuning import tuning_for
     policy = make_policy("ddtree")              # or "chain", "beam:width=4", "static:tree=0;1;0.0"
+    policy = policy.with_tuning(tuning_for().tree)  # this device's fast paths; the same tree
     n = policy.num_nodes(budget, depth)         # static node count N of the tree
     tree = policy.build(logp, budget)           # logp: float[Bt, D, V]; budget static under jit
 
@@ -29,7 +31,8 @@ Adding a policy takes one new file, no engine change:
             n = self.num_nodes(budget, depth)
             tokens = jnp.argmax(logp[:, :n], axis=-1)           # int32[Bt, n], root excluded
             slots = jnp.broadcast_to(jnp.arange(n), (batch, n))
-            return tree_from_nodes(tokens, parents=slots, depths=slots + 1, num_nodes=n, max_depth=depth)
+            return tree_from_nodes(tokens, parents=slots, depths=slots + 1, num_nodes=n, max_depth=depth,
+                                   tuning=self.tuning)          # inherited: how this device builds it
 
 and nothing else: every module of this package is imported (and so registered) when
 `ddtree_jax.trees` is. Rules: parents before children (slot index), sibling tokens

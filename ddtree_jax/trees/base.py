@@ -23,14 +23,16 @@ import abc
 import dataclasses
 import functools
 import operator
-import os
 import typing
 from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
 
+from ddtree_jax.tuning import TreeTuning
+
 Array = jax.Array
+DEFAULT_TUNING = TreeTuning()
 
 
 @functools.partial(
@@ -63,10 +65,12 @@ class DraftTree:
         return dataclasses.replace(self, tokens=tokens)
 
     @staticmethod
-    def from_parents(tokens: Array, parents: Array, depths: Array, valid: Array, max_depth: int) -> "DraftTree":
+    def from_parents(tokens: Array, parents: Array, depths: Array, valid: Array, max_depth: int, *,
+                     tuning: TreeTuning = DEFAULT_TUNING) -> "DraftTree":
         """Build a tree from per-slot arrays (root included); derives the ancestor mask.
 
-        `max_depth` (static) bounds the depth of any node (see `ancestor_mask_from_parents`).
+        `max_depth` (static) bounds the depth of any node; `tuning` picks the mask's construction
+        (see `ancestor_mask_from_parents`).
         """
         tokens = jnp.asarray(tokens, jnp.int32)
         parents = jnp.asarray(parents, jnp.int32)
@@ -75,7 +79,7 @@ class DraftTree:
             parents=parents,
             depths=jnp.asarray(depths, jnp.int32),
             valid=jnp.asarray(valid, bool),
-            ancestor_mask=ancestor_mask_from_parents(parents, max_depth),
+            ancestor_mask=ancestor_mask_from_parents(parents, max_depth, tuning=tuning),
         )
 
     @staticmethod
@@ -91,9 +95,11 @@ class DraftTree:
         )
 
 
-def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int, max_depth: int) -> DraftTree:
+def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int, max_depth: int, *,
+                    tuning: TreeTuning = DEFAULT_TUNING) -> DraftTree:
     """A tree from node columns `int32[Bt, n]` (root excluded; parents as slot indices, 0 = root),
-    padded with invalid nodes (token 0, parent root, depth 1) up to `num_nodes` >= n."""
+    padded with invalid nodes (token 0, parent root, depth 1) up to `num_nodes` >= n. `tuning`
+    (a policy's `self.tuning`) picks how the ancestor mask is built."""
     batch, n = tokens.shape
     extra = num_nodes - n
 
@@ -107,93 +113,32 @@ def tree_from_nodes(tokens: Array, parents: Array, depths: Array, num_nodes: int
         depths=column(depths, 0, 1, jnp.int32),
         valid=column(jnp.ones((batch, n), bool), True, False, bool),
         max_depth=max_depth,
+        tuning=tuning,
     )
 
 
-BACKENDS = ("gpu", "cpu", "tpu")
-
-
-def whole_number(text: str) -> int:
-    if not text.isdigit():
-        raise ValueError("give a whole number")
-    return int(text)
-
-
-def flag(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError("give 0 or 1")
-    return text == "1"
-
-
-def one_of(*names: str) -> Callable[[str], str]:
-    """A parser accepting exactly `names`."""
-    def parse(text: str) -> str:
-        if text not in names:
-            raise ValueError(f"choose one of {', '.join(names)}")
-        return text
-    return parse
-
-
-def env_setting(name: str, parse: Callable[[str], Any], default: dict[str, Any]) -> dict[str, Any]:
-    """A per-backend setting: `default`, or where the environment variable `name` is set, its
-    value parsed by `parse` for every backend. A value `parse` rejects (ValueError saying what
-    to give) stops the import with one line naming the variable: ``NAME='x': ..., or unset it``."""
-    text = os.environ.get(name)
-    if text is None:
-        return dict(default)
-    try:
-        value = parse(text)
-    except ValueError as e:
-        raise ValueError(f"{name}={text!r}: {e}, or unset it") from None
-    return dict.fromkeys(BACKENDS, value)
-
-
-# How `ancestor_mask_from_parents` closes "self or parent" over the generations. "square"
+# How `ancestor_mask_from_parents` closes "self or parent" over the generations: "square"
 # squares the relation as a bf16 matmul ceil(log2 D) times; "chain" follows the parent pointers
-# D times on the [Bt, S] vector and compares every (i, j) with the D + 1 ancestors of i
-# (elementwise work on [S, S], no matmul). The two are equal for every tree (tests/test_trees.py).
-# Per backend, the slot count S from which "chain" is used (absent: never):
-# - CPU: never. "square" compiles fastest (0.15-0.19 s against 0.5-0.6 s for "chain" at
-#   S = 65..1025, D = 15, measured here), and the tests build hundreds of trees.
-# - H200 (session 9, one machine): XLA runs each squaring as its own Triton GEMM on pred[S, S],
-#   4 x 48 us a round at S = 1025 (the DDTree-1024 profile). The whole build alone (bench_tree)
-#   with square / chain: 0.290 / 0.287, 0.445 / 0.423, 0.805 / 0.631 ms at B = 64 / 256 / 1024;
-#   the round, steady: 6.229 / 6.320 ms at B = 64, 10.023 / 9.933 at B = 256. So "chain" from
-#   257 slots then (session 10's swapped-order A/B kept it: square 0.03-0.06 ahead at 64).
-# - H200 (session 15, with the threshold vocabulary stages since): the build alone at B = 64,
-#   square / chain, 0.167 / 0.157 ms (device span 277 / 180 us; square's GEMM 13.7 us); DDTree-64
-#   rounds interleaved square, chain, square, chain: 6.314 / 6.180, 6.264 / 6.143, 6.279 / 6.148,
-#   6.265 / 6.112 ms per call / steady: chain ahead by 0.01-0.05 in both pairs. So "chain" from 65
-#   slots (B = 128's 129 too: session 10 had chain 0.01-0.03 ahead there). At B = 16 the build
-#   alone was mixed (0.129 / 0.133 ms, span 149 / 143 us) and keeps "square".
-# DDTREE_ANCESTOR_IMPL=square|chain in the environment sets every backend and size.
+# D times and compares every (i, j) with the D + 1 ancestors of i (elementwise work on [S, S], no
+# matmul). Equal for every tree (tests); `TreeTuning.ancestor_chain_from` picks by slot count. The
+# CPU keeps "square": it compiles ~3x faster (0.15-0.19 s against 0.5-0.6 s at S = 65..1025, D = 15).
 ANCESTOR_IMPLS = ("square", "chain")
-_NEVER = 2**31
 
 
-def chain_from_every_size(impl: str) -> int:
-    """The ANCESTOR_CHAIN_FROM value that makes every tree size use `impl`."""
-    return 0 if impl == "chain" else _NEVER
+def ancestor_impl(slots: int, tuning: TreeTuning = DEFAULT_TUNING) -> str:
+    """The ancestor-mask construction `tuning` uses for trees of `slots` slots."""
+    return "chain" if slots >= tuning.ancestor_chain_from else "square"
 
 
-ANCESTOR_CHAIN_FROM: dict[str, int] = env_setting(
-    "DDTREE_ANCESTOR_IMPL", lambda text: chain_from_every_size(one_of(*ANCESTOR_IMPLS)(text)),
-    {"gpu": 65})
-
-
-def ancestor_impl(slots: int) -> str:
-    """The ancestor-mask construction this backend uses for trees of `slots` slots."""
-    return "chain" if slots >= ANCESTOR_CHAIN_FROM.get(jax.default_backend(), _NEVER) else "square"
-
-
-def ancestor_mask_from_parents(parents: Array, max_depth: int, impl: str | None = None) -> Array:
+def ancestor_mask_from_parents(parents: Array, max_depth: int, impl: str | None = None, *,
+                               tuning: TreeTuning = DEFAULT_TUNING) -> Array:
     """bool[Bt, S, S] with [b, i, j] = (j == i or j is an ancestor of i), for parents int32[Bt, S].
 
     `max_depth` (static) bounds the generations followed: the depth of any node. impl: "square"
-    or "chain" (None: `ancestor_impl(S)`, see ANCESTOR_CHAIN_FROM). Same result either way.
+    or "chain" (None: `ancestor_impl(S, tuning)`). Same result either way.
     """
     slots = parents.shape[-1]
-    impl = impl or ancestor_impl(slots)
+    impl = impl or ancestor_impl(slots, tuning)
     if impl not in ANCESTOR_IMPLS:
         raise ValueError(f"unknown ancestor-mask impl {impl!r}; choose one of {', '.join(ANCESTOR_IMPLS)}")
     ids = jnp.arange(slots, dtype=jnp.int32)
@@ -216,6 +161,7 @@ def ancestor_mask_from_parents(parents: Array, max_depth: int, impl: str | None 
     return mask
 
 
+@dataclasses.dataclass(frozen=True)
 class TreePolicy(abc.ABC):
     """Interface of a tree policy. Subclasses are frozen dataclasses (hashable, so a policy can
     be a static argument of `jax.jit`); their fields are the policy's options.
@@ -225,9 +171,17 @@ class TreePolicy(abc.ABC):
       drafter depth `D`.
     - `build(logp, budget)`: `logp: float[Bt, D, V]` (depth d uses `logp[:, d-1]`) -> DraftTree
       with `N = num_nodes(budget, D)`. Must trace under `jax.jit` with `budget` static.
+    - `tuning`: how the build runs on this device (inherited; not an option, so not in `spec`):
+      set by `with_tuning`, read by the build (`tree_from_nodes(..., tuning=self.tuning)`).
+      It never changes the tree, and it is part of the policy's hash (a new one recompiles).
     """
 
     name: ClassVar[str] = ""
+    tuning: TreeTuning = dataclasses.field(default=DEFAULT_TUNING, kw_only=True, metadata={"option": False})
+
+    def with_tuning(self, tuning: TreeTuning) -> "TreePolicy":
+        """This policy, built with `tuning`."""
+        return dataclasses.replace(self, tuning=tuning)
 
     @abc.abstractmethod
     def num_nodes(self, budget: int, depth: int) -> int:
@@ -240,11 +194,16 @@ class TreePolicy(abc.ABC):
     @property
     def spec(self) -> str:
         """The text form that `make_policy` parses back into this policy."""
-        opts = ",".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.init)
+        opts = ",".join(f"{f.name}={getattr(self, f.name)}" for f in option_fields(type(self)))
         return f"{self.name}:{opts}" if opts else self.name
 
     def __str__(self) -> str:
         return self.spec
+
+
+def option_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a policy class that its spec text sets (not `tuning`)."""
+    return [f for f in dataclasses.fields(cls) if f.init and f.metadata.get("option", True)]
 
 
 def check_logp(logp: Any) -> Array:
@@ -280,7 +239,8 @@ def register_policy(name: str) -> Callable[[type[TreePolicy]], type[TreePolicy]]
     def decorate(cls: type[TreePolicy]) -> type[TreePolicy]:
         if name in _REGISTRY and _REGISTRY[name].__qualname__ != cls.__qualname__:
             raise ValueError(f"tree policy {name!r} is already registered by {_REGISTRY[name].__qualname__}")
-        if not (isinstance(cls, type) and issubclass(cls, TreePolicy) and dataclasses.is_dataclass(cls)):
+        # its own dataclass: TreePolicy's fields alone would leave the subclass's options out
+        if not (isinstance(cls, type) and issubclass(cls, TreePolicy) and "__dataclass_params__" in vars(cls)):
             raise ValueError(f"register_policy({name!r}) needs a dataclass subclass of TreePolicy; got {cls!r}")
         if cls.__hash__ is None:  # jit static arguments must be hashable
             raise ValueError(f"tree policy {name!r} must be hashable: use @dataclasses.dataclass(frozen=True)")
@@ -308,7 +268,7 @@ def make_policy(spec: str) -> TreePolicy:
     if name not in _REGISTRY:
         raise ValueError(f"unknown tree policy {name!r}; available: {', '.join(available_policies())}")
     cls = _REGISTRY[name]
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in option_fields(cls)}
     hints = typing.get_type_hints(cls)
     accepted = ", ".join(fields) or "none"
     kwargs: dict[str, Any] = {}

@@ -29,4 +29,5 @@ class BeamPolicy(TreePolicy):
     def build(self, logp: Array, budget: int) -> DraftTree:
         budget = check_budget(budget)
         depth = check_logp(logp).shape[1]
-        return best_first_tree(logp, budget, width=self.width, num_slots=self.num_nodes(budget, depth))
+        return best_first_tree(logp, budget, width=self.width, num_slots=self.num_nodes(budget, depth),
+                               tuning=self.tuning)

@@ -26,4 +26,5 @@ class ChainPolicy(TreePolicy):
         n = self.num_nodes(budget, depth)
         tokens = jax.lax.top_k(logp[:, :n], 1)[1][..., 0]  # same tie rule as every policy
         steps = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (batch, n))
-        return tree_from_nodes(tokens, parents=steps, depths=steps + 1, num_nodes=n, max_depth=depth)
+        return tree_from_nodes(tokens, parents=steps, depths=steps + 1, num_nodes=n, max_depth=depth,
+                               tuning=self.tuning)

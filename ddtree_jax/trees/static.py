@@ -76,4 +76,5 @@ class StaticPolicy(TreePolicy):
             np.broadcast_to(depths, shape),
             num_nodes=len(paths),
             max_depth=depth,
+            tuning=self.tuning,
         )
