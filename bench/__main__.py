@@ -31,18 +31,10 @@ COMMANDS = {
     "kernels": "bench.bench_kernels",
     "gemm": "bench.bench_gemm",
     "mgpu": "bench.bench_mgpu",
-    "pick-mgpu": "bench.pick_mgpu",
     "profile-mgpu": "bench.profile_mgpu",
-    "attn-configs": "bench.attn_configs",
     "check-gpu": "bench.check_gpu",
-    "decode": "bench.probe_decode",
-    "read-floor": "bench.probe_read_floor",
-    "prefetch": "bench.probe_prefetch",
-    "gemm-mgpu": "bench.probe_gemm_mgpu",
-    "mgpu-compile": "bench.probe_mgpu_compile",
     "tree": "bench.bench_tree",
     "check-tree": "bench.check_tree",
-    "topk": "bench.probe_topk",
 }
 
 

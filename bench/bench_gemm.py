@@ -13,8 +13,8 @@ small fusion; what the table and the plot rank by), kernel (the chain's costlies
 per call: only meaningful where every call runs a kernel of one name, as the Pallas kernel and
 cuBLAS's nvjet_* do; XLA names its own gemm fusions once per call) and wall (the chain's time /
 calls, median of --reps: it includes one host dispatch and sync per chain, ~50-200 us, split over
-only 2-16 calls for the large shapes, so it is not a GEMM time; session 6 ranked by it and chose
-wrong). Bytes floor: the weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s
+only 2-16 calls for the large shapes, so it is not a GEMM time, and ranking by it picks the
+wrong configs). Bytes floor: the weight bytes / 3.3e12 B/s (the plain JAX copy rate on the H200) and TB/s
 achieved (from the device figure).
 
 Shapes: the projections of one layer (qkv, o, gate_up, down); down_swiglu (the down projection
@@ -25,22 +25,18 @@ layers' context k/v in one product, drafters.dflash.fuse_params) and fc; NAME_in
 same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
 (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
 xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
-"split:PARTS[:OPTION=VALUE]" (the product as float32 split-K partials of one batched
-dot, summed by the fusion after it: plain bf16 products only), and
 "pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]" configs (block_n, block_k, num_warps, num_stages, split_k,
-tail_rows 1/0, swap_ab 1/0: ddtree_jax.kernels.matmul.MatmulConfig's fields in order), and
-"mgpu[:BNxWGSxBKxSTAGESxPARTS]" (the Mosaic GPU kernel, ddtree_jax.kernels.matmul_mgpu: block_n,
-compute warpgroups, block_k, stages, K shares; plain products only); --sweep adds variants for
-the --sweep-rows and --sweep-shapes only.
+tail_rows 1/0, swap_ab 1/0: ddtree_jax.kernels.matmul.MatmulConfig's fields in order); --sweep
+adds variants for the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (ddtree_jax/kernels/matmul_configs.json's format: per device kind, the
 best kernel config per shape and row range where it beat XLA's dot by more than --min-gain on
 the device figure), which ``impl="auto"`` reads; see ``table_entries`` for the row ranges.
 ``--against xla:OPTION=VALUE`` ranks against XLA's dot compiled with that option instead, and the
 entries then carry it (``xla_options``: they apply only in executables with it, such as the
-split-K-1 round executables). A
-table entry is a candidate, not a verdict: check it end to end (bench_round --matmul-impl
-auto,xla) before committing it; session 6's isolated wins made the 8B round slower.
+split-K-1 round executables). A table entry is a candidate, not a verdict: check it end to end
+(bench_round --matmul-impl auto,xla) before committing it; wins timed in isolation have made the
+8B round slower.
 """
 from __future__ import annotations
 
@@ -57,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.bench_round import xla_options
+from bench.plots import time_us
 from ddtree_jax.kernels import matmul as mm
 
 HBM_BPS = 3.3e12
@@ -83,28 +80,13 @@ def parse_variant(v: str):
         if not rest:
             return "pallas", None
         return "pallas", mm.MatmulConfig(*(int(x) for x in rest.split("x")))
-    if kind == "mgpu":
-        from ddtree_jax.kernels.matmul_mgpu import parse_config
-        return "mgpu", parse_config(rest) if rest else None
-    if kind == "split":
-        parts, _, opt = rest.partition(":")
-        if not parts.isdigit() or int(parts) < 2:
-            raise SystemExit(f"variant {v!r}: split:PARTS[:OPTION=VALUE] with PARTS >= 2")
-        return "split", (int(parts), xla_options([opt]) if opt else None)
-    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, split:PARTS[:OPTION=VALUE], pallas, "
-                     "pallas:BNxBKxWxSxSPLIT[xTAIL] or mgpu[:BNxWGSxBKxSTAGESxPARTS]")
+    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]")
 
 
 def bucket(m: int) -> tuple[int, int]:
     """The rows that share m's row tile (16, 32, 64 or 128 rows)."""
     hi = max(16, 1 << max(0, (m - 1).bit_length()))
     return (1 if hi == 16 else hi // 2 + 1), hi
-
-
-def time_us(r: dict) -> float:
-    """The figure a row is ranked by: its device time per call where traced, else its wall."""
-    d = r.get("device_us")
-    return d if d is not None and np.isfinite(d) else r["wall_us"]
 
 
 def table_entries(rows: list[dict], min_gain: float, against: str = "xla") -> list[dict]:
@@ -123,7 +105,6 @@ def table_entries(rows: list[dict], min_gain: float, against: str = "xla") -> li
         ms = sorted({r["m"] for r in mine})
         for m in ms:
             xla = [time_us(r) for r in mine if r["m"] == m and r["variant"] == against]
-            # The tuned table is the Triton kernel's (ddtree_jax.kernels.matmul): mgpu rows stay out.
             ker = [r for r in mine if r["m"] == m and r.get("config") and r["variant"].startswith("pallas")]
             if not xla or not ker:
                 continue
@@ -177,34 +158,15 @@ def write_table(path: Path, device: str, entries: list[dict]) -> None:
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
-def split_parts(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
-    """x [M, K] @ w [K, N] as float32 partials [parts, M, N] over K / parts columns each (one
-    batched dot: XLA picks its GEMM)."""
-    (m, k), n = x.shape, w.shape[1]
-    if k % parts:
-        raise ValueError(f"split:{parts}: K = {k} does not divide into {parts} parts")
-    return jnp.einsum("msi,sio->smo", x.reshape(m, parts, k // parts), w.reshape(parts, k // parts, n),
-                      preferred_element_type=jnp.float32)
-
-
-def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None, parts: int = 1):
+def chain_fn(k: int, n: int, impl: str, cfg, out_dtype, prologue=None):
     """Call l+1's input from call l's output: cut or tiled to the K (2K with the swiglu prologue:
-    the down projection from a gate_up output) columns x has. parts > 1: the product as
-    float32 split-K partials of one batched dot (split_parts), summed by the fusion after it.
-    That is the question session 11 asked: whether more programs (K cut in parts) read o, qkv
-    and down faster, if a consumer kernel summed the partials as it read them. It did not."""
+    the down projection from a gate_up output) columns x has."""
     kx = 2 * k if prologue == "swiglu" else k
     norm_w = jnp.full((k,), 1.1, jnp.bfloat16) if prologue == "rmsnorm" else None
 
     def step(x, w):
-        if impl in ("mgpu", "mgpu_interpret"):
-            from ddtree_jax.kernels.matmul_mgpu import matmul_mgpu
-            y = matmul_mgpu(x, w, config=cfg, interpret=impl == "mgpu_interpret")
-        elif parts > 1:
-            y = jax.lax.optimization_barrier(split_parts(x, w, parts)).sum(0).astype(x.dtype)
-        else:
-            y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
-                          norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)
+        y = mm.matmul(x, w, impl=impl, config=cfg, out_dtype=out_dtype, prologue=prologue,
+                      norm_w=None if norm_w is None else norm_w.astype(x.dtype)).astype(x.dtype)
         if prologue == "swiglu":  # silu(g) * u squares the values: rescale the rows, or they overflow
             yf = y.astype(jnp.float32)
             y = (yf * jax.lax.rsqrt(jnp.mean(yf * yf, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype)
@@ -303,20 +265,12 @@ def main(argv=None) -> int:
                     break
                 kind, opt = parse_variant(v)
                 impl = "xla" if kind == "xla" else pallas_impl
-                if kind == "mgpu":
-                    impl = "mgpu_interpret" if args.small else "mgpu"
                 if kind == "pallas" and opt is None:  # explicit, so a tuned table cannot change it
                     opt = mm.default_matmul_config(m, k, n)
                 try:
-                    if kind == "split" and (prologue or int8):
-                        raise ValueError("split:PARTS takes plain bf16 products only")
-                    parts, split_opt = opt if kind == "split" else (1, None)
-                    if kind == "mgpu" and (prologue or int8):
-                        raise ValueError("mgpu takes plain bf16 products only")
-                    fn = jax.jit(chain_fn(k, n, impl, opt if kind in ("pallas", "mgpu") else None, out_dtype, prologue,
-                                          parts=parts))
+                    fn = jax.jit(chain_fn(k, n, impl, opt if kind == "pallas" else None, out_dtype, prologue))
                     lowered = fn.lower(x, ws)
-                    comp = lowered.compile(compiler_options=opt if kind == "xla" else split_opt)
+                    comp = lowered.compile(compiler_options=opt if kind == "xla" else None)
                     ref = jax.block_until_ready(comp(x, ws))
                     if not np.isfinite(np.asarray(ref, np.float32)).all():
                         raise FloatingPointError("non-finite output")
@@ -335,7 +289,7 @@ def main(argv=None) -> int:
                 floor = wbytes / HBM_BPS * 1e6
                 row = dict(shape=sname, k=k, n=n, m=m, variant=v, wall_us=wall, device_us=dus, kernel_us=kus,
                            kernel=kname, floor_us=floor, copies=copies,
-                           config=(list(dataclasses.astuple(opt)) if kind in ("pallas", "mgpu") and opt else None))
+                           config=(list(dataclasses.astuple(opt)) if kind == "pallas" and opt else None))
                 row["tbps"] = wbytes / time_us(row) / 1e6
                 result["rows"].append(row)
                 print(f"{sname:8s} {m:4d} {v:28s} {wall:8.1f} {dus:9.1f} {kus:9.1f} {floor:6.1f} {row['tbps']:5.2f}  {kname}",

@@ -1,7 +1,7 @@
 """Verify/decode attention: correctness on the device, tile and split sweeps, then a timing table.
 
-    python3 bench/bench_kernels.py --out DIR            # GPU: compiled Pallas (Triton lowering)
-    python3 bench/bench_kernels.py --out DIR --small    # CPU smoke run: tiny sizes, interpret mode
+    python -m bench.bench_kernels --out DIR            # GPU: compiled Pallas (Triton lowering)
+    python -m bench.bench_kernels --out DIR --small    # CPU smoke run: tiny sizes, interpret mode
 
 Shapes follow a Qwen3-8B layer: Hq=32, Hkv=8, Dh=128, bf16, batch 1; T = B + 1 new tokens
 (B = 64 and 256 tree budgets, and T = 1 decode); prefixes 1k..32k.
@@ -40,24 +40,22 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+from jax import lax
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
-
-from ddtree_jax.kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
-                            auto_impl, default_config)
-from ddtree_jax.kernels.tree_attention import auto_choice, launch_plan, verify_rows  # noqa: E402
-from bench.bench_round import SHAPES  # noqa: E402
+from bench.bench_round import SHAPES
+from ddtree_jax.kernels import KernelConfig, attention, attention_reference, auto_impl, default_config
+from ddtree_jax.kernels.tree_attention import auto_choice, launch_plan, verify_rows
 
 # The engine column's drafter depth (generate.cache_positions): the 8B pair's block less its root.
 DRAFT_DEPTH = SHAPES["qwen3-8b"]["drafter"]["block_size"] - 1
 HBM_BPS = 3.3e12
 MMA_FLOPS = 7.9e14
-# float32 (IEEE dots, no tensor cores): the H200's FP32 rate from its data sheet, not measured.
+# float32: the H200's FP32 (FMA) rate from its data sheet, not measured: a conservative floor
+# for the kernel's TF32x3 products.
 F32_FLOPS = 6.7e13
 
 
@@ -195,9 +193,9 @@ def floors(t, p, hq, hkv, dh, itemsize, bt=1):
 
 # ----------------------------------------------------------------------------- main
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_kernels", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=".")
     ap.add_argument("--small", action="store_true", help="tiny CPU smoke run (interpret mode)")
     ap.add_argument("--budget-s", type=float, default=255.0,
                     help="stop starting new measurements after this many seconds")
@@ -214,7 +212,7 @@ def main():
     ap.add_argument("--heads", default=None,
                     help="HQ,HKV,DH of the sweeps and table (default 32,8,128: a Qwen3-8B layer)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
-                    help="dtype of the sweeps and table (float32 runs the kernel's IEEE dots)")
+                    help="dtype of the sweeps and table (float32 runs the kernel's TF32x3 products)")
     ap.add_argument("--ts", type=int_list, default=None, help="T values, e.g. 1,65,257")
     ap.add_argument("--prefixes", type=int_list, default=None,
                     help="table prefixes, e.g. 1024,4096,16384")
@@ -248,8 +246,8 @@ def main():
                          "sweep) and report each kernel's device time per call, their sum and the "
                          "span with gaps; %%dev is the bytes floor over that span (default: on a GPU; "
                          "the wall time per call carries the jitted call's dispatch, ~9 us a call at "
-                         "--inner 20 on the H200, session 13)")
-    args = ap.parse_args()
+                         "--inner 20 on the H200)")
+    args = ap.parse_args(argv)
     t_start = now_s()
 
     def left():
@@ -295,7 +293,8 @@ def main():
         compute_capability=getattr(dev, "compute_capability", None), auto_impl=auto_impl(),
         kernel_impl=kimpl, small=args.small, timing=args.timing, inner=args.inner,
         reps=args.reps, cold_mb=args.cold_mb, heads=[hq, hkv, dh], dtype=args.dtype,
-        hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, f32_flops=F32_FLOPS, argv=sys.argv)
+        hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, f32_flops=F32_FLOPS,
+        argv=sys.argv[1:] if argv is None else list(argv))
     print(json.dumps(info), flush=True)
     result = dict(info=info, correctness=[], sweep=[], split_sweep=[], table=[], errors=[])
     os.makedirs(args.out, exist_ok=True)
@@ -369,7 +368,7 @@ def main():
 
     def _cost(row):
         """What the sweeps rank by: the traced device span where there is one (the wall time of a
-        chain carries ~9 us a call of dispatch, session 13), else the wall time (us)."""
+        chain carries ~9 us a call of dispatch), else the wall time (us)."""
         return (row.get("trace") or {}).get("span_us", row["us"])
 
     def measure(t, p, cfg, trace=False):
@@ -388,15 +387,10 @@ def main():
         kc = KernelConfig
         dec = functools.partial(dataclasses.replace, default_config(1, g, dh))  # decode's chunk rule
         sweep_cfgs = {
-            # Rows name warps and stages outright (the default changed in session 38). A 4-stage
-            # 64-key K + V ring is 128 KB of shared memory: one program an SM. Session 36 swept
-            # split_edges, block_k 32 / 128, 2-3 stages and 8 warps at 32 chunks; session 38 64
-            # and 128 chunks on 1-2 stages and 2-4 warps (a bare read of the same bytes was
-            # fastest on 64 chunks of 64 keys, 2 stages), and the merge's tile: none beat 32
-            # chunks on 2 warps and 3 stages (row 0, the default since session 38; row 1 the
-            # default before: s38d's A/B is --sweep-rows 0,1,0,1; s38b's and s38c's row numbers
-            # are those of this list at 43a6856 / edc6519, before it named warps and stages).
-            # Rows that name no merge_tile take the default's: 4096 before session 40, 2048 since.
+            # Row 0 is the default (32 chunks on 2 warps and 3 stages), which none of the others
+            # beat: more or fewer programs, 1-4 stages (a 4-stage 64-key K + V ring is 128 KB of
+            # shared memory: one program an SM), 32-key blocks, the merge's tile. An A/B of the
+            # default against another row: --sweep-rows 0,N,0,N.
             1: [dec(num_warps=2, num_stages=3), dec(num_warps=4, num_stages=4),
                 dec(num_warps=4, num_stages=3),
                 dec(target_programs=512, num_warps=4, num_stages=4),
@@ -411,10 +405,7 @@ def main():
                 dec(target_programs=512, num_warps=4, num_stages=2, merge_tile=1024),
                 dec(num_warps=2, num_stages=4),
                 # The merge's programs: its tile over the parts (rounded up to a power of two)
-                # sets the columns a program takes; a 1k cache's 17 parts got 128 columns, 32
-                # programs, 2.9 us, where 4k's 33 parts got 64 columns, 64 programs, 1.9 us (s38d).
-                # Row 14 was merge_tile 2048 until session 40 made that the default (row 0); it
-                # is the old default's 4096 since.
+                # sets the columns a program takes.
                 dec(num_warps=2, num_stages=3, merge_tile=4096),
                 dec(num_warps=2, num_stages=3, merge_tile=1024),
                 dec(num_warps=2, num_stages=3, merge_tile=512)],
@@ -433,8 +424,7 @@ def main():
                 cfgs = [cfgs[int(i)] for i in args.sweep_rows.split(",") if int(i) < len(cfgs)]
             for cfg in cfgs:
                 # Stop where the slowest row so far (a compile and its timing; 20 s before the
-                # first) would not fit: a fixed 60 s guard ended session 40's 80 s steps
-                # (decode_tiles) after one or two ~6 s rows.
+                # first) would not fit.
                 if left() < 1.5 * max(row_secs, default=20.0):
                     break
                 row = dict(t=t, prefix=tile_p, config=dataclasses.asdict(cfg),
@@ -631,7 +621,8 @@ def main():
     result["elapsed_s"] = now_s() - t_start
     dump()
     print(f"done in {result['elapsed_s']:.0f}s; wrote {out_path}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,9 +8,11 @@ on a DDTree-like random tree mask with Qwen3-8B's heads (32 q heads, 8 kv heads,
 the relative error of each kernel against the XLA reference (with the cache's stale tail
 poisoned with NaN, and a ragged cache_len), then each kernel's device time per call by the
 profiler (a chain of calls whose caches rotate over >= 160 MB, as a forward's layers read their
-own caches). Configs are ``BKxSTAGESwWGS[k]`` (tree_attention_mgpu.parse_config); ``triton`` is the
-engine's Triton kernel at its tuned tiles. Writes mgpu.json under --out, and with two prefixes or
-more mgpu_prefix.png (bench.plots.mgpu_prefix) beside it.
+own caches). Configs are ``BKxSTAGESwWGS[k][s][cN][o][tN][m]`` (tree_attention_mgpu.parse_config);
+``triton`` is the engine's Triton kernel at its tuned tiles. Writes mgpu.json under --out, and with
+two prefixes or more mgpu_prefix.png (bench.plots.mgpu_prefix) beside it; prints the fastest exact
+config per T last (``--pick OUT/mgpu.json`` prints it for an earlier run), the candidate for
+tree_attention_mgpu's config tables once a round A/B confirms it.
 """
 from __future__ import annotations
 
@@ -24,12 +26,12 @@ import jax
 import jax.numpy as jnp
 
 from bench.bench_kernels import int_list, make_case, rel_err, trace_chain
+from bench.plots import MGPU_HEADS
 from ddtree_jax.kernels import attention
 from ddtree_jax.kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
 from ddtree_jax.kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
 
-
-HEADS = (32, 8, 128)     # Qwen3-8B: query heads, kv heads, head dim
+HEADS = MGPU_HEADS  # Qwen3-8B: query heads, kv heads, head dim
 
 
 def timed_case(t: int, prefix: int, batch: int = 1):
@@ -44,6 +46,19 @@ def parse_config(text: str) -> MgpuConfig | None:
     return None if text == "triton" else mgpu_parse_config(text)
 
 
+def fastest(rows: list[dict]) -> dict[int, str]:
+    """The fastest Mosaic GPU config per T (by busy_us) among the exact ones (rel_err < 2e-2, no
+    NaN); a T where none ran is left out."""
+    best: dict[int, tuple[float, str]] = {}
+    for r in rows:
+        if r.get("config") == "triton" or "busy_us" not in r or r.get("nan") or r.get("rel_err", 1) >= 2e-2:
+            continue
+        t, us = r["t"], r["busy_us"]
+        if t not in best or us < best[t][0]:
+            best[t] = (us, r["config"])
+    return {t: cfg for t, (_, cfg) in sorted(best.items())}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_mgpu", description=__doc__.splitlines()[0])
     ap.add_argument("--ts", default="72,264", type=int_list)
@@ -54,7 +69,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="batch rows (the exactness case's rows get "
                     "lengths 3 apart)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--pick", default=None, metavar="MGPU_JSON",
+                    help="print the fastest exact config per T of an earlier run's mgpu.json, and run nothing")
     args = ap.parse_args(argv)
+    if args.pick:
+        with open(args.pick) as f:
+            print(json.dumps(fastest(json.load(f))))
+        return 0
     if args.batch < 1:
         ap.error(f"--batch must be >= 1 (got {args.batch})")
     bad = [t for t in args.ts if t % 8]
@@ -96,6 +117,7 @@ def main(argv=None) -> int:
     if args.out and len(args.prefixes) > 1:
         from bench.plots import mgpu_prefix
         print(f"[bench_mgpu] plot: {mgpu_prefix(rows, os.path.join(args.out, 'mgpu_prefix.png'))}")
+    print(f"[bench_mgpu] fastest exact config per T: {json.dumps(fastest(rows))}")
     return 0
 
 

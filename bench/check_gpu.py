@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         # T = 264 / 1032: DDTree-256 / -1024 verifies padded to 8 rows, which "auto" gives the Mosaic
         # GPU kernel on Hopper (ddtree_jax/kernels/tree_attention_mgpu.py); --impl auto checks that path
         # T = 16 over 5 keys: the drafter's block on a short prompt, where 7 of the Mosaic GPU
-        # kernel's 8 key shares (its T = 16 default since session 31) see no key
+        # kernel's 8 key shares (its T = 16 default) see no key
         cases = [(1, 0), (1, 600), (1, 8192), (16, 5), (16, 600), (65, 600), (65, 8192), (257, 1000), (264, 1000),
                  (264, 4001), (1032, 600)]
     cfg = TargetConfig(family="qwen3", rms_eps=1e-6, qk_norm=True, qkv_bias=False, rope=RopeConfig(theta=1e6),

@@ -22,6 +22,7 @@ mgpu_prefix.png            (bench.bench_mgpu's mgpu.json) device us a call again
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -204,11 +205,15 @@ def round_latency(rl: dict, path):
     return _save(fig, path)
 
 
+def time_us(r: dict) -> float:
+    """The figure a bench_gemm row is ranked by: its device time per call where traced, else its wall."""
+    d = r.get("device_us")
+    return d if d is not None and math.isfinite(d) else r["wall_us"]
+
+
 def gemm_bandwidth(result: dict, path):
     """bench_gemm's rows: achieved weight-read TB/s per shape, XLA's dot against the best kernel
     config, one panel per row count, with the HBM copy rates as reference lines."""
-    from bench.bench_gemm import time_us
-
     rows = result["rows"]
     ms = sorted({r["m"] for r in rows}, key=lambda m: (m != 65, -m))  # the DDTree-64 verify first
     fig, axes = _panels(len(ms) or 1, f"skinny matmuls, weight read rate ({result.get('device', '?')})")
@@ -240,15 +245,16 @@ def is_mgpu_rows(data) -> bool:
             and all(isinstance(r, dict) and {"t", "prefix", "config"} <= set(r) for r in data))
 
 
+MGPU_HEADS = (32, 8, 128)  # bench_mgpu's shape (Qwen3-8B): query heads, kv heads, head dim
+
+
 def mgpu_prefix(rows: list, path, itemsize: int = 2, tb_s: float = 3.3):
     """bench_mgpu's rows: device us a call (busy) against the prefix, a line per config (failed
     rows left out), one panel per T, with the bytes floor of reading the prefix's K and V once
     (bench_mgpu's heads; at tb_s TB/s)."""
-    from bench.bench_mgpu import HEADS
-
     ts = sorted({r["t"] for r in rows})
     fig, axes = _panels(len(ts), "verify attention alone: device time against the committed prefix")
-    _, hkv, dh = HEADS
+    _, hkv, dh = MGPU_HEADS
     for ax, t in zip(axes, ts):
         mine = [r for r in rows if r["t"] == t]
         prefixes = sorted({r["prefix"] for r in mine})

@@ -731,12 +731,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.perf_counter()
     args = build_parser().parse_args(argv)
     v = validate(args)
-    from ddtree_jax.kernels import check_tuned_tables
-
-    try:
-        check_tuned_tables()  # a bad $DDTREE_*_TABLE now, not when the first row compiles
-    except ValueError as e:
-        raise UserError(str(e)) from None
     deadline = None if args.time_limit is None else t_start + args.time_limit - FINISH_RESERVE_S
 
     from bench import prompts as P

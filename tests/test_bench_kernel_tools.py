@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 import json
-import math
-import sys
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from bench import bench_kernels as bk
-from bench import profile_round as pr
 
 
 def _args(s):
@@ -29,17 +25,14 @@ def test_check_gpu_smoke(capsys):
     assert "T=   5 prefix=   21" in out and "T=  16 prefix=   21" in out and "(ok, tol" in out
 
 
-def test_check_gpu_smoke_mosaic_interpret(capsys, monkeypatch):
+def test_check_gpu_smoke_mosaic_interpret(capsys):
     """The Mosaic GPU kernel (interpret mode) inside target.forward, fed by the model's own cache
     and tree mask, against XLA; the T it cannot take (not a multiple of 8) are skipped by name.
 
     T = 16 runs its default config (8 key-split CTAs and the merge kernel). The interpreter runs
-    each warpgroup as a nested CPU computation, which deadlocked inside the forward on 2 cores
-    until conftest (and check_gpu) called prepare_cpu_for_interpret."""
+    each warpgroup as a nested CPU computation, which deadlocks inside the forward on 2 cores
+    unless the process calls prepare_cpu_for_interpret first (conftest and check_gpu do)."""
     from bench.check_gpu import main
-    from ddtree_jax.kernels import tree_attention_mgpu as mgpu
-
-    monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
 
     assert main(["--impl", "mosaic_interpret", "--layers", "1", "--small"]) == 0
     out = capsys.readouterr().out
@@ -80,42 +73,6 @@ def test_trace_chain_reports_device_time_per_call():
     assert list(tr["kernels_us"].values()) == sorted(tr["kernels_us"].values(), reverse=True)
 
 
-def test_probe_prefetch_smoke(tmp_path):
-    """bench.probe_prefetch --small runs every row (the side-stream annotation is ignored on CPU)."""
-    from bench import probe_prefetch
-
-    assert probe_prefetch.main(["--small", "--fracs", "0.5", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "probe_prefetch.json").read_text())["us_per_layer"]
-    assert {"o_cold", "o_warm", "attn+o_cold", "attn+o_cold_pfside1", "attn+o_cold_pfmain1",
-            "attn+down_cold", "attn+down_cold_pfside0.5"} <= set(rows)
-    assert all(v > 0 for v in rows.values())
-
-
-def test_probe_read_floor_reads_every_key_once(tmp_path):
-    """probe_read_floor's read kernel (interpret mode) sums each chunk's keys of K and V exactly
-    once, plus the batch row's seed (what keeps a chain's calls from being merged); a cache that
-    does not cut into whole blocks and a malformed config are refused; the --small run times the
-    decode attention and every config that fits."""
-    from bench import probe_read_floor as prf
-
-    rng = np.random.default_rng(0)
-    k = jnp.asarray(rng.standard_normal((2, 3, 256, 16)), jnp.bfloat16)
-    v = jnp.asarray(rng.standard_normal((2, 3, 256, 16)), jnp.bfloat16)
-    seed = jnp.asarray([0.5, -2.0], jnp.float32)
-    got = prf.read_cache(seed, k, v, chunks=2, block_k=32, warps=4, stages=2, interpret=True)
-    want = (k.astype(jnp.float32) + v.astype(jnp.float32)).reshape(2, 3, 2, 128, 16).sum(axis=3)
-    want = want + seed[:, None, None, None]
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-4)
-    with pytest.raises(ValueError, match="whole 64-key blocks"):
-        prf.read_cache(seed, k, v, chunks=3, block_k=64, warps=4, stages=2, interpret=True)
-    with pytest.raises(ValueError, match="CHUNKSxBLOCK_K"):
-        prf.parse_config("32x64")
-    assert prf.main(["--small", "--prefixes", "256", "--configs", "2x64w4s2,3x64w4s2", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "read_floor.json").read_text())["rows"]
-    assert [r["config"] for r in rows] == ["attention (default)", "2x64w4s2"]   # 3 x 64 keys do not cut 256
-    assert all(r["wall_us"] > 0 and "error" not in r for r in rows)
-
-
 def test_mgpu_prefix_plot_from_a_bench_mgpu_json(tmp_path):
     """bench_mgpu's mgpu.json (a list of rows) draws mgpu_prefix.png: a line per config, failed
     rows (no busy_us) left out, one panel per T."""
@@ -148,32 +105,6 @@ def test_bench_gemm_smoke_and_table(tmp_path):
     assert "other GPU" in written and len(written[res["device"]]) == 2 * len(bg.SMALL)
 
 
-def test_bench_gemm_split_partials_variant(tmp_path):
-    """split:PARTS: the product as float32 partials of one batched dot over K / PARTS columns
-    each, whose sum is the product; products with a prologue or int8 weights are refused."""
-    from bench import bench_gemm as bg
-
-    x = jax.random.normal(jax.random.key(0), (5, 96), jnp.float32)
-    w = jax.random.normal(jax.random.key(1), (96, 40), jnp.float32)
-    for parts in (2, 3, 4):
-        p = bg.split_parts(x, w, parts)
-        assert p.shape == (parts, 5, 40) and p.dtype == jnp.float32
-        np.testing.assert_allclose(np.asarray(p[1]), np.asarray(x[:, 96 // parts:2 * 96 // parts]
-                                                                 @ w[96 // parts:2 * 96 // parts]), rtol=1e-5)
-        np.testing.assert_allclose(np.asarray(p.sum(0)), np.asarray(x @ w), rtol=2e-5, atol=2e-5)
-    with pytest.raises(ValueError, match="does not divide"):
-        bg.split_parts(x, w, 5)
-    assert bg.parse_variant("split:4:xla_gpu_experimental_force_split_k=1") == (
-        "split", (4, {"xla_gpu_experimental_force_split_k": 1}))
-    with pytest.raises(SystemExit, match="PARTS >= 2"):
-        bg.parse_variant("split:1")
-    assert bg.main(["--small", "--rows", "16", "--variants", "xla,split:2", "--reps", "1", "--out", str(tmp_path)]) == 0
-    res = json.loads((tmp_path / "bench_gemm.json").read_text())
-    plain = {s for s in bg.SMALL if not bg.prologue_of(s) and not s.endswith("_int8")}
-    assert {r["shape"] for r in res["rows"] if r["variant"] == "split:2"} == plain
-    assert all("split:PARTS takes plain bf16 products only" in e for e in res["errors"])
-
-
 def test_bench_gemm_table_rows(tmp_path):
     from bench import bench_gemm as bg
 
@@ -204,33 +135,10 @@ def test_bench_gemm_table_rows(tmp_path):
     assert len(json.loads(path.read_text())["GPU"]) == 2
 
 
-def test_attn_configs_specs_trees_and_smoke(tmp_path, capsys):
-    """bench.attn_configs: its config specs, its two tree kinds (ancestor-or-self masks in
-    topological order) and a CPU run in interpret mode that writes its JSON."""
-    from bench import attn_configs as ac
-
-    cfg = ac.parse_config("64x32w4s3n1b64k1", 257, 4, 64, 512, None)
-    assert (cfg.block_m, cfg.block_k, cfg.num_warps, cfg.num_stages, cfg.num_splits, cfg.block_new,
-            cfg.skip_empty) == (64, 32, 4, 3, 1, 64, True)
-    assert ac.parse_config("64x32w4s3", 257, 4, 64, 512, None).skip_empty is None
-    assert ac.parse_config("64x32w4s3k0", 257, 4, 64, 512, None).skip_empty is False
-    with pytest.raises(ValueError, match="BMxBKwWARPSsSTAGES"):
-        ac.parse_config("64x32", 257, 4, 64, 512, None)
-    assert ac.parse_configs("257=table,64x64w4s3;65=table") == {257: ["table", "64x64w4s3"], 65: ["table"]}
-    with pytest.raises(ValueError, match="T=SPEC"):
-        ac.parse_configs("x=table")
-    for kind in ("ddtree", "random"):
-        m = ac.tree_masks(kind, 33, 2, seed=0, sigma=3.0)
-        assert m.shape == (2, 33, 33) and m[:, :, 0].all() and (np.diagonal(m, axis1=1, axis2=2)).all()
-        assert not np.triu(m, 1).any()          # ancestors come first
-    assert ac.main(["--small", "--ts", "17", "--prefix", "24", "--heads", "4,2,64", "--trees", "ddtree",
-                    "--configs", "17=table,16x16w4s2n1b16k1", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "attn_configs.json").read_text())["rows"]
-    assert [r["config"] for r in rows] == ["table", "16x16w4s2n1b16k1"] and all(r["err"] < 1e-5 for r in rows)
-
-
-def test_pick_mgpu_takes_the_fastest_exact_config_per_t():
-    from bench.pick_mgpu import pick
+def test_bench_mgpu_picks_the_fastest_exact_config_per_t(tmp_path, capsys):
+    """bench_mgpu's pick: per T the fastest Mosaic GPU config by busy_us among the exact ones (no
+    NaN, rel_err < 2e-2); --pick prints it for an earlier run's mgpu.json."""
+    from bench.bench_mgpu import fastest, main
     rows = [dict(t=72, config="triton", busy_us=1.0, rel_err=0.0, nan=False),            # not a Mosaic config
             dict(t=72, config="64x3w1", busy_us=11.7, rel_err=3e-3, nan=False),
             dict(t=72, config="64x4w2k", busy_us=9.8, rel_err=3e-3, nan=False),
@@ -238,8 +146,12 @@ def test_pick_mgpu_takes_the_fastest_exact_config_per_t():
             dict(t=264, config="64x3w2", busy_us=18.9, rel_err=2e-3, nan=True),         # NaN: not picked
             dict(t=264, config="128x2w1", error="ValueError: ..."),
             dict(t=264, config="64x3w1", busy_us=26.1, rel_err=2e-3, nan=False)]
-    assert pick(rows) == "72:64x4w2k,264:64x3w1"
-    assert pick([]) == ""
+    assert fastest(rows) == {72: "64x4w2k", 264: "64x3w1"}
+    assert fastest([]) == {}
+    src = tmp_path / "mgpu.json"
+    src.write_text(json.dumps(rows))
+    assert main(["--pick", str(src)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"72": "64x4w2k", "264": "64x3w1"}
 
 
 def test_profile_mgpu_summary_of_an_in_kernel_trace():
@@ -318,9 +230,8 @@ def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
         return real(fn, args, **kw)
 
     monkeypatch.setattr(bk, "time_chain", spy)
-    monkeypatch.setattr(sys, "argv", ["bench_kernels", "--small", "--no-sweep", "--no-correctness",
-                                      "--no-xla", "--prefixes", "64", "--out", str(tmp_path)])
-    bk.main()
+    assert bk.main(["--small", "--no-sweep", "--no-correctness", "--no-xla", "--prefixes", "64",
+                    "--out", str(tmp_path)]) == 0
     table = json.loads((tmp_path / "bench_kernels.json").read_text())["table"]
     assert [(r["t"], r["engine_rows"], r["engine_impl"]) for r in table] == [(1, 8, "xla"), (9, 16, "xla")]
     for r in table:

@@ -25,13 +25,12 @@ def arrays(rng, n, bt, hkv, s, t, dh, cache_dtype, new_dtype):
     (9, 1, 1, 128, 65, 17, 64, jnp.float32, jnp.float32, 0),       # a program per array
     (9, 2, 1, 48, 9, 5, 16, jnp.float32, jnp.float32, 4),          # arrays 0, 4, 8 in one program
 ])
-def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype, groups, monkeypatch):
-    monkeypatch.setattr(cw, "GROUPS", groups)
+def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype, groups):
     rng = np.random.default_rng(n * 100 + t)
     caches, news = arrays(rng, n, bt, hkv, s, t, dh, cache_dtype, new_dtype)
     start = jnp.asarray(rng.integers(0, s - p + 1, size=bt), jnp.int32)
     rows = jnp.asarray(rng.integers(0, t, size=(bt, p)), jnp.int32)
-    got = cw.write_cache_rows(caches, news, start, rows, impl="pallas_interpret")
+    got = cw.write_cache_rows(caches, news, start, rows, impl="pallas_interpret", groups=groups)
     want = cw.write_cache_rows_reference(caches, news, start, rows)
     for g, w, c in zip(got, want, caches):
         assert g.dtype == c.dtype and g.shape == c.shape
@@ -45,9 +44,8 @@ def test_kernel_matches_xla(n, bt, hkv, s, t, p, dh, cache_dtype, new_dtype, gro
 
 
 @pytest.mark.parametrize("groups", [0, 2])
-def test_stacked_new_arrays(groups, monkeypatch):
+def test_stacked_new_arrays(groups):
     """One stacked [Bt, T, n, Hkv, Dh] array (array j at [:, :, j]) writes what the list does."""
-    monkeypatch.setattr(cw, "GROUPS", groups)
     rng = np.random.default_rng(5)
     caches, news = arrays(rng, 6, 2, 2, 32, 7, 16, jnp.bfloat16, jnp.float32)
     start = jnp.array([0, 25], jnp.int32)
@@ -55,7 +53,7 @@ def test_stacked_new_arrays(groups, monkeypatch):
     stacked = jnp.stack(news, axis=2)
     want = cw.write_cache_rows_reference(caches, news, start, rows)
     for impl in ("pallas_interpret", "xla"):
-        got = cw.write_cache_rows(caches, stacked, start, rows, impl=impl)
+        got = cw.write_cache_rows(caches, stacked, start, rows, impl=impl, groups=groups)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
     with pytest.raises(ValueError, match=r"stacked new arrays must be \[Bt, T, 6, Hkv, Dh\]"):
@@ -99,10 +97,9 @@ def assert_writes(got, caches, want):
 
 
 @pytest.mark.parametrize("cache_dtype,groups", [(jnp.bfloat16, 0), (jnp.float32, 2)])
-def test_stacked_caches(cache_dtype, groups, monkeypatch):
+def test_stacked_caches(cache_dtype, groups):
     """Two stacked caches [L=3, Bt, Hkv, S, Dh] (K's then V's: 6 slots), new arrays as a list and
     stacked [Bt, T, 6, Hkv, Dh]: the kernel, XLA's path and numpy agree bit for bit."""
-    monkeypatch.setattr(cw, "GROUPS", groups)
     rng = np.random.default_rng(7 + groups)
     bt, hkv, s, t, p, dh = 2, 2, 40, 9, 5, 16
     caches = [jnp.asarray(rng.standard_normal((3, bt, hkv, s, dh)), cache_dtype) for _ in range(2)]
@@ -112,16 +109,19 @@ def test_stacked_caches(cache_dtype, groups, monkeypatch):
     want = numpy_write(caches, news, start, rows)
     for given in (news, jnp.stack(news, axis=2)):
         assert_writes(cw.write_cache_rows_reference(caches, given, start, rows), caches, want)
-        assert_writes(cw.write_cache_rows(caches, given, start, rows, impl="pallas_interpret"), caches, want)
+        assert_writes(cw.write_cache_rows(caches, given, start, rows, impl="pallas_interpret", groups=groups),
+                      caches, want)
     with pytest.raises(ValueError, match="6 cache layers but 5 new arrays"):
         cw.write_cache_rows(caches, news[:5], start, rows)
+    with pytest.raises(ValueError, match="groups=-1"):
+        cw.write_cache_rows(caches, news, start, rows, impl="pallas_interpret", groups=-1)
 
 
 @pytest.mark.parametrize("with_rows", [True, False])
 def test_xla_path_writes_a_stacked_cache_in_one_scatter(with_rows):
     """XLA's path writes all layers of a stacked cache with one scatter, the layer axis inside the
     window: a layer index would be a constant a layer, and XLA compiles such writes once a layer
-    (session 35: the 8B prefill's 72 writes). Prompt writes (rows None) too, also at the last
+    (the 8B prefill's 72 writes). Prompt writes (rows None) too, also at the last
     rows a window can reach."""
     sds = jax.ShapeDtypeStruct
     caches = [sds((36, 2, 4, 64, 16), jnp.bfloat16)] * 2

@@ -346,14 +346,14 @@ def test_split_heuristic():
 
 
 def test_float32_keeps_small_tiles():
-    """float32 (IEEE dots) never gets the 128x128 two-warpgroup tiles of large bf16 trees."""
+    """float32 (TF32x3 dots) never gets the 128x128 two-warpgroup tiles of large bf16 trees."""
     assert default_config(257, 4, 128).block_m == 128
     for t in (17, 65, 257, 1025):
         cfg = default_config(t, 2, 64, itemsize=4)
         assert (cfg.block_m, cfg.block_k, cfg.num_warps) == (64, 64, 4)
     # Dh = 128 float32 on 3 stages asked for 262144 bytes of shared memory against an H100's /
-    # H200's 232448 (session 40, on the device); 2 stages compiled and ran. Decode in float32:
-    # 32-key blocks on 2 stages (its bf16 tiles were 8x slower in float32 there).
+    # H200's 232448; 2 stages compiled and ran. Decode in float32: 32-key blocks on 2 stages (its
+    # bf16 tiles were 8x slower in float32).
     for t in (16, 65, 257):
         assert default_config(t, 4, 128, itemsize=4).num_stages == 2
         assert default_config(t, 4, 64, itemsize=4).num_stages == 3
@@ -374,50 +374,56 @@ def test_default_splits_for_an_8b_layer(t, s, splits):
 
 @pytest.mark.parametrize("s,width", [(512, 128), (1024, 64), (4096, 32), (32768, 16)])
 def test_decode_merge_width_for_an_8b_layer(s, width):
-    """Decode's merge takes 2048 elements a program (session 40: 1.5 against 2.4 us at 512 keys,
-    a tie from 4k): columns of a kv head's 512 per program, by the parts padded to a power of 2."""
+    """Decode's merge takes 2048 elements a program (1.5 against 4096's 2.4 us at 512 keys, a tie
+    from 4k): columns of a kv head's 512 per program, by the parts padded to a power of 2."""
     assert launch_plan(1, 1, 8, 4, 128, s, default_config(1, 4, 128)).merge_width == width
 
 
-def test_tuned_table_overrides_the_default_tiles(tmp_path, monkeypatch):
-    """An entry of $DDTREE_ATTENTION_TABLE for this device kind replaces the fields it names (the
-    rest stay default_config's), only for its T range, G, head dim and itemsize; a malformed
-    entry is a one-line error naming the file."""
+def test_tuned_table_overrides_the_default_tiles(tmp_path):
+    """An entry of a tile table for this device kind replaces the fields it names (the rest stay
+    default_config's), only for its T range, G, head dim and itemsize; a table read from a file
+    is checked, a malformed entry or a missing file a one-line error naming the file."""
     from ddtree_jax.kernels import tree_attention as ta
     table = {"NVIDIA H200": [{"t": [60, 70], "g": 4, "dh": 128, "config": {"num_splits": 1, "block_m": 32}}],
              "other": [{"t": [1, 9999], "g": 4, "dh": 128, "config": {"block_k": 16}}]}
     path = tmp_path / "attn.json"
     path.write_text(json.dumps(table))
-    monkeypatch.setenv(ta.TABLE_ENV, str(path))
-    cfg = ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200")
+    read = ta.attention_table(path)
+    assert read == table
+
+    def tuned(*a, **k):
+        return ta.tuned_attention_config(*a, **k, table=read)
+
+    cfg = tuned(65, 4, 128, device_kind="NVIDIA H200")
     assert cfg == dataclasses.replace(default_config(65, 4, 128), num_splits=1, block_m=32)
-    assert ta.tuned_attention_config(71, 4, 128, device_kind="NVIDIA H200") is None      # T range
-    assert ta.tuned_attention_config(65, 8, 128, device_kind="NVIDIA H200") is None      # G
-    assert ta.tuned_attention_config(65, 4, 128, 4, device_kind="NVIDIA H200") is None   # float32
-    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA A100") is None      # kind
+    assert tuned(71, 4, 128, device_kind="NVIDIA H200") is None      # T range
+    assert tuned(65, 8, 128, device_kind="NVIDIA H200") is None      # G
+    assert tuned(65, 4, 128, 4, device_kind="NVIDIA H200") is None   # float32
+    assert tuned(65, 4, 128, device_kind="NVIDIA A100") is None      # kind
     # an entry with a cache-capacity range applies only inside it; the next entry may then match
     table["NVIDIA H200"].insert(0, {"t": [65, 65], "g": 4, "dh": 128, "s": [0, 4096],
                                     "config": {"num_stages": 4}})
-    monkeypatch.setenv(ta.TABLE_ENV, str(tmp_path / "attn2.json"))
     (tmp_path / "attn2.json").write_text(json.dumps(table))
-    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200", s=4096).num_stages == 4
-    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200", s=8192).block_m == 32
-    assert ta.tuned_attention_config(65, 4, 128, device_kind="NVIDIA H200").num_stages == 4  # s unknown
-    # the shipped table parses, and its entries are KernelConfigs
-    monkeypatch.delenv(ta.TABLE_ENV)
+    read = ta.attention_table(tmp_path / "attn2.json")
+    assert tuned(65, 4, 128, device_kind="NVIDIA H200", s=4096).num_stages == 4
+    assert tuned(65, 4, 128, device_kind="NVIDIA H200", s=8192).block_m == 32
+    assert tuned(65, 4, 128, device_kind="NVIDIA H200").num_stages == 4  # s unknown
+    # the shipped table (the default) parses, and its entries are KernelConfigs
+    assert ta.attention_table() == json.loads(ta.TABLE_PATH.read_text())
     for kind, entries in json.loads(ta.TABLE_PATH.read_text()).items():
         for e in entries:
             assert isinstance(ta.tuned_attention_config(e["t"][0], e["g"], e["dh"], e.get("itemsize", 2),
                                                         device_kind=kind), KernelConfig)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"NVIDIA H200": [{"t": [1, 2], "g": 4, "dh": 128, "config": {"block_q": 8}}]}))
-    monkeypatch.setenv(ta.TABLE_ENV, str(bad))
-    with pytest.raises(ValueError, match="block_q.*needs t"):
-        ta.tuned_attention_config(1, 4, 128, device_kind="NVIDIA H200")
+    with pytest.raises(ValueError, match="bad.json.*block_q.*needs t"):
+        ta.attention_table(bad)
+    bad = tmp_path / "bad2.json"
     bad.write_text(json.dumps({"NVIDIA H200": [{"t": [1, 2], "g": 4, "dh": 128, "s": [9, 1], "config": {}}]}))
-    monkeypatch.setenv(ta.TABLE_ENV, str(bad))
     with pytest.raises(ValueError, match=r"s = \[9, 1\].*lo <= hi"):
-        ta.tuned_attention_config(1, 4, 128, device_kind="NVIDIA H200")
+        ta.attention_table(bad)
+    with pytest.raises(ValueError, match="typo.json does not exist"):
+        ta.attention_table(tmp_path / "typo.json")
 
 
 def _verified_triton_modules(monkeypatch):
@@ -447,19 +453,15 @@ def _verified_triton_modules(monkeypatch):
     return modules
 
 
-@pytest.mark.parametrize("t,s,g,window,dh,dtype,dot", [
-    (1, 200, 4, False, 128, jnp.bfloat16, None), (1, 4096, 4, True, 128, jnp.bfloat16, None),
-    (65, 4096, 4, False, 128, jnp.bfloat16, None), (257, 1024, 4, False, 128, jnp.bfloat16, None),
-    (9, 0, 3, False, 128, jnp.bfloat16, None), (16, 700, 1, True, 128, jnp.bfloat16, None),
-    # the shipped pair's verify at budget 256, its decode and DDTree-64 verify, float32, under
-    # both product algorithms ($DDTREE_F32_ATTENTION_DOT)
-    (257, 1024, 2, False, 64, jnp.float32, None), (1, 512, 2, False, 64, jnp.float32, "tf32x3"),
-    (65, 512, 2, False, 64, jnp.float32, "tf32x3"), (1, 512, 2, False, 64, jnp.float32, "ieee"),
-    (65, 512, 2, False, 64, jnp.float32, "ieee")])
-def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype, dot):
+@pytest.mark.parametrize("t,s,g,window,dh,dtype", [
+    (1, 200, 4, False, 128, jnp.bfloat16), (1, 4096, 4, True, 128, jnp.bfloat16),
+    (65, 4096, 4, False, 128, jnp.bfloat16), (257, 1024, 4, False, 128, jnp.bfloat16),
+    (9, 0, 3, False, 128, jnp.bfloat16), (16, 700, 1, True, 128, jnp.bfloat16),
+    # the shipped pair's verify at budget 256, its decode and DDTree-64 verify, float32 (TF32x3)
+    (257, 1024, 2, False, 64, jnp.float32), (1, 512, 2, False, 64, jnp.float32),
+    (65, 512, 2, False, 64, jnp.float32)])
+def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype):
     """The GPU path lowers (Triton dialect, CUDA) and every module verifies, on a CPU machine."""
-    if dot is not None:
-        monkeypatch.setenv("DDTREE_F32_ATTENTION_DOT", dot)
     modules = _verified_triton_modules(monkeypatch)
     hkv = 2
     sds = jax.ShapeDtypeStruct
@@ -478,20 +480,13 @@ def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype, dot):
         assert module.operation.verify()
 
 
-def test_float32_products_take_tf32x3_on_the_compiled_path(monkeypatch):
-    """The Triton kernel's float32 products: three TF32 passes by default on the compiled path
-    (IEEE float32 ran on FMA units, 4.5x slower rounds: session 37), IEEE on request, HIGHEST in
-    interpret mode; bf16 unaffected; a bad knob is a one-line error."""
-    from ddtree_jax.kernels.tree_attention import F32_DOT_ENV, _kernel_precision
-    monkeypatch.delenv(F32_DOT_ENV, raising=False)
+def test_float32_products_take_tf32x3_on_the_compiled_path():
+    """The Triton kernel's float32 products: three TF32 passes on the compiled path (IEEE float32
+    runs on the FMA units: 4.5x slower rounds), HIGHEST in interpret mode; bf16 unaffected."""
+    from ddtree_jax.kernels.tree_attention import _kernel_precision
     assert _kernel_precision(jnp.float32, False) == lax.DotAlgorithmPreset.TF32_TF32_F32_X3
     assert _kernel_precision(jnp.float32, True) == lax.Precision.HIGHEST
     assert _kernel_precision(jnp.bfloat16, False) == lax.Precision.DEFAULT
-    monkeypatch.setenv(F32_DOT_ENV, "ieee")
-    assert _kernel_precision(jnp.float32, False) == lax.Precision.HIGHEST
-    monkeypatch.setenv(F32_DOT_ENV, "tf32")
-    with pytest.raises(ValueError, match="choose one of"):
-        _kernel_precision(jnp.float32, False)
 
 
 def test_impl_selection():

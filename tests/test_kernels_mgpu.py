@@ -216,50 +216,35 @@ def test_cuda_lowering_of_a_stacked_cache(t, cfg):
     assert "mosaic_gpu" in txt
 
 
-def test_settings_from_the_environment(monkeypatch):
-    monkeypatch.delenv(mgpu.RANGE_ENV, raising=False)
-    monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
-    assert mgpu.auto_t_range() == mgpu.AUTO_T_RANGE
-    assert mgpu.config_for(1000) == mgpu.AUTO_CONFIGS.get(None, MgpuConfig())
-    monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
-    assert mgpu.auto_t_range() == (64, 1032)
-    monkeypatch.setenv(mgpu.RANGE_ENV, "off")
-    assert mgpu.auto_t_range() is None
-    monkeypatch.setenv(mgpu.RANGE_ENV, "9-3")
-    with pytest.raises(ValueError, match="DDTREE_MGPU_ATTENTION.*LO-HI"):
-        mgpu.auto_t_range()
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "128x2w1")
-    assert mgpu.config_for(72) == MgpuConfig(block_k=128, stages=2, compute_wgs=1)
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1, 64x3w2")
-    assert mgpu.config_for(72) == MgpuConfig(64, 4, 1) and mgpu.config_for(264) == MgpuConfig(64, 3, 2)
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w1")
-    assert mgpu.config_for(264) == MgpuConfig()
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2kc2,64x3w2s")
-    assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True, key_splits=2)
-    assert mgpu.config_for(264) == MgpuConfig(64, 3, 2, skip_empty=True)
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "64x4w2kso")
-    assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, overlap=True)
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "72:64x4w2kc3m")
-    assert mgpu.config_for(72) == MgpuConfig(64, 4, 2, split_keys=True, key_splits=3, merge_kernel=True)
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "264:64x4w2kst16,64x3w2so")
-    assert mgpu.config_for(264) == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, tail_splits=16)
-    assert mgpu.config_for(256).tail_splits == 1
-    monkeypatch.setenv(mgpu.CONFIG_ENV, "fast")
-    with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
-        mgpu.config_for(72)
+def test_configs_by_t_and_config_specs():
+    """config_for: a T without an entry takes AUTO_CONFIGS[None]; parse_config spells configs as
+    the bench tools name them; a malformed spec is a one-line error."""
+    assert mgpu.config_for(1000) == mgpu.AUTO_CONFIGS[None]
+    assert mgpu.config_for(72, grid=(3, 8, 4), sms=132) == mgpu.AUTO_CONFIGS[72]   # no one-wave fit
+    pc = mgpu.parse_config
+    assert pc("128x2w1") == MgpuConfig(block_k=128, stages=2, compute_wgs=1)
+    assert pc(" 64x3w2 ") == MgpuConfig(64, 3, 2)
+    assert pc("64x4w2kc2") == MgpuConfig(64, 4, 2, split_keys=True, key_splits=2)
+    assert pc("64x3w2s") == MgpuConfig(64, 3, 2, skip_empty=True)
+    assert pc("64x4w2kso") == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, overlap=True)
+    assert pc("64x4w2kc3m") == MgpuConfig(64, 4, 2, split_keys=True, key_splits=3, merge_kernel=True)
+    assert pc("64x4w2kst16") == MgpuConfig(64, 4, 2, split_keys=True, skip_empty=True, tail_splits=16)
+    assert pc("64x3w2so") == mgpu.AUTO_CONFIGS[None]
+    for bad in ("fast", "64x3", "72:64x3w2"):
+        with pytest.raises(ValueError, match="BKxSTAGESwWGS"):
+            pc(bad)
 
 
 def test_auto_dispatch_and_verify_rows(monkeypatch):
-    """"auto" takes the kernel only on compute capability 9.0, for T in the configured range;
-    verify_rows pads T to 8 exactly then (and leaves it alone elsewhere, e.g. on this CPU)."""
+    """"auto" takes the kernel only on compute capability 9.0, for T in AUTO_T_RANGE and where a
+    fitted config applies; verify_rows pads T to 8 exactly then (and leaves it alone elsewhere,
+    e.g. on this CPU)."""
     class Dev:
         platform, compute_capability, device_kind, core_count = "gpu", "9.0", "NVIDIA H200", 132
 
     # The default range: DDTree-248 to -255 (249-256 rows) pad to 256, which runs the one-wave
     # config while its grid fits the SMs (batch 1 on the 8B heads: 128 CTAs; batch 2: 256, so the
     # two-blocks-a-CTA default); 248 rows stay on Triton.
-    monkeypatch.delenv(mgpu.RANGE_ENV, raising=False)
-    monkeypatch.delenv(mgpu.CONFIG_ENV, raising=False)
     assert mgpu.row_multiple(250, 32, 8, 128, jnp.bfloat16, Dev()) == 8
     assert mgpu.row_multiple(248, 32, 8, 128, jnp.bfloat16, Dev()) == 1
     sds = jax.ShapeDtypeStruct
@@ -282,14 +267,14 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     # SMs at batch 1, nor with 64 rows (no entry for T = 64).
     c72 = mgpu.ONE_WAVE_CONFIGS[72]
     assert auto_cfg(1, 72, long_seq) == auto_cfg(1, 72, 640) == c72 and c72.key_splits == 3
-    # its shares merged by split_merge's kernel where jax has Pallas Triton (session 31)
+    # its shares merged by split_merge's kernel where jax has Pallas Triton
     assert c72.merge_kernel == (split_merge.pltriton is not None)
     assert mgpu.grid_ctas(72, 1, 8, 4, c72) == 120
     assert auto_cfg(2, 72, long_seq) == auto_cfg(2, 72, 8192) == c72 == mgpu.LONG_CACHE_CONFIGS[72][0]
     assert auto_cfg(2, 72, long_seq - 128) is None and auto_cfg(3, 72, 8192) is None
     assert auto_cfg(1, 64, 8192) is None
     # T = 16 (the drafter's block): 8 key shares, 64 CTAs a batch row; batches 1-2 fit one wave,
-    # batch 3 (192) does not (session 31)
+    # batch 3 (192) does not
     c16 = mgpu.ONE_WAVE_CONFIGS[16]
     assert c16.key_splits == 8 and c16.merge_kernel == (split_merge.pltriton is not None)
     assert mgpu.grid_ctas(16, 1, 8, 4, c16) == 64
@@ -309,20 +294,18 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
     assert mgpu.config_for(256) == mgpu.ONE_WAVE_CONFIGS[256]          # grid unknown: taken
-    monkeypatch.setenv(mgpu.RANGE_ENV, "256-1032")   # a set range rules alone: no T = 72
-    assert auto_cfg(1, 72, 8192) is None and auto_cfg(1, 264, 8192) == one
-    monkeypatch.setenv(mgpu.RANGE_ENV, "64-1032")
-    assert mgpu.wanted(264, Dev()) and not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
+    assert auto_cfg(1, 264, 8192) == one
+    assert mgpu.AUTO_T_RANGE == (256, 1032)
+    assert mgpu.wanted(264, Dev()) and mgpu.wanted(1032, Dev()) and not mgpu.wanted(72, Dev())
+    assert not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
     Dev.compute_capability = "10.0"
     assert not mgpu.wanted(264, Dev())
     Dev.compute_capability = "9.0"
     assert mgpu.row_multiple(257, 32, 8, 128, jnp.bfloat16, Dev()) == 8
     assert mgpu.row_multiple(257, 32, 8, 128, jnp.float32, Dev()) == 1       # fp32: Triton's
     assert mgpu.row_multiple(257, 32, 2, 128, jnp.bfloat16, Dev()) == 1      # G = 16
-    monkeypatch.setenv(mgpu.RANGE_ENV, "off")
-    assert mgpu.row_multiple(257, 32, 8, 128, jnp.bfloat16, Dev()) == 1
+    assert mgpu.row_multiple(1040, 32, 8, 128, jnp.bfloat16, Dev()) == 1     # above the range
     # On this machine (no GPU) the engine never pads.
-    monkeypatch.setenv(mgpu.RANGE_ENV, "8-1032")
     if jax.default_backend() == "cpu":
         assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 257
     calls = []

@@ -344,48 +344,59 @@ def test_engine_with_the_kernel_is_lossless():
     assert [r.token_ids for r in gen.generate_ids(prompts, max_new_tokens=24)] == want
 
 
-def test_tuned_table(tmp_path, monkeypatch):
-    """impl="auto" and "pallas" read the measured configs per device kind, shape and row range."""
+def test_tuned_table(tmp_path):
+    """A table (read from its file and checked) gives the measured configs per device kind, shape
+    and row range; an unreadable or missing file is a one-line error naming it."""
     table = {"NVIDIA H200": [
         {"k": 4096, "n": 6144, "rows": [17, 128], "config": [64, 128, 4, 4, 2], "us": 14.0, "xla_us": 20.0},
         {"k": 4096, "n": 6144, "rows": [1, 1], "config": [32, 256, 4, 3, 1], "us": 12.0, "xla_us": 12.5}]}
     path = tmp_path / "t.json"
     path.write_text(__import__("json").dumps(table))
-    monkeypatch.setenv(mm.TABLE_ENV, str(path))
-    assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200") == mm.MatmulConfig(64, 128, 4, 4, 2)
-    assert mm.tuned_config(1, 4096, 6144, "NVIDIA H200") == mm.MatmulConfig(32, 256, 4, 3, 1)
-    assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None       # rows not measured
-    assert mm.tuned_config(65, 4096, 4096, "NVIDIA H200") is None       # shape not measured
-    assert mm.tuned_config(65, 4096, 6144, "NVIDIA A100") is None       # another GPU
-    assert mm.tuned_config(65, 4096, 6144) is None                      # this CPU
-    assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200", prologue="swiglu") is None  # another kernel
-    path.write_text("{not json")
-    mm.read_device_table.cache_clear()
-    with pytest.raises(ValueError, match="unreadable matmul table"):
-        mm.tuned_config(65, 4096, 6144, "NVIDIA H200")
-    mm.read_device_table.cache_clear()
+    read = mm.matmul_table(path)
+
+    def tuned(*a, **k):
+        return mm.tuned_config(*a, **k, table=read)
+
+    assert tuned(65, 4096, 6144, "NVIDIA H200") == mm.MatmulConfig(64, 128, 4, 4, 2)
+    assert tuned(1, 4096, 6144, "NVIDIA H200") == mm.MatmulConfig(32, 256, 4, 3, 1)
+    assert tuned(16, 4096, 6144, "NVIDIA H200") is None       # rows not measured
+    assert tuned(65, 4096, 4096, "NVIDIA H200") is None       # shape not measured
+    assert tuned(65, 4096, 6144, "NVIDIA A100") is None       # another GPU
+    assert tuned(65, 4096, 6144) is None                      # this CPU
+    assert tuned(65, 4096, 6144, "NVIDIA H200", prologue="swiglu") is None  # another kernel
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable matmul table .*bad.json"):
+        mm.matmul_table(bad)
+    with pytest.raises(ValueError, match="typo.json does not exist"):
+        mm.matmul_table(tmp_path / "typo.json")
+    bad = tmp_path / "bad2.json"
+    bad.write_text(__import__("json").dumps({"NVIDIA H200": [{"k": 1, "n": 1, "rows": [1, 1]}]}))
+    with pytest.raises(ValueError, match="bad2.json.*MatmulConfig"):
+        mm.matmul_table(bad)
 
 
-def test_table_entries_for_compile_options(tmp_path, monkeypatch):
+def test_table_entries_for_compile_options(monkeypatch):
     """An entry naming xla_options applies only inside compiled_with those options (nested
     contexts add up); the engine traces a round's stages in its executable's options."""
     split1 = {"xla_gpu_experimental_force_split_k": 1}
     table = {"NVIDIA H200": [
         {"k": 4096, "n": 6144, "rows": [16, 16], "config": [64, 128, 4, 4, 2], "us": 16.0, "xla_us": 21.0,
          "xla_options": split1}]}
-    path = tmp_path / "t.json"
-    path.write_text(__import__("json").dumps(table))
-    monkeypatch.setenv(mm.TABLE_ENV, str(path))
+
+    def tuned(m):
+        return mm.tuned_config(m, 4096, 6144, "NVIDIA H200", table=table)
+
     want = mm.MatmulConfig(64, 128, 4, 4, 2)
-    assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None
+    assert tuned(16) is None
     with mm.compiled_with({"xla_gpu_experimental_force_split_k": 2}):
-        assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None       # another value
+        assert tuned(16) is None       # another value
     with mm.compiled_with(split1):
-        assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") == want
+        assert tuned(16) == want
         with mm.compiled_with({"xla_gpu_enable_pdl": True}):                 # adds to the outer one
-            assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") == want
-        assert mm.tuned_config(65, 4096, 6144, "NVIDIA H200") is None       # rows
-    assert mm.tuned_config(16, 4096, 6144, "NVIDIA H200") is None           # context closed
+            assert tuned(16) == want
+        assert tuned(65) is None       # rows
+    assert tuned(16) is None           # context closed
 
     # what the engine's stages see: the options of their executable
     from ddtree_jax import engine
@@ -401,13 +412,13 @@ def test_table_entries_for_compile_options(tmp_path, monkeypatch):
     for budget in (64, 16):
         engine.verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=None, spec=engine.DecodeSpec(budget=budget, drafter="oracle"))
     assert seen == [split1, {}]
-    mm.read_device_table.cache_clear()
 
 
 def test_shipped_table_is_valid():
     """Every entry of the shipped table is a config the kernel takes for its shape and rows."""
     import json
     table = json.loads(mm.TABLE_PATH.read_text())
+    assert mm.matmul_table() == table        # the default: the shipped table, its entries checked
     for kind, entries in table.items():
         for e in entries:
             lo, hi = e["rows"]

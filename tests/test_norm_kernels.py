@@ -81,41 +81,6 @@ def test_norms_match_xla(rows, hidden, dtype):
     assert_close(y1, y1_ref, dtype, "rms_norm")
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("parts,shape", [(2, (257, 96)), (4, (2, 3, 32)), (2, (1, 4096)), (8, (5, 48))])
-def test_add_rms_norm_sums_split_k_partials(parts, shape, dtype):
-    """delta as float32 split-K partials [P, ...]: both paths add their sum rounded to x's dtype
-    (what XLA's reduce after its own split-K GEMM writes), so s is x + that; y as the plain add +
-    norm of it. Exactly (for two float32 partials; more sum in another order), except the
-    bfloat16 kernel in interpret mode: XLA runs its body as one
-    fusion and elides the sum's rounding (excess precision, see the module doc), a bfloat16 ulp
-    of s or of the sum apart; Triton rounds where the kernel says. Shapes that are not float32 partials of x's
-    shape are a one-line error."""
-    rng = np.random.default_rng(parts * 11 + len(shape))
-    x = rand(rng, shape, dtype, 3.0)
-    d = rand(rng, (parts, *shape), jnp.float32)
-    w = rand(rng, (shape[-1],), jnp.float32)
-    delta = d.sum(0).astype(dtype)
-    for impl in ("pallas_interpret", "xla"):
-        s, y = norms.add_rms_norm(x, d, w, EPS, impl=impl)
-        s_ref, y_ref = norms.add_rms_norm(x, delta, w, EPS, impl=impl)
-        assert s.dtype == y.dtype == dtype and s.shape == y.shape == x.shape
-        if dtype == jnp.bfloat16 and impl == "pallas_interpret":
-            big = np.maximum(np.abs(np.asarray(s_ref, np.float32)), np.abs(np.asarray(delta, np.float32)))
-            ulp = 2.0 ** (np.floor(np.log2(big + 1e-30)) - 7)  # of the sum's rounding or of s's
-            assert np.all(np.abs(np.asarray(s, np.float32) - np.asarray(s_ref, np.float32)) <= ulp)
-        elif parts == 2 or dtype == jnp.bfloat16:
-            np.testing.assert_array_equal(np.asarray(s, np.float32), np.asarray(s_ref, np.float32))
-        else:  # more than two float32 partials: the kernel's summation order is not XLA's
-            np.testing.assert_allclose(np.asarray(s), np.asarray(s_ref), rtol=1e-6, atol=1e-6)
-        assert_close(y, y_ref, dtype, impl)
-    for bad in (d[:, :-1], d.astype(jnp.bfloat16)):
-        with pytest.raises(ValueError, match="float32 partials"):
-            norms.add_rms_norm(x, bad, w, EPS, impl="xla")
-    with pytest.raises(ValueError, match="3 partials"):  # the Triton kernel's tiles are powers of two
-        norms.add_rms_norm(x, jnp.concatenate([d[:1]] * 3), w, EPS, impl="pallas_interpret")
-
-
 def test_norm_leading_dims_and_xla_path_is_the_models_math():
     rng = np.random.default_rng(0)
     x, d = rand(rng, (2, 5, 48), jnp.bfloat16), rand(rng, (2, 5, 48), jnp.bfloat16)
@@ -124,6 +89,9 @@ def test_norm_leading_dims_and_xla_path_is_the_models_math():
     s, y = norms.add_rms_norm(x, d, w, EPS, impl="pallas_interpret")
     assert s.shape == y.shape == x.shape
     assert_close(y, layers_rms_norm(x + d, w, EPS), jnp.bfloat16)
+    for bad in (d[:, :-1], d[None]):
+        with pytest.raises(ValueError, match="must have the same shape"):
+            norms.add_rms_norm(x, bad, w, EPS, impl="xla")
 
 
 # ----------------------------------------------------------------------------- q/k norm + RoPE
@@ -205,18 +173,16 @@ def test_norms_read_one_layer_of_stacked_weights(dtype):
     """layer given: w is every layer's weight stacked [L, H] and the kernel reads row layer, a
     Python int or a traced int32 (one compiled kernel for every layer), or w is a StackedRow (the
     models' form). The other rows are NaN: the kernels' results are the one-layer call's bit for
-    bit (plain delta and split-K partials), the XLA path's within the tolerances above. A traced
-    layer past the end reads the last row, as XLA's dynamic index does."""
+    bit, the XLA path's within the tolerances above. A traced layer past the end reads the last
+    row, as XLA's dynamic index does."""
     rng = np.random.default_rng(5)
     x = rand(rng, (5, 96), dtype, 3.0)   # H = 96: the kernel's rows and weight padded to 128
     d = rand(rng, (5, 96), dtype)
-    parts = rand(rng, (2, 5, 96), jnp.float32)
     w = rand(rng, (96,), jnp.float32)
 
     def calls(w, layer, impl):
         kw = dict(impl=impl, layer=layer)
-        return (norms.rms_norm(x, w, EPS, **kw), norms.add_rms_norm(x, d, w, EPS, **kw),
-                norms.add_rms_norm(x, parts, w, EPS, **kw))
+        return norms.rms_norm(x, w, EPS, **kw), norms.add_rms_norm(x, d, w, EPS, **kw)
 
     @jax.jit
     def run(ws, w1, layer):
@@ -279,7 +245,7 @@ def test_stacked_weights_bad_inputs():
             with pytest.raises(ValueError, match=f"layer {layer} is out of range for 3 stacked norm weights"):
                 norms.rms_norm(x, w, EPS, impl=impl, layer=layer)
             with pytest.raises(ValueError, match="out of range"):
-                norms.add_rms_norm(x, x[None], w, EPS, impl=impl, layer=layer)
+                norms.add_rms_norm(x, x, w, EPS, impl=impl, layer=layer)
         qkv, cos, sin, qw, kw = qk_inputs(0, 2, 1, 16, 3, jnp.float32)
         kw_args = dict(num_heads=2, num_kv_heads=1, head_dim=16, eps=EPS, impl=impl)
         with pytest.raises(ValueError, match="the q norm weight must be"):
@@ -332,10 +298,6 @@ def test_triton_lowering_one_kernel_each():
         x = sds((1, t, h), bf)
         assert triton_calls(lambda a, b, w: norms.add_rms_norm(a, b, w, EPS, impl="pallas"), x, x, sds((h,), bf)) == 1
         assert triton_calls(lambda a, w: norms.rms_norm(a, w, EPS, impl="pallas"), x, sds((h,), bf)) == 1
-    for t, p in [(264, 2), (1032, 4), (5, 8)]:  # split-K partials: the o / down products of a verify
-        x = sds((1, t, 4096), bf)
-        assert triton_calls(lambda a, b, w: norms.add_rms_norm(a, b, w, EPS, impl="pallas"), x,
-                            sds((p, 1, t, 4096), f32), sds((4096,), bf)) == 1
     for hq, hkv, dh, t in [(32, 8, 128, 1), (32, 8, 128, 257), (40, 8, 128, 3), (0, 8, 128, 16), (4, 2, 16, 65)]:
         tab = sds((1, t, dh), f32)
         w = sds((dh,), bf)
@@ -365,8 +327,6 @@ def test_triton_lowering_stacked_weights_traced_layer(monkeypatch):
         x, w = sds((1, t, h), bf), sds((36, h), bf)
         check(lambda a, w, i: norms.rms_norm(a, w, EPS, impl="pallas", layer=i), x, w)
         check(lambda a, b, w, i: norms.add_rms_norm(a, b, w, EPS, impl="pallas", layer=i), x, x, w)
-        check(lambda a, b, w, i: norms.add_rms_norm(a, b, w, EPS, impl="pallas", layer=i), x,
-              sds((2, 1, t, h), f32), w)
     w = sds((36, 128), bf)
     for hq, hkv, t in [(32, 8, 1), (32, 8, 17), (0, 8, 16)]:
         tab = sds((1, t, 128), f32)
@@ -433,35 +393,6 @@ def test_target_forward_pallas_interpret_matches_xla(qk_norm):
                                norm_impl="pallas_interpret"))
     assert sorted(names) == sorted(["ddtree_rms_norm"] + ["ddtree_qk_norm_rope", "ddtree_add_rms_norm",
                                                           "ddtree_add_rms_norm"] * tc.num_layers)
-
-
-@pytest.mark.parametrize("norm_impl", ["xla", "pallas_interpret"])
-def test_target_forward_with_split_k_partials(norm_impl, monkeypatch):
-    """$DDTREE_SPLIT_K: for forwards over the rows it names, the o and down products come as
-    float32 split-K partials and the add + norm kernels after them sum them. Same forward as
-    without (float32); rows outside the range, or a product whose inputs the parts do not divide,
-    keep the plain products; a malformed value is a one-line error."""
-    tc, tp, _, _ = tiny_models()
-    tokens, pos, cache, cache_len, mask = forward_inputs(tc, 3, [4, 19])
-    bt, t = tokens.shape
-
-    def run():
-        return tmodel.forward(tp, tc, tokens, pos, cache, cache_len, mask, taps=(0, 1), attn_impl="xla",
-                              norm_impl=norm_impl)
-
-    want = run()
-    for spec, parts in (("10-10:2", 2), ("1-64:4", 4), ("11-20:2", 1), ("10-10:128", 1)):
-        monkeypatch.setenv(tmodel.SPLIT_K_ENV, spec)
-        assert tmodel._split_parts(tp, (bt, t, tc.hidden_size), "xla") == parts, spec
-        for a, b in zip(jax.tree_util.tree_leaves(run()), jax.tree_util.tree_leaves(want)):
-            assert_close(a, b, jnp.float32, spec)
-    monkeypatch.setenv(tmodel.SPLIT_K_ENV, "10-10:2")
-    jaxpr = str(jax.make_jaxpr(run)())
-    assert jaxpr.count("preferred_element_type=float32") >= 2 * tc.num_layers  # o and down as partials
-    for bad in ("2", "a-b:2", "1-9:0", "1-9:3"):
-        monkeypatch.setenv(tmodel.SPLIT_K_ENV, bad)
-        with pytest.raises(ValueError, match="DDTREE_SPLIT_K"):
-            run()
 
 
 def test_drafter_pallas_interpret_matches_xla():

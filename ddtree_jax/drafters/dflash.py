@@ -54,13 +54,14 @@ def fuse_params(dparams: dict, *, stack: bool = True) -> dict:
     """The inference layout: per layer q/k/v fused into "qkv" (the noise block's one product and
     one q/k-norm + RoPE kernel) and gate/up into "gate_up"; at the top, "ctx_kv" [H, L * 2 * Hkv *
     Dh], every layer's [k | v] side by side (its biases as "ctx_kv_bias"): the context features'
-    K/V of all layers in one product and one norm fusion (`extend_cache`). The k/v weights are stored twice (in "qkv" and "ctx_kv"): 2 x L x H x
-    2 x Hkv x Dh more bytes of weights (84 MB for the 8B-shaped drafter), none more read a round.
+    K/V of all layers in one product and one norm fusion (`extend_cache`). The k/v weights are
+    stored twice (in "qkv" and "ctx_kv"): 2 x L x H x 2 x Hkv x Dh more bytes of weights (84 MB for
+    the 8B-shaped drafter), none more read a round.
 
-    Why (H200 profiles of DDTree-64, sessions 10-12): with q and k/v apart, XLA merged the two
-    products and then cut the result into two copies for the two norm kernels (2 slices + 2
-    kernels a layer); the commit ran 5 k/v products (one per layer, 7-8 us for 16.8 MB each, or
-    30 us for four merged by XLA) and 5 slices + 5 norm kernels.
+    Why (H200 profiles of DDTree-64): with q and k/v apart, XLA merged the two products and then
+    cut the result into two copies for the two norm kernels (2 slices + 2 kernels a layer); the
+    commit ran 5 k/v products (one per layer, 7-8 us for 16.8 MB each, or 30 us for four merged
+    by XLA) and 5 slices + 5 norm kernels.
 
     The norm weights are stacked (layers.stack_norms) unless `stack` is False (where only XLA
     reads them: layers.stacks_norms_for)."""

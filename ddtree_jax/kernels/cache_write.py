@@ -3,7 +3,7 @@
 Why: the commit of a round writes the accepted path's K and V (at most D + 1 rows) into each
 layer's cache: 72 arrays for the Qwen3-8B target. XLA makes one small in-place kernel of each
 (a gather of the path rows fused into a dynamic-update-slice, ~1.5 us apiece on an H200, 74-84
-cache-write kernels a round in session 2's profile). Here one ``pallas_call`` takes all arrays,
+cache-write kernels a round). Here one ``pallas_call`` takes all arrays,
 aliases every cache to its output (nothing is copied: only the new rows are stored) and moves
 the rows of all of them: a program per (batch row, kv head, layer), or per group of layers. The
 caches may be stacked (every layer in one array: two buffers a call instead of 72, ~7.7 us of host
@@ -18,14 +18,13 @@ every layer from one product); row ``start[b] + p`` of batch row b in slot j get
 entry ``rows[b, p]`` (p < P), cast to the cache dtype. The caches come back in the shapes given.
 Writes reaching past S are outside the contract (the engine sizes its caches so that it never
 makes them; XLA's path would move them back to fit, the kernel drops them). ``impl="auto"`` is the
-kernel on NVIDIA GPUs with a Triton lowering (measured on the H200, session 6: DDTree-64's 8B round
-7.90 -> 7.25 ms, XLA's dots; bench/RESULTS.md) and XLA's path elsewhere.
+kernel on NVIDIA GPUs with a Triton lowering (on the H200 DDTree-64's 8B round went from 7.90 to
+7.25 ms) and XLA's path elsewhere.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -38,23 +37,6 @@ __all__ = ["write_cache_rows", "write_cache_rows_reference", "resolve_impl", "MA
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 64      # path rows a program holds in one [rows, Dh] tile
-
-
-def _groups_setting() -> int:
-    text = os.environ.get("DDTREE_CACHE_WRITE_GROUPS", "0")
-    if not text.isdigit():
-        raise ValueError(f"DDTREE_CACHE_WRITE_GROUPS={text!r}: give a whole number (0: a program per layer)")
-    return int(text)
-
-
-# Programs per (batch row, kv head), each moving every GROUPS-th slot (0: one program per slot).
-# A program's slots go one after the other (a gather, then a store: latency-bound), so fewer
-# slots a program means more copies in flight. Session 6 shipped 8 (untimed); the H200 profiles
-# since (sessions 10-12, DDTree-64) show the target's write at 11.4-11.7 us a round for 72 arrays
-# of 16 rows (2.4 MB), 9 arrays a program; with one array a program 2.8 us (session 16's profile,
-# 576 programs of one warp; bench/RESULTS.md).
-# DDTREE_CACHE_WRITE_GROUPS=N in the environment sets it (for A/B timings).
-GROUPS = _groups_setting()
 
 
 def _stacked5(cache: jax.Array) -> jax.Array:
@@ -72,8 +54,8 @@ def _write_cache(cache: jax.Array, news: jax.Array, start: jax.Array, rows: jax.
     [L, Hkv, P, Dh] window a batch row, at (0, b, 0, start[b], 0), into the big array itself.
     news: [Bt, T, L, Hkv, Dh], the cache's layers' new arrays. The layer axis is part of the
     window, never an index: an index would be a constant a layer, and XLA compiles each layer's
-    write (a fusion with its own constants) as a kernel of its own (session 35: 72 scatters in the
-    8B prefill, ~2x XLA:CPU's compile at 36 layers), where the per-layer arrays' identical writes
+    write (a fusion with its own constants) as a kernel of its own (72 scatters in the 8B
+    prefill, ~2x XLA:CPU's compile at 36 layers), where the per-layer arrays' identical writes
     were compiled once. A scatter, not vmap's dynamic-update-slice, which puts transposes around
     a cache batched on axis 1 (they would copy the whole cache). rows None: all of new's rows in
     order (a prompt; no gather, which XLA compiles slowly)."""
@@ -133,8 +115,11 @@ def _kernel(*refs, slots: tuple[tuple[int, int], ...], n_caches: int, p: int, gr
             lax.cond(g == j % groups, copy, lambda: None)
 
 
-def _write_pallas(caches, news, start, rows, *, interpret: bool):
-    """The kernel; caches: 4-D or 5-D as the callers gave them, returned in their shapes."""
+def _write_pallas(caches, news, start, rows, *, interpret: bool, groups: int = 0):
+    """The kernel; caches: 4-D or 5-D as the callers gave them, returned in their shapes.
+    groups: programs per (batch row, kv head), each moving every groups-th slot (0: one a slot,
+    the fastest: a program's slots go one after the other, a latency-bound gather and store each,
+    and the 8B target's write took 2.8 us a round at one slot a program against 11.4 at nine)."""
     shapes = [c.shape for c in caches]
     slots = tuple(_slots(caches))
     caches = [_stacked5(c) for c in caches]
@@ -144,7 +129,7 @@ def _write_pallas(caches, news, start, rows, *, interpret: bool):
     t = news[0].shape[1]
     p = rows.shape[1]
     n = len(slots)
-    groups = min(GROUPS, n) if GROUPS else n
+    groups = min(groups, n) if groups else n
     scalar = pl.BlockSpec((None,), lambda b, h, g: (b,))
     row_spec = pl.BlockSpec((None, p), lambda b, h, g: (b, 0))
     if stacked:
@@ -202,7 +187,7 @@ def resolve_impl(impl: str) -> str:
 
 
 def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array", start: jax.Array,
-                     rows: jax.Array | None, *, impl: str = "auto") -> list[jax.Array]:
+                     rows: jax.Array | None, *, impl: str = "auto", groups: int = 0) -> list[jax.Array]:
     """New caches with rows[b, p] of each slot's new array written at start[b] + p (see the
     module doc). caches: [Bt, Hkv, S, Dh] (one slot) or [L, Bt, Hkv, S, Dh] (L slots) each;
     news: one [Bt, T, Hkv, Dh] a slot, or [Bt, T, n_slots, Hkv, Dh]; start [Bt]; rows [Bt, P],
@@ -211,7 +196,8 @@ def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array
     impl: "auto" (resolve_impl: the kernel on NVIDIA GPUs) | "xla" | "pallas" (= "triton") |
     "pallas_interpret";
     the Pallas impls take XLA's path for what the kernel cannot take (more than MAX_ROWS rows,
-    layers of different shapes, odd head dims).
+    layers of different shapes, odd head dims). groups: the kernel's programs per (batch row, kv
+    head), each moving every groups-th slot; 0 (the default): one program a slot.
     """
     impl = resolve_impl(impl)
     for i, c in enumerate(caches):
@@ -229,4 +215,6 @@ def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array
         return write_cache_rows_reference(caches, news, start, rows)
     if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); use impl='xla'")
-    return _write_pallas(caches, news, start, kernel_rows, interpret=impl == "pallas_interpret")
+    if groups < 0:
+        raise ValueError(f"groups={groups}: give a whole number (0: a program per slot)")
+    return _write_pallas(caches, news, start, kernel_rows, interpret=impl == "pallas_interpret", groups=groups)

@@ -3,16 +3,16 @@
 Why: a verify pass multiplies 17-257 token rows by every weight matrix of the target, so each
 product is a read of the weight (memory-bound: 2 x rows FLOP per 2 weight bytes is far below an
 H200's ~200 FLOP/byte ridge). The libraries' kernels are built for large M: on the H200 cuBLAS
-read the 8B shape's q/k/v and o weights at 2.4-2.6 TB/s for 65 rows (bench/RESULTS.md, session
-2), against ~4.0 TB/s for one row. Here every program owns a column slab of ``w`` and all the
-rows of ``x`` (a power-of-two row tile, plus a 16-row tail tile for rows just above it; rows
-past M are masked, so padding moves no bytes), streams its slab through shared memory
-``block_k`` rows at a time (Triton's software pipeline, ``num_stages`` deep) and stores its
-output tile once: each weight byte is read exactly once. With ``split_k > 1`` the K range is cut
+read the 8B shape's q/k/v and o weights at 2.4-2.6 TB/s for 65 rows, against ~4.0 TB/s for one
+row. Here every program owns a column slab of ``w`` and all the rows of ``x`` (a power-of-two
+row tile, plus a 16-row tail tile for rows just above it; rows past M are masked, so padding
+moves no bytes), streams its slab through shared memory ``block_k`` rows at a time (Triton's
+software pipeline, ``num_stages`` deep) and stores its output tile once: each weight byte is
+read exactly once. With ``split_k > 1`` the K range is cut
 into parts whose float32 partials one XLA reduction adds (for narrow N, where column slabs alone
 give too few programs to keep HBM busy). ``swap_ab`` accumulates w_tile^T @ x_tile^T instead,
-so the weight tile fills the MMA's 64-row side and the few rows of x its narrow side (added in
-session 7, not yet timed on a GPU: `bench/sessions/gpu_next_s8a.sh` sweeps it).
+so the weight tile fills the MMA's 64-row side and the few rows of x its narrow side (a tile
+option for the tuned table; bench/bench_gemm.py sweeps it).
 
 What can ride along, so that a decoder layer needs fewer kernels: a prologue on x (``swiglu``:
 silu(gate) * up of a gate_up output; ``rmsnorm``: the RMSNorm of x, its per-row scale applied
@@ -28,11 +28,10 @@ the tests. ``impl="auto"`` takes the kernel only where it was measured faster th
 this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
 entries ``{k, n, prologue ("swiglu", "rmsnorm") and weight ("int8"), both absent for none,
 rows: [lo, hi], config: [MatmulConfig's fields in order], us, xla_us}``, written by
-``python -m bench.bench_gemm --write-table``), or the file named by ``$DDTREE_MATMUL_TABLE``.
-An entry may also name ``xla_options`` ({option: value}): it then applies only inside
-``compiled_with`` those options (an executable compiled with them, whose XLA dots they slow down:
-the split-K-1 round executables of ``ddtree_jax.engine.ROUND_XLA_OPTIONS``). Everything else is
-the XLA dot.
+``python -m bench.bench_gemm --write-table``; a tool passes another as ``table=``). An entry may
+also name ``xla_options`` ({option: value}): it then applies only inside ``compiled_with`` those
+options (an executable compiled with them, whose XLA dots they slow down: the split-K-1 round
+executables of ``ddtree_jax.engine.round_xla_options``). Everything else is the XLA dot.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from jax.experimental import pallas as pl
 
 from .attention_reference import _precision
 from .stacking import as_stack, check_layer, clamp_layer, layer_index, one_layer, split_row
-from .tables import read_device_table, table_path
+from .tables import read_device_table, table_file
 from .tree_attention import auto_impl
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
@@ -59,13 +58,12 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
-           "default_matmul_config", "matmul_plan", "tuned_config", "compiled_with"]
+           "default_matmul_config", "matmul_plan", "tuned_config", "matmul_table", "compiled_with"]
 
 _IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
 PROLOGUES = (None, "swiglu", "rmsnorm")
 TABLE_PATH = Path(__file__).with_name("matmul_configs.json")
-TABLE_ENV = "DDTREE_MATMUL_TABLE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,23 +147,24 @@ def _check_matmul_entry(path: str, kind: str, e) -> None:
                          "weight 'int8' and xla_options {option: value} optional); fix the entry")
 
 
-def matmul_table() -> dict:
-    """The skinny-matmul table in effect ($DDTREE_MATMUL_TABLE's file, else the shipped one),
-    every entry checked (once per file); ValueError names the file and what is wrong."""
-    path, named = table_path(TABLE_ENV, TABLE_PATH)
-    return read_device_table(path, "matmul", TABLE_ENV, named, _check_matmul_entry)
+def matmul_table(path: str | Path | None = None) -> dict:
+    """The skinny-matmul table at `path` (None: the shipped one, beside this file), every entry
+    checked (once per file); ValueError names the file and what is wrong."""
+    path, shipped = table_file(path, TABLE_PATH)
+    return read_device_table(path, "matmul", _check_matmul_entry, shipped)
 
 
-def tuned_config(m: int, k: int, n: int, device_kind: str | None = None,
-                 prologue: str | None = None, weight: str | None = None) -> MatmulConfig | None:
+def tuned_config(m: int, k: int, n: int, device_kind: str | None = None, prologue: str | None = None,
+                 weight: str | None = None, table: dict | None = None) -> MatmulConfig | None:
     """The measured-faster config for x [m, k] @ w [k, n] (with that prologue; weight "int8"
     for an Int8Weight) on this device kind, or None (XLA was as fast, or the shape was never
-    timed). Device kind: jax.devices()[0]'s by default. An entry with `xla_options` counts only
+    timed). Device kind: jax.devices()[0]'s by default. table: the shipped one by default (a
+    tool passes another, e.g. matmul_table(path)). An entry with `xla_options` counts only
     inside `compiled_with` options that include them all."""
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
     in_effect = dict(_COMPILED_WITH.get())
-    for e in matmul_table().get(device_kind, ()):
+    for e in (matmul_table() if table is None else table).get(device_kind, ()):
         lo, hi = e["rows"]
         needs = e.get("xla_options", {})
         if any(in_effect.get(name, object()) != value for name, value in needs.items()):

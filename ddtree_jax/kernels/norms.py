@@ -188,8 +188,7 @@ def _tail_mask(block: int, n: int, ndim: int):
 
 def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
     """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w[layer]. Refs are [BR, Hp]
-    tiles; delta's is [P, BR, Hp] for split-K partials (summed in float32 first); w's the whole
-    stack [L, Hp]; layer's a scalar."""
+    tiles; w's the whole stack [L, Hp]; layer's a scalar."""
     if residual:
         x_ref, d_ref, w_ref, layer_ref, s_ref, y_ref = refs
     else:
@@ -205,11 +204,7 @@ def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
     w = pltriton.load(w_row, mask=col_ok, other=None if col_ok is None else 0.0).astype(y_ref.dtype)
     x = pltriton.load(x_ref, mask=mask, other=fill).astype(y_ref.dtype)
     if residual:  # in the activation dtype, as x + delta
-        if len(d_ref.shape) == 3:  # the product's split-K partials: their sum, rounded as XLA's reduce does
-            d = pltriton.load(d_ref, mask=None if mask is None else mask[None], other=fill).sum(axis=0)
-        else:
-            d = pltriton.load(d_ref, mask=mask, other=fill)
-        x = x + d.astype(y_ref.dtype)
+        x = x + pltriton.load(d_ref, mask=mask, other=fill).astype(y_ref.dtype)
         pltriton.store(s_ref, x, mask=mask)
     x32 = x.astype(jnp.float32)
     ms = jnp.sum(x32 * x32, axis=1, keepdims=True) / hidden
@@ -226,22 +221,20 @@ def _norm_unsupported(x) -> str | None:
 
 
 def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool):
-    """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x, or [P, ...] partials;
-    w: the stacked weights [L, H], normalising with row layer (read at run time)."""
+    """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x; w: the stacked weights
+    [L, H], normalising with row layer (read at run time)."""
     h = x.shape[-1]
-    parts = delta is not None and delta.ndim == x.ndim + 1
-    dtype = x.dtype if delta is None or parts else jnp.result_type(x, delta)
+    dtype = x.dtype if delta is None else jnp.result_type(x, delta)
     x2 = x.reshape(-1, h)
     n = x2.shape[0]
     hp = _pow2_at_least(h)
-    # the partials' tile holds P rows of the others': fewer rows a program keep it as large
-    br = min(max(1, _TILE // (hp * (delta.shape[0] if parts else 1))), _pow2_at_least(n))
+    br = min(max(1, _TILE // hp), _pow2_at_least(n))
     row = pl.BlockSpec((br, hp), lambda i: (i, 0))    # wider than H: masked in the kernel
     specs = [row]
     ins = [x2]
     if delta is not None:
-        ins.append(delta.reshape(delta.shape[0], -1, h) if parts else delta.reshape(-1, h))
-        specs.append(pl.BlockSpec((delta.shape[0], br, hp), lambda i: (0, i, 0)) if parts else row)
+        ins.append(delta.reshape(-1, h))
+        specs.append(row)
     out_shape = jax.ShapeDtypeStruct((n, h), dtype)
     outs = pl.pallas_call(
         lambda *refs: _norm_kernel(*refs, n_rows=n, hidden=h, eps=eps,
@@ -278,22 +271,15 @@ def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
     """(s, rms_norm(s, w, eps)) with s = x + delta: a residual add and the norm after it.
 
     s is the new residual stream, added in the activation dtype as ``x + delta`` is; one kernel
-    on Pallas. delta may also be [P, ...x's shape] float32: a product's split-K partials
-    (layers.linear_partials), whose sum, rounded to x's dtype, is the delta; the kernel then
-    sums them as it loads them, in place of XLA's reduce kernel after its own split-K GEMMs.
-    layer: w is the stacked [L, H] and row ``layer`` the weight (or w a StackedRow), as in
-    :func:`rms_norm`.
+    on Pallas. layer: w is the stacked [L, H] and row ``layer`` the weight (or w a StackedRow),
+    as in :func:`rms_norm`.
     """
-    parts = delta.ndim == x.ndim + 1
-    if (delta.shape[1:] if parts else delta.shape) != x.shape or (parts and delta.dtype != jnp.float32):
-        raise ValueError(f"x {x.shape} and delta {delta.shape} {delta.dtype} must have the same shape, or delta "
-                         "be float32 partials [P, *x.shape]")
+    if delta.shape != x.shape:
+        raise ValueError(f"x {x.shape} and delta {delta.shape} must have the same shape")
     w, layer = _weight(w, layer, x.shape[-1], "norm")
-    n_parts = delta.shape[0] if parts else 1
-    impl = _resolve(impl, _norm_unsupported(x) or (
-        f"{n_parts} partials (a power of two, for the kernel's tiles)" if n_parts & (n_parts - 1) else None))
+    impl = _resolve(impl, _norm_unsupported(x))
     if impl == "xla":
-        return add_rms_norm_reference(x, delta.sum(0).astype(x.dtype) if parts else delta, w, eps, layer=layer)
+        return add_rms_norm_reference(x, delta, w, eps, layer=layer)
     layer, w = as_stack(layer, w)
     return _norm_pallas(x, delta, w, layer, eps, interpret=impl == "pallas_interpret")
 
@@ -321,8 +307,7 @@ def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
     cos1, cos2, sin1, sin2 = (table(r, p) for r in (cos_ref, sin_ref) for p in (lo, hi))
     # Every load first, then the math and the stores: the compiler does not move a load above
     # an earlier store (it has no alias information for the buffers), so part by part the three
-    # parts' load -> store latencies would add up (session 10's DDTree-64 profile: 3.6 us a call
-    # against add_rms_norm's 2.3; the reordering is untimed).
+    # parts' load -> store latencies would add up (3.6 us a call against add_rms_norm's 2.3).
     w_iter = iter(zip(w_refs, rows))
     loaded = []
     for (h0, nh, normed, roped), o_ref in zip(parts, out_refs):

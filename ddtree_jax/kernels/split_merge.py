@@ -3,22 +3,15 @@
 With ``key_splits`` (and the tail split's second launch) the Mosaic GPU kernel
 (tree_attention_mgpu.py) writes N partial outputs, each normalised over its share of the keys,
 and each row's log2-sum-exp2; ``tree_attention_mgpu.merge_splits`` combines them in XLA, which
-on the H200 makes two fusions: the weights' exponentials, then the weighted sum (session 29,
-s29d: 1.2 + 1.6 us a layer at DDTree-64's 72 rows, plus the gap between them). This kernel does
-both in one launch: each program takes a block of query heads of one token of one batch row,
-loads every share's log2-sum-exp2 for them (from the kernel's folded row order) and their
-partials ``[shares, heads, Dh]``, and stores the merged ``[heads, Dh]``. Selected by the config's ``m``
-(MgpuConfig.merge_kernel); a CPU path through ``interpret=True``.
-
-Session 29's first version lost on the H200 (session 30, s30a): 4.3 us a layer at T = 72 against
-XLA's 1.6 + 1.2 (at T = 264's tail split over 4096 keys, 60.0 us a call in all against 54.2: the
-kernel 7.1 us against XLA's 2.6 + 1.3), and DDTree-64 rounds 6.270 / 6.406 ms a call against
-6.220 / 6.214. It took 2048 columns a program (144 programs at T = 72) and gathered each share's
-log2-sum-exp2 once per column, 128 times per (token, head). This version (session 30) gathers it
-once per (token, head) and runs twice the programs (a block of 8 heads of 128 dims: 288 at T =
-72). Session 31 (s31b) timed it: 1.74 us at T = 72 against XLA's 1.58 + 1.19, so DDTree-64's
-default config (ONE_WAVE_CONFIGS[72]) takes it; at T = 264's tail split it still loses (1.88 us
-against XLA's 1.30 slice fusion; 54.8 us a call in all against 54.2), so the tail split keeps XLA's.
+on the H200 makes two fusions: the weights' exponentials, then the weighted sum (1.2 + 1.6 us a
+layer at DDTree-64's 72 rows, plus the gap between them). This kernel does both in one launch:
+each program takes a block of query heads of one token of one batch row, loads every share's
+log2-sum-exp2 for them once (from the kernel's folded row order) and their partials ``[shares,
+heads, Dh]``, and stores the merged ``[heads, Dh]``: 1.74 us at T = 72, so DDTree-64's default
+config (ONE_WAVE_CONFIGS[72]) takes it. At T = 264's tail split XLA's single slice fusion is
+faster (1.3 against 1.9 us), so that keeps XLA's. Selected by the config's ``m``
+(MgpuConfig.merge_kernel); a CPU path through ``interpret=True``. (A version that gathered the
+log2-sum-exp2 once per column, with half the programs, took 4.3 us.)
 """
 from __future__ import annotations
 

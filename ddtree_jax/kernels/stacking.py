@@ -2,11 +2,11 @@
 
 The engine keeps per-layer arrays that its kernels read one layer at a time (the KV caches:
 models.layers.KVCache) stacked along a leading layer axis: a jitted call spends host time on
-each buffer it takes (~7.7 us a donated one, ~2.7 us a weight, on the H200; bench/RESULTS.md
-session 33), so two arrays cost far less than two a layer. A kernel then takes the stacked
-array and the layer as an int32[1] input (`layer_index`), read at run time: one compiled kernel
-serves every layer of a forward (a static index would compile a kernel a layer), and no layer
-is sliced out (for a kernel operand, XLA would copy the slice).
+each buffer it takes (~7.7 us a donated one, ~2.7 us a weight, on the H200), so two arrays cost
+far less than two a layer. A kernel then takes the stacked array and the layer as an int32[1]
+input (`layer_index`), read at run time: one compiled kernel serves every layer of a forward (a
+static index would compile a kernel a layer), and no layer is sliced out (for a kernel operand,
+XLA would copy the slice).
 """
 from __future__ import annotations
 
@@ -79,8 +79,8 @@ def one_layer(stacked, layer=None) -> jax.Array:
     A static layer is read with a run-time index too, an int32 behind an optimization barrier:
     a constant index puts each layer's own constant into the fusion that reads the row, and XLA
     compiles such fusions once a layer, where identical ones (the per-layer weights' before
-    stacking) compile once. Session 35, a 36-layer round on XLA:CPU: 8.4 s of compilation with
-    constant rows of the stacked norms, 4.8 with the barrier (4.7 with per-layer weights). XLA
+    stacking) compile once: a 36-layer round on XLA:CPU took 8.4 s to compile with constant rows
+    of the stacked norms, 4.8 with the barrier (4.7 with per-layer weights). XLA
     may still drop the barrier and fold the index (XLA:CPU did in the prefill); the kernels take
     the layer as an input and never see this."""
     stacked, layer = split_row(stacked, layer)

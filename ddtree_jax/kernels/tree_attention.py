@@ -17,9 +17,8 @@ whole prefix read at 1k-4k keys. So the call is at most two kernels and no XLA o
   part of their own; each part writes a normalised float32 partial and its log-sum-exp, and
   ``ddtree_attention_merge`` (one program per batch row, kv head and column tile of the
   ``[rows, Dh]`` plane) combines all parts in one shot and stores the output: two kernels.
-  An in-kernel merge by the last program of a row block (an atomic ticket, one kernel) was
-  built and measured slower in session 10 (bench/RESULTS.md, "The merge inside the attention
-  kernel"), and removed in session 12.
+  (An in-kernel merge by the last program of a row block, through an atomic ticket, measured
+  slower than the second kernel.)
 
 Chunks are cut at run time from the traced ``[kv_start, cache_len)``, so a cache much larger than
 its prefix still spreads the real keys over all parts; the number of parts is static (from the
@@ -33,9 +32,9 @@ so at T = 65 the FLOP floor already exceeds the byte floor on an H200.
 
 On Hopper (compute capability 9.0) "auto" hands the verify of larger trees (padded T in
 tree_attention_mgpu.AUTO_T_RANGE, bf16), and DDTree-64's 72 rows and the drafter's 16 where that
-kernel's key split fits one wave (tree_attention_mgpu.takes), to the Mosaic GPU kernel in tree_attention_mgpu.py
-(TMA, wgmma, warp specialization), and verify_rows tells the engine to pad those verifies to a
-multiple of 8 rows.
+kernel's key split fits one wave (tree_attention_mgpu.takes), to the Mosaic GPU kernel in
+tree_attention_mgpu.py (TMA, wgmma, warp specialization), and verify_rows tells the engine to pad
+those verifies to a multiple of 8 rows.
 
 Backend: Pallas with the Triton lowering, selected explicitly through
 ``pallas.triton.CompilerParams`` (Mosaic GPU is the default lowering since jax 0.10; the
@@ -43,12 +42,12 @@ Triton lowering is deprecated in 0.11 but compiles and runs there). The same ``p
 run with ``interpret=True`` on CPU, which is how the tests run them; the tests also lower the
 GPU path for CUDA and verify its Triton modules, which needs no GPU (a ``jnp.where`` between two
 Python scalars, for one, lowers to constants of the predicate's type i1 and fails there).
-Measured figures: bench/bench_kernels.py, recorded in bench/RESULTS.md.
+Measured by bench/bench_kernels.py.
 
 Products: bf16 / f16 inputs on the tensor cores with float32 accumulation; float32 inputs
 (the engine's --dtype float32, for exact comparisons) as three TF32 tensor-core products a dot
-by default, not one IEEE product on the FMA units, which made the shipped pair's float32
-DDTree-64 round 4.5x slower (see F32_DOT_ENV). Interpret mode computes at HIGHEST.
+(TF32x3, near float32's accuracy), not one IEEE product on the FMA units, which made a float32
+DDTree-64 round 4.5x slower. Interpret mode computes at HIGHEST.
 
 Row tiles: the G*T folded rows are rounded up to a multiple of ``block_m`` (16..128). Padded
 rows repeat the last tree token (finite, never stored). T a multiple of 16 (B = 63, 255) wastes
@@ -61,7 +60,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from pathlib import Path
 
 import jax
@@ -72,7 +70,7 @@ from jax.experimental import pallas as pl
 from .attention_reference import _precision, attention_reference, check_attention_shapes
 from .stacking import as_stack, clamp_layer, layer_index
 from . import tree_attention_mgpu as mgpu
-from .tables import read_device_table, table_path
+from .tables import read_device_table, table_file
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton
@@ -81,9 +79,8 @@ except ImportError:  # pragma: no cover - depends on the installed jax
 
 __all__ = [
     "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
-    "takes_kernels", "F32_DOT_ENV", "F32_DOTS", "f32_dot",
-    "KernelConfig", "default_config", "tuned_attention_config", "launch_plan", "LaunchPlan",
-    "verify_rows",
+    "takes_kernels", "KernelConfig", "default_config", "tuned_attention_config", "attention_table",
+    "launch_plan", "LaunchPlan", "verify_rows",
 ]
 
 _LOG2E = math.log2(math.e)
@@ -98,14 +95,9 @@ _MAX_SPLITS = 255
 AUTO_MAX_NEW_TOKENS = 2048
 # Measured per-device tiles that beat default_config end to end (see tuned_attention_config).
 TABLE_PATH = Path(__file__).with_name("attention_configs.json")
-TABLE_ENV = "DDTREE_ATTENTION_TABLE"
-# verify_rows' override (bench only): pad every verify to this row multiple.
-PAD_ENV = "DDTREE_PAD_VERIFY"
-# skip_empty=None skips empty new-key steps from this many steps a call. Measured on the H200
-# (session 12, DDTree trees, prefix 512): at T = 1025 (9 steps of 128) the skip took the
-# DDTree-1024 round from 34.0 to 32.1 ms; at T = 257 (3 steps) it cost 0.12-0.24 ms a round
-# (the kernel alone 54.9 vs 47.6 us): a branch per step keeps the compiler from issuing the
-# step's gathers early, and late row blocks need every step anyway.
+# skip_empty=None skips empty new-key steps from this many steps a call: at 9 steps of 128 keys
+# (DDTree-1024) the skip saves 6 % of a round; at 3 it costs, since a branch per step keeps the
+# compiler from issuing the step's gathers early.
 SKIP_MIN_STEPS = 8
 
 
@@ -157,50 +149,24 @@ def _pow2_at_least(n: int, lo: int) -> int:
 
 
 def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
-    """Static tile choice from the folded row count M = G*T.
+    """Static tile choice from the folded row count M = G*T (tile sweeps of bench/bench_kernels.py,
+    Hq=32, Hkv=8, Dh=128, on H100 / H200).
 
-    From the tile sweeps on an H200 (bench/bench_kernels.py, jax 0.11.2, Hq=32, Hkv=8, Dh=128,
-    bf16, prefix 16k, 2026-11-29): decode (M <= 16) is memory-bound and liked 64-key blocks
-    with a 4-deep pipeline (41.7 us vs 44-57 us for the other tiles); M = 260 (T = 65) liked
-    64x64 tiles on one warpgroup (111-119 us vs 133-173); M = 1028 (T = 257) liked 128x128
-    tiles on two warpgroups (265 us vs 287-453).
-
-    Prefix chunks (min_chunk), from the split sweeps (session 4): decode with caches read from
-    HBM (not L2) was fastest with ~512-key chunks (16k: 31.7 us at 32 chunks vs 34-58 at
-    16-255; 32k: 53.9 at 64 vs 55-71; 4k: flat, 22.7-23.0 at 16-64); tree verify prefers few
-    chunks (4k: T=65 43.6 us at 4 vs 47 at 16 and 100 at 64; T=257 90.5 at 4 vs 144 / 203),
-    since every chunk adds a [rows, Dh] float32 partial to write and merge: 1024-key chunks.
-    Decode was re-swept by device time in session 14 (the chain's traced span; the wall time of
-    session 4 carried ~9 us a call of dispatch that hid the differences), us a call at 2 / 4 / 8
-    / 16 / 32 / 64 chunks: 1k 8.1 (4) / 6.9 (8) / 6.9 (16); 2k 11.0 / 8.5 / 8.8 / 7.0 at 4-32;
-    4k 11.5 / 11.9 / 9.3 / 10.9 at 8-64; 8k 17.3 / 16.1 / 13.8 / 15.3 at 8-64. So decode aims
-    at 32 chunks (256 programs for 8 kv heads) of 64 keys or more, and at most 512 keys a chunk
-    (16k: 32 chunks, 32k: 64, as before: 94 / 103 % of the bytes floor in session 13).
-    Session 38 moved decode from 4 warps and a 4-deep ring (128 KB of shared memory: one program
-    an SM) to 2 warps and 3 stages: device time a call (kernel + merge span, caches cold) on an
-    H100 over 4k / 8k / 16k / 32k keys 10.57-10.64 / 16.10-16.41 / 27.56-27.68 / 51.21-51.24 us
-    against 10.71-10.85 / 16.67-16.92 / 28.12-28.31 / 52.30-52.40 in interleaved pairs; on an
-    H200 9.12-9.13 / 12.71-12.77 / 21.33-21.43 us against 9.31-9.43 / 13.66-13.69 / 21.59-21.60
-    at 4k-16k, but 40.28-40.41 against 39.92-39.93 at 32k (left: 1 %, below what a round
-    resolves). 64 or 128 chunks on 1-2 stages were slower (H200, session 38).
-    Decode's merge takes 2048 elements a program (4096 before session 40): a short cache has few
-    parts (512 keys: 9, padded to 16), so 4096 gave each program 256 of the 512 columns of a kv
-    head and the merge 16-32 programs in all. Merge kernel us a call, 4096 against 2048
-    (gpu_next_s39b/s40c.sh, interleaved): H100 512 keys 2.42-2.45 / 1.52, 1k 2.87-2.89 /
-    1.73-1.74, 4k 1.89-1.92 / 1.89-1.90, 8k 1.96-2.00 / 2.00-2.01, 32k 2.56-2.64 / 2.61-2.66;
-    H200 512 keys 2.40 / 1.46, 2k 1.87 / 1.80. 1024 and 512 tied with 2048 at 512 keys.
-
-    float32 inputs (itemsize 4: TF32x3 products since session 37, twice the bytes per tile) keep the
-    64x64 tiles on one warpgroup for every M > 16: the 128x128 bf16 tiles would hold a [128, 128]
-    float32 score block plus twice-as-large operand tiles per thread. (Session 3's shipped pair,
-    float32, spent 8 ms a round in a 257-row verify through 4 small layers on those tiles; the
-    float32 tile sweep was gpu_next_s5b.sh, removed unrun.) At Dh = 128 those tiles ask for more
-    shared memory than an H100/H200 has on 3 stages (262144 bytes against 232448: session 40's
-    on-device correctness run, which first compiled float32 at Dh = 128), so they run on 2 there
-    (us a call over a 4k cache, warm, G = 4, H200, gpu_next_s40a.sh: T = 16 304, T = 65 514,
-    T = 257 1013; 1 stage 369 / 618 / 1025). float32 decode takes 32-key blocks on 2 stages: 53
-    us against 447 on the bf16 decode tiles (64 keys, 3 stages: 192 KB of float32 K/V ring, one
-    program an SM) at Dh = 128 (H200), 20.6 against 22.1 at Dh = 64 (H100, gpu_next_s40b.sh).
+    * Decode (M <= 16) is memory-bound: 64-key blocks on 2 warps and 3 stages (4 warps and a
+      4-deep ring, 128 KB of shared memory and so one program an SM, were 1-4 % slower), prefix
+      chunks of 64 to 512 keys aiming at 32 chunks for 8 kv heads (at or near the fastest in
+      device time from 1k to 32k keys), and 2048 merge elements a program (a short cache has few
+      parts: 4096 gave the merge too few programs, 2.4 against 1.5 us at 512 keys).
+    * Verify of a small tree (M < 512, T = 65: 260 rows) liked 64x64 tiles on one warpgroup; of a
+      large one (T = 257: 1028 rows) 128x128 tiles on two warpgroups. A tree verify prefers few
+      prefix chunks (every chunk adds a [rows, Dh] float32 partial to write and merge): chunks of
+      at least 1024 keys.
+    * float32 inputs (TF32x3 products, twice the bytes a tile) keep the 64x64 tiles for every
+      M > 16 (128x128 would hold a [128, 128] float32 score block plus twice-as-large operand
+      tiles a thread), on 2 stages at Dh = 128, where 3 need more shared memory than an H100 /
+      H200 SM has (262144 bytes against 232448). float32 decode takes 32-key blocks on 2 stages
+      (53 against 447 us on the bf16 decode tiles, whose 192 KB float32 ring allows one program
+      an SM).
     """
     m = t * g
     f32 = itemsize >= 4
@@ -226,31 +192,30 @@ def _check_attention_entry(path: str, kind: str, e) -> None:
                              f"it must be [lo, hi] with integers lo <= hi; fix the entry")
 
 
-def attention_table() -> dict:
-    """The attention tile table in effect ($DDTREE_ATTENTION_TABLE's file, else the shipped one),
-    every entry checked; ValueError names the file and what is wrong."""
-    path, named = table_path(TABLE_ENV, TABLE_PATH)
-    return read_device_table(path, "attention", TABLE_ENV, named, _check_attention_entry)
+def attention_table(path: str | Path | None = None) -> dict:
+    """The attention tile table at `path` (None: the shipped one, beside this file), every entry
+    checked; ValueError names the file and what is wrong."""
+    path, shipped = table_file(path, TABLE_PATH)
+    return read_device_table(path, "attention", _check_attention_entry, shipped)
 
 
-def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2,
-                           device_kind: str | None = None, s: int | None = None) -> KernelConfig | None:
+def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2, device_kind: str | None = None,
+                           s: int | None = None, table: dict | None = None) -> KernelConfig | None:
     """The tiles measured faster than :func:`default_config` for T new tokens, G query heads per
     kv head, head dim dh and a cache of capacity s (None: any) on this device kind, or None.
 
-    The table (``attention_configs.json`` beside this file, or the file named by
-    ``$DDTREE_ATTENTION_TABLE``) maps a device kind to entries ``{t: [lo, hi], g, dh, itemsize
-    (default 2), s: [lo, hi] (optional: the cache capacities it was measured for), config:
-    {KernelConfig fields}}``; fields an entry leaves out come from default_config; the first
-    matching entry wins. The capacity bound exists because a tile's prefix-part count (a
+    The table (default: the shipped ``attention_configs.json`` beside this file; a tool passes
+    another as `table`, e.g. ``attention_table(path)``) maps a device kind to entries ``{t: [lo,
+    hi], g, dh, itemsize (default 2), s: [lo, hi] (optional: the cache capacities it was measured
+    for), config: {KernelConfig fields}}``; fields an entry leaves out come from default_config;
+    the first matching entry wins. The capacity bound exists because a tile's prefix-part count (a
     `num_splits` of 1, say) that wins at a short cache serialises a long one. An entry goes in
-    only when a round run with it beat the default end to end (bench/RESULTS.md): a kernel sweep
-    alone, with its caches cold and nothing around it, has ranked tiles differently from the
-    round.
+    only when a round run with it beat the default end to end: a kernel sweep alone, with its
+    caches cold and nothing around it, has ranked tiles differently from the round.
     """
     if device_kind is None:
         device_kind = jax.devices()[0].device_kind
-    for e in attention_table().get(device_kind, ()):
+    for e in (attention_table() if table is None else table).get(device_kind, ()):
         lo, hi = e["t"]
         s_lo, s_hi = e.get("s", (0, 2**62))
         if s is not None and not s_lo <= s <= s_hi:
@@ -268,7 +233,7 @@ def _num_splits(cfg: KernelConfig, s: int, programs_per_split: int) -> int:
     launch costs more than the few keys a split would save. max_chunk (if set) bounds a chunk
     from above: a long cache gets more chunks than target_programs asks for, up to twice its
     programs (so a batch that fills the GPU with its rows is not cut further). Decode's rule
-    was swept at batch 1 only (session 14).
+    was swept at batch 1 only.
     """
     if s == 0:
         return 1
@@ -490,33 +455,13 @@ def _attention_kernel(*refs, scale: float, t: int, g: int, block_m: int, block_k
                        mask=(tq < t)[:, None])
 
 
-# The float32 products' algorithm in the compiled Triton kernel ($DDTREE_F32_ATTENTION_DOT):
-# "tf32x3" (the default): three TF32 tensor-core products a dot
-# (lax.DotAlgorithmPreset.TF32_TF32_F32_X3: each operand split into a high and a low TF32 part,
-# the low x low product dropped), near float32's accuracy;
-# "ieee": one IEEE float32 product (Precision.HIGHEST), which Triton runs on FMA units. IEEE was
-# the only path before session 37, and it is slow: the shipped pair's float32 DDTree-64 round
-# took 1.59 ms on an H100, against 0.35 with TF32x3 and 0.53 on XLA's attention, and float32
-# greedy output stayed token-identical to AR's with TF32x3 (bench/RESULTS.md, session 37).
-# Interpret mode always runs HIGHEST; bf16 / f16 inputs are unaffected.
-F32_DOT_ENV = "DDTREE_F32_ATTENTION_DOT"
-F32_DOTS = ("tf32x3", "ieee")
-
-
-def f32_dot() -> str:
-    """The float32 products' algorithm in effect ($DDTREE_F32_ATTENTION_DOT, one of F32_DOTS;
-    unset: the first). Raises ValueError on any other value."""
-    knob = os.environ.get(F32_DOT_ENV, "").strip().lower() or F32_DOTS[0]
-    if knob not in F32_DOTS:
-        raise ValueError(f"${F32_DOT_ENV}={knob!r}: choose one of {F32_DOTS}, or leave it unset "
-                         f"({F32_DOTS[0]})")
-    return knob
-
-
 def _kernel_precision(dtype, interpret: bool):
-    """The products' precision in the Triton kernel: _precision's, except for float32 inputs
-    on the compiled path, where f32_dot() picks (see F32_DOT_ENV)."""
-    if interpret or jnp.dtype(dtype) != jnp.float32 or f32_dot() == "ieee":
+    """The products' precision in the Triton kernel: _precision's, except for float32 inputs on
+    the compiled path: three TF32 tensor-core products a dot (each operand split into a high and
+    a low TF32 part, the low x low product dropped), near float32's accuracy, where one IEEE
+    product (Precision.HIGHEST) runs on the FMA units and made a float32 round 4.5x slower.
+    Interpret mode runs HIGHEST."""
+    if interpret or jnp.dtype(dtype) != jnp.float32:
         return _precision(dtype)
     return lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
@@ -750,11 +695,6 @@ def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl:
     engine pads the tree with rows that see only themselves).
     "mosaic" is not an engine-wide impl (the drafter's windows and decode are not its shapes):
     "auto" picks it per call."""
-    forced = os.environ.get(PAD_ENV, "").strip()
-    if forced:  # a measuring knob: the padding's own cost, whatever attention runs
-        if not forced.isdigit() or int(forced) < 1:
-            raise ValueError(f"${PAD_ENV}={forced!r}: give a row multiple, e.g. 8")
-        return -(-t // int(forced)) * int(forced)
     if impl != "auto" or auto_impl() != "pallas":
         return t
     mult = mgpu.row_multiple(t, q_heads, kv_heads, head_dim, dtype, cache_size=cache_size, batch=batch)

@@ -2,21 +2,22 @@
 
 Why a second kernel beside the Triton one (tree_attention.py): at T = 257 tree tokens the verify
 attention is FLOP-bound (4 * Hq * T * Dh FLOP per key against 4 * Hkv * Dh bytes), and the
-Triton kernel spent ~26 us a layer there against a ~4 us FLOP floor (bench/RESULTS.md, session
-12): one warpgroup a program runs its products, its softmax and its gathered loads one after the
-other. Here each CTA has one *memory* warpgroup that streams K/V tiles (and the tree mask's
-tiles) into shared memory by TMA, ``stages`` steps ahead, and ``compute_wgs`` warpgroups that
-each own 64 folded query rows and run wgmma products from shared memory, so loads, tensor-core
-work and the softmax of the other warpgroup overlap. With ``split_keys`` the two compute
-warpgroups share one row block instead and take alternate key steps, then merge their
-(acc, max, sum) through shared memory: twice the warpgroups on a small tree's few row blocks.
+Triton kernel spent ~26 us a layer there against a ~4 us FLOP floor: one warpgroup a program
+runs its products, its softmax and its gathered loads one after the other. Here each CTA has one
+*memory* warpgroup that streams K/V tiles (and the tree mask's tiles) into shared memory by TMA,
+``stages`` steps ahead, and ``compute_wgs`` warpgroups that each own 64 folded query rows and
+run wgmma products from shared memory, so loads, tensor-core work and the softmax of the other
+warpgroup overlap. With ``split_keys`` the two compute warpgroups share one row block instead
+and take alternate key steps, then merge their (acc, max, sum) through shared memory: twice the
+warpgroups on a small tree's few row blocks.
 
 Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
-in AUTO_T_RANGE (DDTree-255, -256 and -1024; small trees stay on Triton, see there) and at T = 72
-(DDTree-64) and T = 16 (the drafter's block, DFlash's verify) where ONE_WAVE_CONFIGS' key split
-fits one wave (T = 72 at batch 2: over long caches, LONG_CACHE_CONFIGS). The engine pads those verifies to a
-multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA boxes of q / K / V need
-T % 8 == 0.
+in AUTO_T_RANGE (DDTree-255, -256 and -1024) and at T = 72 (DDTree-64) and T = 16 (the
+drafter's block, DFlash's verify) where ONE_WAVE_CONFIGS' key split fits one wave (T = 72 at
+batch 2: over long caches, LONG_CACHE_CONFIGS); other small trees stay on Triton. The engine
+pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
+boxes of q / K / V need T % 8 == 0. The range and the configs are constants of this module,
+measured with bench/bench_mgpu.py and in rounds.
 
 Layout (the same contract as :func:`ddtree_jax.kernels.attention`):
 
@@ -70,9 +71,9 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
-__all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "auto_t_range",
-           "config_for", "config_for_inputs", "wanted", "row_multiple", "prepare_cpu_for_interpret",
-           "wait_if_interpreted"]
+__all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "AUTO_T_RANGE",
+           "config_for", "config_for_inputs", "parse_config", "wanted", "takes", "row_multiple",
+           "prepare_cpu_for_interpret", "wait_if_interpreted"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
@@ -80,16 +81,15 @@ _NEG = -1e30          # finite "minus infinity": keeps max / exp2 free of inf - 
 
 # Interpret mode on the CPU runs each warpgroup of a block as its own CPU computation, in its
 # own thread; they meet at barriers, and their host callbacks run eager jax ops. Two deadlocks
-# follow on a small machine (session 32, py-spy stacks of hung runs):
+# follow on a small machine:
 # - XLA's CPU client sizes its thread pools by the core count (PJRT_NPROC overrides it). On 2
 #   cores a kernel inside a jitted forward, whose outer computation holds a pool thread, leaves
 #   its warpgroups' computations waiting for threads while a peer waits at a barrier for them.
 # - The caller enqueues its next op while the kernel still runs (async dispatch); the client
 #   orders a device's computations, so a callback's eager op waits behind the caller's op, which
 #   waits for the kernel, which waits for the callback. So attention_mgpu waits for an eager
-#   interpreted kernel before its merge, and matmul_mgpu before its slice (wait_if_interpreted).
-#   A caller that runs one inside its own jit must wait for that computation before
-#   dispatching more (as bench.check_gpu does).
+#   interpreted kernel before its merge (wait_if_interpreted). A caller that runs one inside its
+#   own jit must wait for that computation before dispatching more (as bench.check_gpu does).
 #   Synchronous dispatch (jax_cpu_enable_async_dispatch off) also cures it, but it empties the
 #   CPU profiler traces that profile_round's tests read.
 INTERPRET_CPU_THREADS = 16
@@ -110,38 +110,9 @@ def wait_if_interpreted(out, interpret: bool):
     return out
 
 
-# Where attention(impl="auto") takes this kernel: tree sizes T (new tokens, after the engine's
-# padding to a multiple of 8) in [lo, hi], on GPUs of compute capability 9.0 (wgmma is sm_90a
-# only). Measured on the H200 (bench/RESULTS.md, sessions 19-20; 8B pair, prompt 512, same-start
-# A/Bs): DDTree-256 (T = 264) 9.634 / 9.549 ms a call against 9.718 / 9.619 with the Triton
-# kernel (session 19), and 9.501 against 9.649 with skip_empty (session 20); DDTree-1024
-# (T = 1032): alone 58.4 us a layer with skip_empty against Triton's 172.1 (session 20). At
-# T = 72 (DDTree-64) the unsplit kernel's round attention is ~10 us a layer, as Triton's (session
-# 20 profiles; its key split pays: ONE_WAVE_CONFIGS[72], taken outside this range) and at T = 16
-# (the drafter) it is slower (8 CTAs; its key split with the merge kernel pays:
-# ONE_WAVE_CONFIGS[16], session 31), so other small trees stay on Triton.
-# T = 256 (DDTree-255) from session 25 (s25d, one start): 9.498 / 9.270 ms a call / steady with
-# ONE_WAVE_CONFIGS[256] against 10.173 / 10.018 on Triton.
-AUTO_T_RANGE: tuple[int, int] | None = (256, 1032)
-# Overrides: "off", or "LO-HI" (a T range); and the kernel's knobs (see config_for).
-RANGE_ENV = "DDTREE_MGPU_ATTENTION"
-CONFIG_ENV = "DDTREE_MGPU_CONFIG"
-# Measured configs by T (None: any other T, 64x3w2so: fastest at T = 264); see config_for.
-# s19_2, alone, prefix 512, us a call: T = 72: 64x4w2k 9.76, 64x2w2k 9.91, 128x2w1 10.73,
-# 64x4w1 11.09, 64x3w1 11.30, 64x3w2 14.38 (Triton 12.39); T = 264: 64x3w2 18.87, 64x4w2k 21.65,
-# 64x2w2k 22.43, 64x4w1 25.87, 64x3w1 / 128x2w1 26.08 (Triton 27.47). s20_2: T = 264: 64x3w2s
-# 17.98, 64x3w2 18.99 (Triton 26.90); T = 1032: 64x3w2s 58.4, 64x3w2 68.1, 64x4w2ks 69.7, 64x2w1
-# 96.0 (Triton 172.1). FlashAttention-3's ping-pong schedule between the two compute warpgroups
-# (a rendezvous around each product) was 2-5 % slower at every T (s20_2) and was dropped.
-# s25a (overlap, alone): T = 264 64x3w2so 17.04 against 64x3w2s 17.47, over a 4096-token prefix
-# 70.1 against 75.4; DDTree-256 rounds 9.803 / 9.750 a call against 9.938 / 9.876, interleaved.
-# At T = 72 (64x4w2kso 9.61 against 9.65) and 256 (12.12 against 11.76) it does not pay.
-AUTO_CONFIGS: dict[int | None, "MgpuConfig"] = {}
-
-
 @dataclasses.dataclass(frozen=True)
 class MgpuConfig:
-    """Static knobs of the Mosaic GPU attention kernel."""
+    """Static knobs of the Mosaic GPU attention kernel (written compactly by parse_config)."""
     block_k: int = 64        # keys a step (K, V and mask tiles)
     stages: int = 3          # K/V tiles in flight (shared memory ring)
     compute_wgs: int = 2     # compute warpgroups a CTA
@@ -153,8 +124,8 @@ class MgpuConfig:
     # Skip a new-key step that no row of the warpgroup's block may see (its mask tile all 0): its
     # products and softmax, not its loads. Exact: such a step would leave (acc, max, sum) as they
     # are. A tree row sees only its ancestors, so a large tree's blocks skip most new-key steps
-    # (bench/RESULTS.md, session 12: 42-53 % of them hold a visible key at T = 257, 21-28 % at
-    # 1025); the per-(block, step) flags are one small XLA reduction of the folded mask.
+    # (42-53 % of them hold a visible key at T = 257, 21-28 % at 1025); the per-(block, step)
+    # flags are one small XLA reduction of the folded mask.
     skip_empty: bool = False
     # CTAs a row block's keys are split over (N > 1): CTA c of a row block takes the c-th
     # contiguous share of the key steps (prefix then new keys) and writes its normalized partial
@@ -165,15 +136,15 @@ class MgpuConfig:
     key_splits: int = 1
     # FlashAttention-3's intra-warpgroup overlap on the committed prefix's full key steps: a
     # warpgroup issues step j+1's QK product before step j's softmax, so that the tensor cores run
-    # it while the softmax runs (session 24's profile: softmax ~860 cycles a step, each product
-    # ~420, one after the other). Costs one more K tile held a warpgroup.
+    # it while the softmax runs (a step's softmax is ~860 cycles, each product ~420). Costs one
+    # more K tile held a warpgroup.
     overlap: bool = False
     # The last row-block group of a (batch row, kv head) in its own launch, its keys split over N
     # CTAs (tN; the other groups as configured, before it): where T leaves a last group that
     # would start a second wave. DDTree-256's 264 rows are 17 row blocks of 16 tokens a kv head:
     # 136 CTAs at one block a CTA on 132 SMs, the 17th holding one real token. Costs a second
     # launch, the split's merge and a concatenation of the rows; pays where the prefix is long
-    # (s26e: DDTree-256 -0.45 ms a call at a 4096-token prompt, +0.25 at 512): LONG_CACHE_CONFIGS.
+    # (DDTree-256: -0.45 ms a call at a 4096-token prompt, +0.25 at 512): LONG_CACHE_CONFIGS.
     tail_splits: int = 1
     # The shares' merge (key_splits, tail_splits) as one Pallas Triton kernel
     # (split_merge.merge_splits_kernel) instead of merge_splits' XLA fusions (two on the H200).
@@ -194,39 +165,29 @@ class MgpuConfig:
         return q + kv + mask + merge + lse
 
 
-AUTO_CONFIGS[72] = MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True)
-AUTO_CONFIGS[None] = MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True)
+# Where attention(impl="auto") takes this kernel by T alone (new tokens, after the engine's
+# padding to a multiple of 8), on GPUs of compute capability 9.0 (wgmma is sm_90a only): from
+# DDTree-255 (T = 256) up, where it beat Triton in rounds (DDTree-256 9.50 against 9.65 ms a
+# call; DDTree-1024's attention 58 against 172 us a layer). Smaller T only by fitted_config.
+AUTO_T_RANGE: tuple[int, int] = (256, 1032)
+# Configs by T (None: any other T). 64x3w2s was the fastest at T = 264 and 1032, the overlap (o)
+# saves 2-7 % more at T = 264; 64x4w2k is the fastest unsplit config at T = 72. (FlashAttention-3's
+# ping-pong between the two compute warpgroups was 2-5 % slower at every T and is not built.)
+AUTO_CONFIGS: dict[int | None, MgpuConfig] = {
+    72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True),
+    None: MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True)}
+_MERGE_KERNEL = split_merge.pltriton is not None  # the merge kernel wherever this jax has Pallas Triton
 # Configs by T that pay only while their grid is one wave, one CTA an SM (batch rows x kv heads
-# x CTAs a kv head <= the GPU's SMs; else AUTO_CONFIGS' entry). T = 256: one row block a CTA, the
-# keys split between its warpgroups, is 128 CTAs on the 8B heads, one wave on the H200's 132 SMs
-# (s24b alone: 11.56 us against 17.28 with two blocks a CTA; s25d DDTree-255: 9.498 / 9.270 ms
-# against 9.593 / 9.405). At T = 264 the same config needs 136 CTAs, a second wave (20.1 us
-# against 16.8), and so would batch 2 at T = 256 (256 CTAs; not measured).
-#
-# T = 72 (DDTree-64; below AUTO_T_RANGE, taken where this fits with $DDTREE_MGPU_ATTENTION
-# unset, else Triton's): 5 row blocks a kv head, one a CTA, keys split over 3 CTAs: 120 CTAs at
-# batch 1 (at batch 2 its 240 are two waves: Triton's below LONG_CACHE_MIN_SEQ, LONG_CACHE_CONFIGS[72]
-# from there; the unsplit 64x4w2k's 80 CTAs tied Triton there, s28b: 8.275 against 8.329 ms a
-# call at prompt 4096). Alone, us a call against Triton's:
-# prefix 512 9.8 against 12.4, 1024 11.6 / 18.9, 2048 14.3 / 20.2 (s28c), 4096 19.9 / 29.6, 8192
-# 31.5 / 53.1 (s27e). DDTree-64 rounds, ms a call
-# against Triton's, same starts: prompt 512 6.105 / 6.106 against 6.113 / 6.124 (ABAB, s28c: a
-# tie), prompt 2048 6.336 against 6.536 (s28c), prompt 4096 6.581 / 6.595 against 6.864 / 6.854
-# (ABAB, s28a), prompt 8192 7.054 against 7.601 (s27e); over an 8960-position cache at prompt
-# 512 6.048 against 6.230 (s28b). Session 27 took it over long caches only; s28c took it always.
-# Its 3 shares are merged by split_merge's kernel (m) where this jax has Pallas Triton (session
-# 31, s31b, alone, us a call: prefix 512 8.48 against XLA's merge 9.48, 4096 18.73 against 19.79,
-# the merge 1.74-1.79 against 1.58 + 1.19; DDTree-64 rounds ABAB, ms a call / steady: 6.144 /
-# 5.981 and 6.146 / 6.035 against 6.167 / 6.053 and 6.154 / 6.061).
-#
-# T = 16 (the drafter's block, DFlash's verify): one row block a kv head, keys split over 8 CTAs,
-# the shares merged by split_merge's kernel: 64 CTAs at batch 1, 128 at batch 2. With XLA's merge
-# (c8: transposes and two fusions, ~5.5 us) it tied Triton in rounds (session 28); with the
-# kernel's (session 31, s31c), alone, us a call: prefix 512 7.29 against Triton's 10.38, 4096
-# 11.56 against 19.96; DDTree-64 rounds at prompt 4096 6.477 / 6.265 ms a call / steady against
-# 6.645 / 6.485. Verifies of 9-16 rows (DDTree-8 to -15) are padded to 16 and take it too.
-_MERGE_KERNEL = split_merge.pltriton is not None  # m wherever this jax has Pallas Triton
-ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
+# x CTAs a kv head <= the GPU's SMs; else AUTO_CONFIGS' entry):
+# - T = 256 (DDTree-255): one row block a CTA, the keys split between its warpgroups: 128 CTAs
+#   on the 8B heads (11.6 against 17.3 us with two blocks a CTA).
+# - T = 72 (DDTree-64): 5 row blocks a kv head, one a CTA, keys split over 3 CTAs (120 at batch
+#   1), the shares merged by split_merge's kernel: 9.8 against Triton's 12.4 us at prefix 512,
+#   19.9 against 29.6 at 4096; DDTree-64 rounds tie Triton's at prompt 512, 3-7 % faster from 2k.
+# - T = 16 (the drafter's block, DFlash's verify; verifies of 9-16 rows are padded to 16): one
+#   row block a kv head, keys split over 8 CTAs, merged by the kernel (64 CTAs at batch 1): 7.3
+#   against Triton's 10.4 us at prefix 512, 11.6 against 20.0 at 4096.
+ONE_WAVE_CONFIGS: dict[int, MgpuConfig] = {
     256: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True),
     72: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=3,
                    merge_kernel=_MERGE_KERNEL),
@@ -235,34 +196,17 @@ ONE_WAVE_CONFIGS: dict[int, "MgpuConfig"] = {
 # Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
 # whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows x kv heads x
 # its CTAs a kv head, the tail split's first launch leaving out the last group), a second wave
-# at least half full (`fills_waves`); none fits: the rules above. They pay
-# where the prefix is long, cost where it is short; the prefix is traced, the config static, so
-# the rule goes by the cache's size, which the engine makes bucket(prompt) + bucket(max new
-# tokens) + 2 (nodes + 2): from 5120 positions a request's prefix averages > 2k.
+# at least half full (`fills_waves`); none fits: the rules above. They pay where the prefix is
+# long and cost where it is short; the prefix is traced and the config static, so the rule goes
+# by the cache's size, which the engine makes bucket(prompt) + bucket(max new tokens) + nodes +
+# 2: from 5120 positions a request's prefix averages > 2k.
 # - T = 264 (DDTree-256) on the 8B heads: 17 row blocks of 16 tokens a kv head, the 17th holding
-#   one real token; the tail split runs it in a second launch, its keys over 8 CTAs.
-#   - batch 1, one block a CTA: the first 16 groups (128 CTAs) in one wave. s27a, alone, us a
-#     call, against 64x3w2so: prefix 512 21.6 against 17.0, 2048 35.5 against 39.7, 4096 53.9
-#     against 70.3, 8192 91.4 against 129.9 (t16 / t32 1-6 us slower than t8). DDTree-256
-#     rounds, ms a call: prompt 4096 (cache 6784) 11.139 / 11.214 against 11.778 / 11.833,
-#     prompt 8192 12.805 / 12.740 against 13.841 / 13.882 (s27b); with t16 prompt 2048 (cache
-#     4736) 10.493 against 10.381, 512 (cache 3200) 9.754 against 9.631 (s27a). Near the
-#     threshold's short end (t8, one start, s28a / s28b): prompt 2048 over a 6784-position cache
-#     10.491 against 10.499; the worst case, prompt 512 over 9344 positions (the prefix 512-1200
-#     in the benchmark's 128 rounds; a real 5k-token output's prefix averages ~3k) 9.970 against
-#     9.885.
-#   - batch 2, two blocks a CTA (AUTO_CONFIGS[None]'s 144 CTAs are two waves): the first 8 groups
-#     (128 CTAs). DDTree-256 rounds at batch 2 (s27c): prompt 4096 18.887 / 18.797 against
-#     19.812 / 20.010, prompt 8192 21.971 against 24.207.
-# - T = 72 (DDTree-64) at batch 2: ONE_WAVE_CONFIGS[72]'s 240 CTAs, two waves, which lose over a
-#   short cache (s28f, prompt 512, cache 2816: 7.150 against Triton's 6.843 ms a call). Over
-#   long caches, DDTree-64 rounds at batch 2 against Triton's, ms a call, same starts: prompt
-#   4096 (cache 6400) 8.190 / 8.196 against 8.313 / 8.383 (ABAB, s29a), 8192 9.362 against
-#   9.733, and the worst case, prompt 512 over 128 rounds (cache 8960) 7.224 against 7.356
-#   (s29b). Alone at batch 2 (s29b), us: prefix 4096 c3 38.2, the unsplit 64x4w2k (80 CTAs) 39.4,
-#   Triton 53.4; prefix 512 16.5, 10.0, 12.9 (the unsplit kernel tied Triton in rounds at prompt
-#   4096, s28b). Batch 3 (360 CTAs) and more: not measured, Triton's.
-LONG_CACHE_CONFIGS: dict[int, tuple["MgpuConfig", ...]] = {
+#   one real token; the tail split runs it in a second launch, its keys over 8 CTAs. At batch 1
+#   one block a CTA (the first 16 groups, 128 CTAs: DDTree-256 rounds 5-8 % faster at prompts
+#   4k-8k), at batch 2 two blocks a CTA (the first 8 groups: 5-9 % faster).
+# - T = 72 (DDTree-64) at batch 2: ONE_WAVE_CONFIGS[72]'s 240 CTAs, two waves, lose over a short
+#   cache (4 % slower than Triton at prompt 512) and win over long ones (2-4 % faster from 4k).
+LONG_CACHE_CONFIGS: dict[int, tuple[MgpuConfig, ...]] = {
     264: (MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, skip_empty=True, tail_splits=8),
           MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8)),
     72: (ONE_WAVE_CONFIGS[72],)}
@@ -270,32 +214,16 @@ LONG_CACHE_WAVES: dict[int, int] = {72: 2}
 LONG_CACHE_MIN_SEQ = 5120
 
 
-def auto_t_range() -> tuple[int, int] | None:
-    """The T range that impl="auto" gives this kernel ($DDTREE_MGPU_ATTENTION, else
-    AUTO_T_RANGE); ValueError on a malformed setting."""
-    raw = os.environ.get(RANGE_ENV, "").strip()
-    if not raw:
-        return AUTO_T_RANGE
-    if raw == "off":
-        return None
-    m = re.fullmatch(r"(\d+)-(\d+)", raw)
-    if not m or int(m[1]) > int(m[2]):
-        raise ValueError(f"${RANGE_ENV}={raw!r}: give 'off' or a tree-size range LO-HI (e.g. 64-1032)")
-    return int(m[1]), int(m[2])
-
-
-def parse_config(spec: str, context: str | None = None) -> MgpuConfig:
+def parse_config(spec: str) -> MgpuConfig:
     """``BKxSTAGESwWGS[k][s][cN][o][tN][m]`` -> MgpuConfig (k: split_keys, s: skip_empty, cN:
     key_splits N, o: overlap, tN: tail_splits N, m: merge_kernel), e.g. 64x3w2, 64x4w2ks,
-    64x4w2kc2, 64x4w2kc3m, 64x4w2kso or 64x4w2kst16."""
+    64x4w2kc2, 64x4w2kc3m, 64x4w2kso or 64x4w2kst16: how the bench tools name configs."""
     m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(k?)(s?)(?:c(\d+))?(o?)(?:t(\d+))?(m?)", spec.strip())
     if not m:
-        where = f"${CONFIG_ENV}={context!r}" if context is not None else f"config {spec!r}"
-        raise ValueError(f"{where}: give BKxSTAGESwWGS[k][s][cN][o][tN][m] entries (k: split the keys between the "
+        raise ValueError(f"config {spec!r}: give BKxSTAGESwWGS[k][s][cN][o][tN][m] (k: split the keys between the "
                          "warpgroups, s: skip empty new-key steps, cN: split them over N CTAs, o: overlap the next "
                          "QK product with the softmax, tN: the last row-block group's keys over N CTAs in a launch "
-                         "of its own, m: merge the shares in one Pallas kernel), each optionally T: prefixed, e.g. "
-                         "72:64x4w2kc2,64x3w2s")
+                         "of its own, m: merge the shares in one Pallas kernel), e.g. 64x4w2kc3m")
     return MgpuConfig(int(m[1]), int(m[2]), int(m[3]), split_keys=bool(m[4]), skip_empty=bool(m[5]),
                       key_splits=int(m[6] or 1), overlap=bool(m[7]), tail_splits=int(m[8] or 1),
                       merge_kernel=bool(m[9]))
@@ -315,19 +243,10 @@ def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig, groups: int | 
 
 def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None,
                seq: int | None = None) -> MgpuConfig:
-    """The kernel's knobs for T new tokens: $DDTREE_MGPU_CONFIG, a comma-separated list of
-    parse_config specs (64x3w2), each optionally ``T:`` prefixed (``72:64x4w1,64x3w2``: that
-    config at T = 72, the bare one elsewhere); else ONE_WAVE_CONFIGS' entry for T where its grid
-    fits the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
-    long_cache_config's pick; else AUTO_CONFIGS' entry for T; else the defaults."""
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    if raw:
-        table = {}
-        for item in raw.split(","):
-            at, spec = re.fullmatch(r"(?:(\d+):)?(.*)", item.strip()).groups()
-            table[int(at) if at else None] = parse_config(spec, raw)
-        return table.get(t, table.get(None, MgpuConfig()))
-    return fitted_config(t, grid, sms, seq) or AUTO_CONFIGS.get(t, AUTO_CONFIGS.get(None, MgpuConfig()))
+    """The kernel's knobs for T new tokens: ONE_WAVE_CONFIGS' entry for T where its grid fits
+    the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
+    long_cache_config's pick; else AUTO_CONFIGS' entry for T; else AUTO_CONFIGS[None]."""
+    return fitted_config(t, grid, sms, seq) or AUTO_CONFIGS.get(t, AUTO_CONFIGS[None])
 
 
 def fitted_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
@@ -388,24 +307,21 @@ def _usable(device) -> bool:
 
 
 def wanted(t: int, device=None) -> bool:
-    """Whether impl="auto" should run this kernel for T new tokens on `device` by the T range
-    alone (shape support is checked separately: mgpu_unsupported; long caches: takes)."""
+    """Whether impl="auto" should run this kernel for T new tokens on `device` by AUTO_T_RANGE
+    alone (shape support is checked separately: mgpu_unsupported; smaller trees: takes)."""
     device = device or jax.devices()[0]
-    rng = auto_t_range()
-    return _usable(device) and rng is not None and rng[0] <= t <= rng[1]
+    return _usable(device) and AUTO_T_RANGE[0] <= t <= AUTO_T_RANGE[1]
 
 
 def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
     """The config impl="auto" runs this kernel with for these inputs (shapes or
     jax.ShapeDtypeStructs; k_cache one layer's [Bt, Hkv, S, Dh], of a stacked cache a per-layer
-    view), or None where it should not: T out of the range (wanted) and, with
-    the range not set by $DDTREE_MGPU_ATTENTION, no fitted_config; or unsupported."""
+    view), or None where it should not: T out of AUTO_T_RANGE (wanted) and no fitted_config for
+    it; or unsupported."""
     device = device or jax.devices()[0]
     t, grid, sms, seq = q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]
-    if not wanted(t, device):
-        # Outside the range only while $DDTREE_MGPU_ATTENTION is unset and a fitted config applies.
-        if not _usable(device) or os.environ.get(RANGE_ENV, "").strip() or fitted_config(t, grid, sms, seq) is None:
-            return None
+    if not wanted(t, device) and (not _usable(device) or fitted_config(t, grid, sms, seq) is None):
+        return None
     cfg = config_for(t, grid, sms, seq)
     return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
 
@@ -844,7 +760,7 @@ def _kernel(len_ref, layer_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, mask_ref, f
 
 
 def interpret_params():
-    """Mosaic GPU interpret mode's settings for this package's kernels (matmul_mgpu's too)."""
+    """Mosaic GPU interpret mode's settings for this package's kernels."""
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
     # TMA zero-fills what lies outside an array; the interpreter does that with these two.
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
@@ -925,9 +841,9 @@ def _kernel_call(q, k_new, v_new, k_cache, v_cache, cache_len, layer, mask, flag
 
 # Jitted, so that the layers of a forward call one lowered function: a Mosaic GPU kernel takes
 # ~0.4 s to lower (its Python lowering) and ~1 s to compile, and a forward inlining it 36 times
-# held 36 copies of it (s19_2: 16 calls lowered in 9.9 s and compiled in 21 s, against 0.5 and
-# 1.0 s through one callee; tests/test_kernels_mgpu.py checks the module holds one). The layer
-# is a traced argument for the same reason: a static one would lower a kernel per layer.
+# held 36 copies of it (16 calls lowered in 9.9 s and compiled in 21 s, against 0.5 and 1.0 s
+# through one callee; tests/test_kernels_mgpu.py checks the module holds one). The layer is a
+# traced argument for the same reason: a static one would lower a kernel per layer.
 _kernel_jit = jax.jit(_kernel_call, static_argnames=("scale", "cfg", "interpret", "profile_dir", "groups"))
 
 
@@ -983,7 +899,7 @@ def attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, sc
     # The last group's keys split over tail_splits CTAs in a launch of its own; its rows replace
     # the first launch's (which never wrote them). A concatenation (one small XLA fusion, with the
     # split's merge), not an in-place update of the kernel's output: XLA on the H200 rejected
-    # that (s26e: "DynamicSliceFusion: DUS target must be a fusion parameter").
+    # that ("DynamicSliceFusion: DUS target must be a fusion parameter").
     t0 = (ng - 1) * cfg.blocks_per_cta * tb
     head = run(dataclasses.replace(cfg, tail_splits=1), (0, ng - 1))
     tail = run(dataclasses.replace(cfg, key_splits=cfg.tail_splits, tail_splits=1), (ng - 1, 1))
@@ -998,7 +914,7 @@ def merge_splits(parts, lse, *, splits: int, g: int):
 
     Written share by share (elementwise maxima and sums, no reduce over the N axis): XLA on the
     H200 still emits two fusions (the weights' exponentials, then the weighted sum), but not a
-    third small one the reduces made (s29d: 0.3 us a layer alone at T = 72)."""
+    third small one the reduces made (0.3 us a layer alone at T = 72)."""
     nb, t, hq, dh = parts.shape
     bt, hkv, rows = nb // splits, lse.shape[1], lse.shape[2]
     tb = BLOCK_M // g

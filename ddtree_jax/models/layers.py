@@ -33,31 +33,16 @@ def linear(x: jax.Array, w, b: jax.Array | None = None, *, impl: str = "xla") ->
     return y if b is None else y + b.astype(y.dtype)
 
 
-def linear_partials(x: jax.Array, w: jax.Array, parts: int) -> jax.Array:
-    """x [..., in] @ w [in, out] as `parts` float32 partial products over consecutive slices of
-    `in`: [parts, ..., out], whose sum is the product. One batched dot: the split-K form XLA gives
-    a wide product itself (then sums the partials in a reduce kernel of its own), made explicit so
-    that the kernel after the product can sum them as it reads them (norms.add_rms_norm)."""
-    k = x.shape[-1]
-    if parts < 2 or k % parts:
-        raise ValueError(f"{parts} partials of a product over {k} inputs: parts must be >= 2 and divide it")
-    xs = x.reshape(*x.shape[:-1], parts, k // parts)
-    return jnp.einsum("...si,sio->s...o", xs, w.astype(x.dtype).reshape(parts, k // parts, w.shape[1]),
-                      preferred_element_type=jnp.float32)
-
-
-def mlp(p: dict, x: jax.Array, *, impl: str = "xla", parts: int = 1) -> jax.Array:
-    """The gated MLP's output; parts > 1: its down projection as float32 split-K partials
-    (linear_partials) on the XLA path."""
+def mlp(p: dict, x: jax.Array, *, impl: str = "xla") -> jax.Array:
+    """The gated MLP's output."""
     if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
         gate_up = linear(x, p["gate_up"], impl=impl)
-        if impl != "xla" and parts == 1:  # the kernel computes silu(gate) * up as it loads: one kernel fewer
+        if impl != "xla":  # the kernel computes silu(gate) * up as it loads: one kernel fewer
             return matmul(gate_up, p["down"], impl=impl, prologue="swiglu")
         gate, up = jnp.split(gate_up, 2, axis=-1)
     else:
         gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
-    act = jax.nn.silu(gate) * up
-    return linear_partials(act, p["down"], parts) if parts > 1 else linear(act, p["down"], impl=impl)
+    return linear(jax.nn.silu(gate) * up, p["down"], impl=impl)
 
 
 # The norm weights of a layer that the inference layout stacks (stack_norms), by stack name.
@@ -69,7 +54,7 @@ def stack_norms(params: dict) -> dict:
     final norm ("norm") stacked in "norms"["in"] [L + 1, H], the MLP norms in "mlp" [L, H], the
     q / k norms (where every layer has them) in "q" / "k" [L, Dh]; the layers and the top keep
     none. Why: a jitted call spends host time on every buffer it takes (~2.7 us a weight on the
-    H200, session 33), and the 8B pair's ~170 norm vectors were half its weights' 338 leaves; the
+    H200), and the 8B pair's ~170 norm vectors were half its weights' 338 leaves; the
     norm kernels take the stacked array and the layer, read at run time (ddtree_jax.kernels.norms,
     ddtree_jax.kernels.matmul's rmsnorm prologue). layer_view hands them to a layer's code."""
     layers = params["layers"]
@@ -92,8 +77,8 @@ def stacks_norms_for(norm_impl: str, matmul_impl: str) -> bool:
     prologue), which takes the stack and the layer at run time, and fewer buffers make a call's
     host work shorter; no where only XLA reads them. There a stacked weight's row is a
     constant-index read inside each layer's norm fusion, which makes every layer's fusion a new
-    one to compile, where per-layer weights compile one fusion for all (session 35, a 36-layer
-    tiny pair on XLA:CPU: the prefill's compilation 3.6 s stacked, 1.3 s per layer)."""
+    one to compile, where per-layer weights compile one fusion for all (a 36-layer tiny pair on
+    XLA:CPU: the prefill's compilation 3.6 s stacked, 1.3 s per layer)."""
     return takes_kernels(norm_impl) or takes_kernels(matmul_impl)
 
 
@@ -173,7 +158,7 @@ class KVCache:
     """K/V of committed tokens, every layer's stacked: k and v [L, Bt, Hkv, S, Dh].
 
     Two arrays, not two per layer: every buffer a jitted call takes or returns costs host time at
-    each call (~7.7 us a donated one on the H200, bench/RESULTS.md session 33), and the kernels
+    each call (~7.7 us a donated one on the H200), and the kernels
     read and write a layer of the stacked array by an index given at run time (one compiled
     kernel for all layers). Positions at or beyond a row's length hold stale values; attention
     never reads them.

@@ -18,8 +18,6 @@ kernels' launches, not their bytes, are what they cost (ddtree_jax/kernels/norms
 """
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 
@@ -31,7 +29,6 @@ from ddtree_jax.models.layers import (
     fuse_layer_weights,
     layer_view,
     linear,
-    linear_partials,
     masked_attention,
     mlp,
     rms_norm,
@@ -43,31 +40,6 @@ from ddtree_jax.kernels import attention
 from ddtree_jax.kernels.matmul import kernel_path, matmul
 from ddtree_jax.kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
 from ddtree_jax.kernels.norms import rms_norm as rms_norm_kernel
-
-
-# The o and down products as explicit split-K partials, summed by the add + norm kernel after
-# them (layers.linear_partials, norms.add_rms_norm): for verify rows where XLA splits those
-# products itself and sums the partials in a reduce kernel of its own (the H200 at 264 rows:
-# f32[2, 264, 4096] from cuBLASLt, then a 2.6 us reduce, 72 times a round; session 22). An A/B
-# knob until measured: "LO-HI:P" (rows of one forward, batch x tokens) or unset (never).
-SPLIT_K_ENV = "DDTREE_SPLIT_K"
-
-
-def split_k_parts(rows: int) -> int:
-    """The partials the o and down products are split into for a forward over `rows` rows
-    ($DDTREE_SPLIT_K), 1 for none."""
-    spec = os.environ.get(SPLIT_K_ENV, "").strip()
-    if not spec:
-        return 1
-    try:
-        span, parts = spec.split(":")
-        lo, hi = (int(v) for v in span.split("-"))
-        parts = int(parts)
-    except ValueError:
-        raise ValueError(f"${SPLIT_K_ENV}={spec!r}: expected LO-HI:PARTS, e.g. 257-264:2") from None
-    if parts < 1 or parts & (parts - 1):
-        raise ValueError(f"${SPLIT_K_ENV}={spec!r}: PARTS must be a power of two (1, 2, 4, ...)")
-    return parts if lo <= rows <= hi else 1
 
 
 def fuse_params(params: dict, *, stack: bool = True) -> dict:
@@ -129,8 +101,8 @@ def forward(
     sees the cache's first cache_len[b] positions. The cache is only read: the new K/V come back
     and the caller writes what it keeps (`layers.append`: all of a prompt, a tree's accepted path).
     Returns (final-normed hidden [Bt, T, H], tapped hidden states [Bt, T, len(taps)*H] or None,
-    (new K per layer, new V per layer), each [Bt, T, Hkv, Dh]). Tap i is the output of decoder
-    layer i (HF's hidden_states[i + 1]).
+    (new K per layer, new V per layer), each [Bt, T, Hkv, Dh]). Tap i is HF's hidden_states[i + 1]:
+    the output of decoder layer i, final-normed for the last layer.
     norm_impl: the norm kernels' impl (ddtree_jax.kernels.norms); None: the one that goes with
     attn_impl, so "auto" and "xla" give the plain-XLA norms off NVIDIA GPUs.
     matmul_impl: the projections' impl (ddtree_jax.kernels.matmul; "auto": XLA except where the
@@ -154,7 +126,6 @@ def forward(
         return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, attn_impl=attn_impl,
                               norm_impl=norm_impl, mm=mm)
     h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
-    parts = _split_parts(params, x.shape, mm)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
             q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
@@ -162,27 +133,20 @@ def forward(
             new_v.append(v)
             o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
             o = o.reshape(*o.shape[:2], -1)
-            o = linear_partials(o, p["o"], parts) if parts > 1 else linear(o, p["o"], p.get("o_bias"), impl=mm)
+            o = linear(o, p["o"], p.get("o_bias"), impl=mm)
             x, h = add_rms_norm(x, o, p["mlp_norm"], eps, impl=norm_impl)
-            x, h = add_rms_norm(x, mlp(p, h, impl=mm, parts=parts), norm_ws[i + 1], eps, impl=norm_impl)
+            x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
             if i in taps:
                 tapped[i] = x
-    tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
-    return h, tap_out, (new_k, new_v)
+    return h, _tap_states(tapped, h, taps, len(layers)), (new_k, new_v)
 
 
-def _split_parts(params: dict, x_shape, mm: str) -> int:
-    """split_k_parts for these rows where the o and down products can take it: XLA's dots (not
-    the skinny-matmul kernel), no o bias, the inputs divisible into the parts; else 1."""
-    parts = split_k_parts(x_shape[0] * x_shape[1])
-    if parts < 2 or not params["layers"]:
-        return 1
-    p = params["layers"][0]
-    lead = x_shape[:-1]
-    for w in (p["o"], p["down"]):
-        if w.shape[0] % parts or kernel_path((*lead, w.shape[0]), w, impl=mm) != "xla":
-            return 1
-    return 1 if "o_bias" in p else parts
+def _tap_states(tapped: dict, h: jax.Array, taps: tuple[int, ...], num_layers: int) -> jax.Array | None:
+    """The tapped states side by side: layer i's output, but for the last layer the final-normed
+    state h, as transformers' hidden_states[L] is (what DFlash drafters tapping it were trained on)."""
+    if not taps:
+        return None
+    return jnp.concatenate([h if i == num_layers - 1 else tapped[i] for i in taps], axis=-1)
 
 
 def _fused_layers(params: dict, cfg: TargetConfig, x_shape, mm: str) -> bool:
@@ -228,8 +192,7 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
             if i in taps:
                 tapped[i] = x
     h = rms_norm_kernel(x, final_norm(params), eps, impl=norm_impl)
-    tap_out = jnp.concatenate([tapped[i] for i in taps], axis=-1) if taps else None
-    return h, tap_out, (new_k, new_v)
+    return h, _tap_states(tapped, h, taps, len(params["layers"])), (new_k, new_v)
 
 
 def lm_head(params: dict, cfg: TargetConfig, h: jax.Array, *, impl: str = "xla") -> jax.Array:
