@@ -57,7 +57,8 @@ class _Source:
         self.what = what
         self.raw = hf.read_config(self.dir, what)
         self.cfg: TargetConfig | DrafterConfig = (
-            TargetConfig.from_hf(self.raw) if kind == "target" else DrafterConfig.from_hf(self.raw))
+            TargetConfig.from_hf(self.raw, where=str(self.dir / "config.json")) if kind == "target"
+            else DrafterConfig.from_hf(self.raw, where=str(self.dir / "config.json")))
         self.kind = kind
         self.tensors: dict[str, hf.TensorInfo] = {}
         self.mapping: dict[str, str] = {}

@@ -109,6 +109,8 @@ def read_json_file(path: str | Path, *, missing: str, invalid: str = "", error: 
     if not path.is_file():
         raise error(f"{path} not found; {missing}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise error(f"{path} is not valid JSON ({e.msg} at line {e.lineno}){invalid}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"cannot read {path}: {e}{invalid}") from None

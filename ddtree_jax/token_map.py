@@ -14,21 +14,23 @@ id once. Build one from a text corpus with the checkpoint's tokenizer:
     python -m ddtree_jax.token_map --ckpt DIR --data corpus.jsonl.xz --size 32768 --out map.json
 
 (`--data`: text, or JSONL with a "text" / "prompt" field, optionally .xz / .gz; the tokenizer's
-special tokens are always kept.)
+special tokens are always kept.) The output path is checked before the corpus is counted; an
+empty corpus is refused; a corpus with fewer distinct tokens than `--size` gives a smaller map,
+with a warning on stderr.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import lzma
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from ddtree_jax.errors import UserError, json_line_text, open_text, read_text_file
+from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, open_text, read_text_file
 
 
 def read_token_map(path: str | Path) -> list[int]:
@@ -111,6 +113,27 @@ def most_frequent(token_lists: Iterable[Sequence[int]], size: int, keep: Sequenc
     return out[:max(size, len(keep))]
 
 
+def check_output(path: str | Path, force: bool = False) -> Path:
+    """Refuse, before any counting, an output that exists (unless `force`), is a directory, or lies
+    where no file can be created (a probe file is made and removed in the nearest existing folder)."""
+    given = Path(path)
+    if given.is_dir():
+        raise UserError(f"--out {given} is a directory; give a file name, e.g. {given / 'map.json'}")
+    if (given.exists() or given.is_symlink()) and not force:
+        raise UserError(f"{given} already exists; pass --force to replace it, or choose another output file")
+    folder = given.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"cannot write {given}: {folder} is a file, not a folder; choose another --out")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write to {folder} ({e.strerror or e}); choose another --out") from None
+    return given
+
+
 def write_token_map(path: str | Path, ids: Sequence[int], force: bool = False) -> Path:
     """Write ids as a JSON list, atomically (a temporary sibling renamed into place)."""
     path = Path(path)
@@ -126,38 +149,54 @@ def write_token_map(path: str | Path, ids: Sequence[int], force: bool = False) -
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ddtree_jax.token_map",
-                                 description="Build a token map (the ids a drafter drafts over, --draft-vocab) "
-                                             "from a text corpus: its most frequent tokens.")
+def _load_tokenizer(tok_dir: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(tok_dir))
+    except Exception as e:  # noqa: BLE001 - transformers raises many types here
+        raise UserError(f"cannot load the tokenizer from {tok_dir}: {e}".splitlines()[0]) from None
+
+
+def build_parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="python -m ddtree_jax.token_map",
+                        description="Build a token map (the ids a drafter drafts over, --draft-vocab) from a text "
+                                    "corpus: its most frequent tokens.")
     ap.add_argument("--ckpt", required=True, help="converted checkpoint whose tokenizer counts the corpus")
-    ap.add_argument("--data", required=True, help="corpus: text, or JSONL with a \"text\" field (.xz / .gz too)")
-    ap.add_argument("--size", type=int, default=32768, help="how many tokens to keep (default 32768)")
-    ap.add_argument("--out", required=True, help="output file (a JSON list of token ids)")
+    ap.add_argument("--data", required=True, help="corpus: text, or JSONL with a \"text\" field (.xz / .gz too); "
+                                                  "an empty corpus is refused")
+    ap.add_argument("--size", type=int, default=32768,
+                    help="how many tokens to keep (default 32768); a corpus with fewer distinct tokens (or a smaller "
+                         "vocabulary) gives a smaller map, with a warning on stderr")
+    ap.add_argument("--out", required=True, help="output file (a JSON list of token ids); checked before counting")
     ap.add_argument("--force", action="store_true", help="replace an existing output file")
-    args = ap.parse_args(argv)
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from ddtree_jax.checkpoint import read_target_config, tokenizer_dir
 
     if args.size < 1:
         raise UserError(f"--size must be >= 1 (got {args.size})")
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise UserError(f"{out} already exists; pass --force to replace it, or choose another output file")
-    if not Path(args.data).is_file():
-        raise UserError(f"corpus {args.data} not found")
+    out = check_output(args.out, args.force)
+    data = Path(args.data)
+    if not data.is_file():
+        raise UserError(f"corpus {data} not found")
+    if data.stat().st_size == 0:
+        raise UserError(f"corpus {data} is empty; give a corpus of text in the domain the drafter will see")
     vocab = read_target_config(args.ckpt).vocab_size
     tok_dir = tokenizer_dir(args.ckpt)
     if tok_dir is None:
         raise UserError(f"{args.ckpt} has no tokenizer files; reconvert with a target directory that has them")
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    tok = _load_tokenizer(tok_dir)
     special = [t for t in tok.all_special_ids if 0 <= t < vocab]
     t0, docs, tokens = time.perf_counter(), 0, 0
 
     def encoded():
         nonlocal docs, tokens
-        for text in corpus_texts(args.data):
+        for text in corpus_texts(data):
             ids = tok.encode(text, add_special_tokens=False)
             docs += 1
             tokens += len(ids)
@@ -167,9 +206,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             yield [t for t in ids if t < vocab]
 
     ids = most_frequent(encoded(), min(args.size, vocab), keep=special)
+    if tokens == 0:
+        raise UserError(f"corpus {data} has no text ({docs} documents, no tokens); give a corpus of text in the "
+                        "domain the drafter will see")
     write_token_map(out, ids, force=args.force)
     print(f"[token_map] {len(ids)} tokens of {vocab} from {docs} documents ({tokens} tokens) -> {out}",
           file=sys.stderr, flush=True)
+    if len(ids) < args.size:
+        why = (f"the vocabulary has {vocab} tokens" if len(ids) >= vocab else
+               f"the corpus has only {len(ids)} distinct tokens (special tokens included); a larger corpus fills more")
+        print(f"[token_map] warning: the map holds {len(ids)} tokens, fewer than --size {args.size}: {why}",
+              file=sys.stderr, flush=True)
     return 0
 
 

@@ -172,3 +172,68 @@ def test_generate_checks_the_map_before_loading(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     r = _cli("ddtree_jax.generate", "--prompt", "x", "--method", "ar", "--draft-vocab", bad)
     assert r.returncode == 2 and "needs a drafter" in r.stderr
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    """A folder no file can be created in: a read-only one, or (for root, who writes anywhere) /proc."""
+    import tempfile
+
+    d = tmp_path / "read-only"
+    d.mkdir()
+    d.chmod(0o500)
+    try:
+        tempfile.TemporaryFile(dir=d).close()
+    except OSError:
+        return d
+    return Path("/proc")
+
+
+def test_token_map_checks_its_output_before_counting(tmp_path, monkeypatch, capsys):
+    """An output that exists (without --force), is a folder, lies under a file, or where nothing can
+    be written: one line (exit 2 through the CLI's contract), before the corpus is read."""
+    from ddtree_jax.errors import cli_main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("def f():\n    return 1\n")
+    monkeypatch.setattr(token_map, "corpus_texts", lambda path: pytest.fail("the corpus was read"))
+    (tmp_path / "taken.json").write_text("[1]")
+    (tmp_path / "file").write_text("x")
+    cases = [(tmp_path / "taken.json", "already exists; pass --force"), (tmp_path, "is a directory"),
+             (tmp_path / "file" / "map.json", "is a file, not a folder"),
+             (_unwritable_folder(tmp_path) / "sub" / "map.json", "cannot write to")]
+    for out, needle in cases:
+        argv = ["--ckpt", str(DEFAULT_CKPT), "--data", str(corpus), "--out", str(out)]
+        with pytest.raises(UserError, match=needle):
+            token_map.main(argv)
+        assert cli_main(token_map.main, argv, prog="ddtree_jax.token_map") == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("ddtree_jax.token_map: error: ") and needle in err, err
+    assert (tmp_path / "taken.json").read_text() == "[1]" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.txt", "file", "read-only", "taken.json"]
+    with pytest.raises(UserError, match="--size: invalid int value: 'many'"):
+        token_map.main(["--ckpt", str(DEFAULT_CKPT), "--data", str(corpus), "--out", str(tmp_path / "m.json"),
+                        "--size", "many"])
+
+
+def test_token_map_refuses_an_empty_corpus_and_warns_on_a_small_one(tmp_path, capsys):
+    """An empty corpus (no bytes, blank lines, empty texts) is refused and nothing is written; one
+    with fewer distinct tokens than --size gives the smaller map and a warning line (exit 0)."""
+    out = tmp_path / "map.json"
+    for name, text in [("empty.txt", ""), ("blank.txt", "\n \n\t\n"), ("empty.jsonl", '{"text": ""}\n{"text": ""}\n')]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match="is empty|has no text"):
+            token_map.main(["--ckpt", str(DEFAULT_CKPT), "--data", str(tmp_path / name), "--out", str(out)])
+        assert not out.exists()
+    small = tmp_path / "small.txt"
+    small.write_text("abab abab\n")
+    capsys.readouterr()
+    assert token_map.main(["--ckpt", str(DEFAULT_CKPT), "--data", str(small), "--size", "100000", "--out",
+                           str(out)]) == 0
+    ids = json.loads(out.read_text())
+    err = capsys.readouterr().err.splitlines()
+    assert 1 < len(ids) < 20 and err[-1] == (f"[token_map] warning: the map holds {len(ids)} tokens, fewer than "
+                                             f"--size 100000: the corpus has only {len(ids)} distinct tokens "
+                                             "(special tokens included); a larger corpus fills more"), err
+    assert token_map.main(["--ckpt", str(DEFAULT_CKPT), "--data", str(small), "--size", str(len(ids)), "--out",
+                           str(out), "--force"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -274,3 +274,118 @@ def test_cli_errors_are_one_line(case, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expect in err, err
     assert not (tmp_path / "t").exists() and not (tmp_path / "o").exists()
+
+
+def _diverging_loop(tmp_path, *, nan_loss_from: int | None = None, inf_weights_from: int | None = None, **cfg):
+    """train_loop over a toy step whose loss turns NaN (or whose weights turn Inf, the loss staying
+    finite) from batch `..._from` on; returns (the UserError, the run directory)."""
+    from ddtree_jax.errors import UserError
+    from ddtree_jax.train import LoopConfig, RunDir, Schedule, train_loop
+
+    run = RunDir(tmp_path / "out", resume=False, force=False)
+    written = []
+
+    def step_fn(p, o, batch, lr):
+        if inf_weights_from is not None and batch >= inf_weights_from:
+            p = {"w": p["w"] * jnp.inf}
+        loss = jnp.float32(jnp.nan if nan_loss_from is not None and batch >= nan_loss_from else 1.0)
+        return p, o, loss
+
+    def checkpoint(p, o, step, planned):
+        run.save(p, o, {"kind": "target", "step": step})
+
+    loop = LoopConfig(**{**dict(steps=20, time_budget=None, schedule=Schedule(1e-3, 1, 0.1), log_every=10,
+                                eval_every=0, ckpt_every=2, tokens_per_step=1), **cfg})
+    with pytest.raises(UserError) as e:
+        train_loop(cfg=loop, params={"w": jnp.ones((3,))}, opt_state=(), start_step=0, step_fn=step_fn,
+                   batch_at=lambda s: s, evaluate=lambda p, s: {"eval_loss": 1.0}, checkpoint=checkpoint,
+                   metrics={"train": [], "eval": []}, write_metrics=lambda: written.append(1),
+                   last_ckpt_step=None, ckpt_dir=run.ckpt)
+    assert written, "the metrics were not written before stopping"
+    return str(e.value), run
+
+
+def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    """The loss of step 6 (between log lines) is NaN: the checkpoint due at step 6 is not written,
+    the one of step 4 stays, and the one line names step 6 and that checkpoint."""
+    msg, run = _diverging_loop(tmp_path, nan_loss_from=5)
+    assert msg.startswith("training diverged: the loss is nan at step 6; lower --lr") and "\n" not in msg, msg
+    assert f"the last good checkpoint (step 4) is in {run.ckpt}; --resume continues from it" in msg, msg
+    assert json.loads((run.ckpt / "meta.json").read_text())["step"] == 4
+    assert sorted(p.name for p in run.out.iterdir()) == ["ckpt"]  # no temporary leftovers
+    # found at a log line, with no checkpoint and no eval in between; and before an eval
+    msg, _ = _diverging_loop(tmp_path / "b", nan_loss_from=2, ckpt_every=0, log_every=7)
+    assert "the loss is nan at step 3; lower --lr or check the data; no checkpoint was written yet" in msg, msg
+    msg, _ = _diverging_loop(tmp_path / "c", nan_loss_from=4, ckpt_every=0, eval_every=5)
+    assert "the loss is nan at step 5;" in msg, msg
+
+
+def test_non_finite_weights_are_never_checkpointed(tmp_path):
+    """Weights that turn Inf at step 3 while the loss stays finite: the checkpoint of step 4 is
+    refused (the one of step 2 stays); without checkpoints the end of the loop refuses them."""
+    msg, run = _diverging_loop(tmp_path, inf_weights_from=2)
+    assert msg.startswith("training diverged: the weights hold NaN or Inf after step 4;") and "(step 2)" in msg, msg
+    assert json.loads((run.ckpt / "meta.json").read_text())["step"] == 2
+    msg, _ = _diverging_loop(tmp_path / "b", inf_weights_from=18, ckpt_every=0, log_every=100)
+    assert "the weights hold NaN or Inf after step 20;" in msg, msg
+
+
+def test_a_diverging_run_keeps_the_checkpoint_it_resumed_from(pipeline, tmp_path, capsys):
+    """The pipeline's target resumed with an absurd learning rate: exit 2, one line naming the step
+    where the loss stopped being finite, and the step-30 checkpoint and the export unchanged."""
+    import re
+    import shutil
+
+    out = tmp_path / "target"
+    shutil.copytree(pipeline / "target", out)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != "metrics.json"}
+    capsys.readouterr()
+    assert run_cli("target", "--data", pipeline / "corpus.jsonl", "--tokenizer", pipeline / "tok", "--out", out,
+                   *CPU_RUN, "--steps", 40, "--batch-size", 8, "--lr", 1e30, "--warmup", 1, "--eval-every", 0,
+                   "--ckpt-every", 100, "--resume") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("ddtree_jax.train: error: training diverged: "), err
+    step = re.search(r"(?:at|after) step (\d+);", err)
+    assert step and 30 < int(step[1]) <= 40, err
+    assert f"the last good checkpoint (step 30) is in {out / 'ckpt'}; --resume continues from it" in err, err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != "metrics.json"} == before
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer(tmp_path_factory):
+    from ddtree_jax.train.tokenizer import save_tokenizer, train_tokenizer
+
+    d = tmp_path_factory.mktemp("tok")
+    save_tokenizer(train_tokenizer(SNIPPETS * 10, 300), d)
+    return d
+
+
+@pytest.mark.parametrize("command, flags, needle", [
+    ("target", ["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    ("target", ["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    ("target", ["--min-lr-ratio", "1.5"], "--min-lr-ratio must be in [0, 1]"),
+    ("target", ["--min-lr-ratio", "nan"], "--min-lr-ratio must be in [0, 1]"),
+    ("target", ["--weight-decay", "-0.1"], "--weight-decay must be a finite number >= 0"),
+    ("target", ["--grad-clip", "inf"], "--grad-clip must be a finite number >= 0"),
+    ("target", ["--time-budget", "nan"], "--time-budget must be a finite number of seconds > 0"),
+    ("target", ["--rope-theta", "nan"], "--rope-theta must be a finite number > 0"),
+    ("drafter", ["--gamma", "nan"], "--gamma must be a finite number > 0"),
+    ("drafter", ["--head-dim", "-16"], "--head-dim must be positive"),
+    ("drafter", ["--head-dim", "15"], "--head-dim must be even"),
+])
+def test_non_finite_and_out_of_range_options_are_one_line(small_tokenizer, tmp_path, capsys, command, flags, needle):
+    """Refused before any data is tokenized or anything written; the drafter's shape options need
+    only the target's config.json to be checked."""
+    data = write_corpus(tmp_path / "c.jsonl", 4, 1)
+    target = tmp_path / "hf"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+        "max_position_embeddings": 64, "tie_word_embeddings": True}))
+    where = ["--tokenizer", small_tokenizer] + (["--target", target] if command == "drafter" else [])
+    capsys.readouterr()
+    assert run_cli(command, "--data", data, *where, "--out", tmp_path / "o", "--seq-len", 32, *flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and needle in err, err
+    assert not (tmp_path / "o").exists()

@@ -114,6 +114,8 @@ def _cases(f: dict[str, Path]) -> dict[str, tuple[list, tuple[str, ...], Path | 
                              ("--steps", "many"), out / "k"),
         "missing_option": (["target", "--data", f["data"], "--out", out / "l"],
                            ("--tokenizer",), out / "l"),
+        "lr_nan": ([*tgt, "--data", f["data"], "--out", out / "m", "--lr", "nan"],
+                   ("--lr must be a finite number > 0, got nan",), out / "m"),
     }
 
 
@@ -135,7 +137,7 @@ def results(files):
 
 CASE_NAMES = ["missing_data", "empty_data", "no_text_field", "missing_tokenizer", "llama_target",
               "target_without_config", "missing_target", "corrupt_target", "block_size_1", "output_exists",
-              "resume_without_checkpoint", "bad_option_value", "missing_option"]
+              "resume_without_checkpoint", "bad_option_value", "missing_option", "lr_nan"]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

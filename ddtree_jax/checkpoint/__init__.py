@@ -462,7 +462,7 @@ def read_target_config(path: str | Path) -> TargetConfig:
     """A converted checkpoint's target config alone (no weights read): cheap checks first."""
     path = Path(path).absolute()
     read_meta(path)
-    return TargetConfig.from_hf(_read_json(path / "target" / "config.json"))
+    return TargetConfig.from_hf(_read_json(path / "target" / "config.json"), where=str(path / "target" / "config.json"))
 
 
 def tokenizer_dir(path: str | Path) -> Path | None:
@@ -479,11 +479,13 @@ def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool =
     meta = read_meta(path)
     if dtype is not None:
         resolve_dtype(dtype)  # fail before the long read
-    target_cfg = TargetConfig.from_hf(_read_json(path / "target" / "config.json"))
+    target_cfg = TargetConfig.from_hf(_read_json(path / "target" / "config.json"),
+                                      where=str(path / "target" / "config.json"))
     drafter_cfg = None
     has_drafter = meta.get("drafter") is not None and (path / "draft").is_dir()
     if with_drafter and has_drafter:
-        drafter_cfg = DrafterConfig.from_hf(_read_json(path / "draft" / "config.json"))
+        drafter_cfg = DrafterConfig.from_hf(_read_json(path / "draft" / "config.json"),
+                                            where=str(path / "draft" / "config.json"))
         check_pair(target_cfg, drafter_cfg)
     target_params = load_params(path / "target" / "params", dtype)
     check_params(target_cfg, target_params, where=f"{path} target")

@@ -7,6 +7,7 @@ bad checkpoint fails at load time with a one-line message (see `ConfigError`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,112 @@ SUPPORTED_TARGETS = {
     "Qwen2ForCausalLM": ("qwen2", False, True),
 }
 SUPPORTED_DRAFTERS = ("DFlashDraftModel",)
+
+
+ROPE_KINDS = ("default", "linear", "dynamic", "yarn", "llama3")
+_REQUIRED = object()
+_MAX_INT = 2**31 - 1  # every size and id indexes int32 arrays
+
+
+def _show(value: Any) -> str:
+    """A config value as JSON spells it ("four", true, NaN, 64.5), cut to 40 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Fields:
+    """Typed, range-checked reads of one config object. A value of the wrong type or out of range
+    is one ConfigError naming the file, the field, the value and what it must be; a missing
+    required field is "WHERE lacks the field 'NAME'{missing_hint}"."""
+
+    def __init__(self, d: Any, where: str, prefix: str = "", missing_hint: str = ""):
+        if not isinstance(d, dict):
+            if prefix:
+                raise ConfigError(f"{where}: {prefix.rstrip('.')} is {_show(d)}; it must be a JSON object")
+            raise ConfigError(f"{where} holds {_show(d)}, not a JSON object; give the model's config.json")
+        self.d, self.where, self.prefix, self.missing_hint = d, where, prefix, missing_hint
+
+    def bad(self, key: str, value: Any, want: str) -> ConfigError:
+        return ConfigError(f"{self.where}: {self.prefix}{key} is {_show(value)}; it must be {want}")
+
+    def has(self, key: str) -> bool:
+        return key in self.d
+
+    def _absent(self, key: str, default: Any) -> Any:
+        if default is _REQUIRED:
+            raise ConfigError(f"{self.where} lacks the field {self.prefix + key!r}{self.missing_hint}")
+        return default
+
+    def integer(self, key: str, default: Any = _REQUIRED, *, minimum: int | None = 1, nullable: bool = False,
+                want: str | None = None) -> Any:
+        """An integer (not a bool, not a float) >= `minimum`; `default` where absent (or null, if `nullable`)."""
+        if key not in self.d or (nullable and self.d[key] is None):
+            return self._absent(key, default)
+        v = self.d[key]
+        want = want or (f"an integer >= {minimum}" if minimum is not None else "an integer")
+        if isinstance(v, bool) or not isinstance(v, int) or (minimum is not None and v < minimum):
+            raise self.bad(key, v, want)
+        if abs(v) > _MAX_INT:
+            raise self.bad(key, v, f"at most {_MAX_INT}" if v > 0 else f"at least {-_MAX_INT}")
+        return v
+
+    def number(self, key: str, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
+        """A finite number > 0 (an integer or a float, not a bool), as a float."""
+        if key not in self.d or (nullable and self.d[key] is None):
+            return self._absent(key, default)
+        v = self.d[key]
+        try:
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+        except OverflowError:  # an integer too large for a float
+            ok = False
+        if not ok:
+            raise self.bad(key, v, "a finite number > 0")
+        return float(v)
+
+    def flag(self, key: str, default: bool) -> bool:
+        if key not in self.d:
+            return default
+        v = self.d[key]
+        if not isinstance(v, bool):
+            raise self.bad(key, v, "true or false")
+        return v
+
+    def sub(self, key: str) -> "_Fields | None":
+        """A nested object (rope_scaling, dflash_config, ...); None where absent or null."""
+        v = self.d.get(key)
+        return None if v is None else _Fields(v, self.where, f"{self.prefix}{key}.", self.missing_hint)
+
+    def architecture(self) -> str | None:
+        archs = self.d.get("architectures")
+        if archs is None:
+            return None
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise self.bad("architectures", archs, 'a list of architecture names, e.g. ["Qwen3ForCausalLM"]')
+        return archs[0] if archs else None
+
+    def heads(self) -> tuple[int, int, int]:
+        """(num_attention_heads, num_key_value_heads, head_dim), checked against each other and hidden_size."""
+        heads = self.integer("num_attention_heads")
+        kv_heads = self.integer("num_key_value_heads", heads, nullable=True)
+        if heads % kv_heads:
+            raise ConfigError(f"{self.where}: num_attention_heads ({heads}) is not a multiple of "
+                              f"num_key_value_heads ({kv_heads})")
+        head_dim = self.integer("head_dim", None, nullable=True)
+        if head_dim is None:
+            hidden = self.integer("hidden_size")
+            if hidden % heads:
+                raise ConfigError(f"{self.where}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
+                                  f"({heads}) and there is no head_dim; give head_dim")
+            head_dim = hidden // heads
+            if head_dim % 2:
+                raise ConfigError(f"{self.where}: the head size hidden_size / num_attention_heads = {head_dim} is "
+                                  "odd; rotary embeddings need an even one: give an even head_dim")
+        elif head_dim % 2:
+            raise self.bad("head_dim", head_dim, "even (rotary embeddings turn pairs of dimensions)")
+        return heads, kv_heads, head_dim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,29 +144,44 @@ class RopeConfig:
     attention_factor: float | None = None
 
     @staticmethod
-    def from_hf(d: dict[str, Any]) -> "RopeConfig":
-        params = d.get("rope_parameters") or {}
-        theta = float(d.get("rope_theta", params.get("rope_theta", 10000.0)))
-        scaling = d.get("rope_scaling") or (params if params.get("rope_type") not in (None, "default") else None)
-        if not scaling:
+    def from_hf(d: dict[str, Any], where: str = "config.json") -> "RopeConfig":
+        """rope_theta and rope_scaling (or transformers 5's rope_parameters), every number checked."""
+        f = _Fields(d, where)
+        params = f.sub("rope_parameters")
+        if f.has("rope_theta"):
+            theta = f.number("rope_theta")
+        else:
+            theta = params.number("rope_theta", 10000.0) if params is not None else 10000.0
+        scaling = f.sub("rope_scaling")
+        if scaling is None or not scaling.d:
+            rope_type = params.d.get("rope_type") if params is not None else None
+            scaling = params if rope_type not in (None, "default") else None
+        if scaling is None:
             return RopeConfig(theta=theta)
-        kind = scaling.get("rope_type", scaling.get("type", "default"))
-        if kind not in ("default", "linear", "dynamic", "yarn", "llama3"):
-            raise ConfigError(
-                f"rope scaling type {kind!r} is not supported; supported: default, linear, dynamic, yarn, llama3"
-            )
+        key = "rope_type" if scaling.has("rope_type") else "type"
+        kind = scaling.d.get(key, "default")
+        if not isinstance(kind, str) or kind not in ROPE_KINDS:
+            raise ConfigError(f"{where}: rope scaling type {_show(kind)} ({scaling.prefix}{key}) is not supported; "
+                              f"supported: {', '.join(ROPE_KINDS)}")
+        low, high = scaling.number("low_freq_factor", 1.0), scaling.number("high_freq_factor", 4.0)
+        if kind == "llama3" and high <= low:
+            raise scaling.bad("high_freq_factor", high, f"greater than low_freq_factor ({low})")
+        if kind == "yarn" and theta == 1.0:  # yarn's correction range divides by log(theta)
+            raise f.bad("rope_theta", theta, "a finite number > 0 other than 1 for yarn scaling")
+        if scaling.has("original_max_position_embeddings"):
+            original = scaling.integer("original_max_position_embeddings")
+        else:
+            original = f.integer("max_position_embeddings", 8192)
         return RopeConfig(
             theta=theta,
             kind=kind,
-            factor=float(scaling.get("factor", 1.0)),
-            low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-            high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
-            original_max_position=int(
-                scaling.get("original_max_position_embeddings", d.get("max_position_embeddings", 8192))
-            ),
-            beta_fast=float(scaling.get("beta_fast", 32.0)),
-            beta_slow=float(scaling.get("beta_slow", 1.0)),
-            attention_factor=scaling.get("attention_factor"),
+            factor=scaling.number("factor", 1.0),
+            low_freq_factor=low,
+            high_freq_factor=high,
+            original_max_position=original,
+            beta_fast=scaling.number("beta_fast", 32.0),
+            beta_slow=scaling.number("beta_slow", 1.0),
+            attention_factor=scaling.number("attention_factor", None, nullable=True),
         )
 
 
@@ -85,43 +207,40 @@ class TargetConfig:
     architecture: str = "Qwen3ForCausalLM"
 
     @staticmethod
-    def from_hf(d: dict[str, Any]) -> "TargetConfig":
-        arch = (d.get("architectures") or [None])[0]
+    def from_hf(d: dict[str, Any], where: str = "config.json") -> "TargetConfig":
+        """The target described by a HF config.json (`where` names it in errors). Every field read
+        is type- and range-checked: a bad one is a ConfigError of one line."""
+        f = _Fields(d, where)
+        arch = f.architecture()
         if arch not in SUPPORTED_TARGETS:
             raise ConfigError(
                 f"architecture {arch!r} is not supported as a target; supported: {', '.join(SUPPORTED_TARGETS)}"
             )
         family, qk_norm, qkv_bias = SUPPORTED_TARGETS[arch]
-        try:
-            hidden = int(d["hidden_size"])
-            heads = int(d["num_attention_heads"])
-            cfg = TargetConfig(
-                family=family,
-                vocab_size=int(d["vocab_size"]),
-                hidden_size=hidden,
-                intermediate_size=int(d["intermediate_size"]),
-                num_layers=int(d["num_hidden_layers"]),
-                num_heads=heads,
-                num_kv_heads=int(d.get("num_key_value_heads") or heads),
-                head_dim=int(d.get("head_dim") or hidden // heads),
-                rms_eps=float(d.get("rms_norm_eps", 1e-6)),
-                max_position=int(d.get("max_position_embeddings", 32768)),
-                tie_embeddings=bool(d.get("tie_word_embeddings", False)),
-                qk_norm=qk_norm,
-                qkv_bias=bool(d.get("attention_bias", qkv_bias)) if family != "qwen2" else True,
-                attention_bias_o=bool(d.get("attention_bias", False)) if family != "qwen2" else False,
-                rope=RopeConfig.from_hf(d),
-                architecture=arch,
-            )
-        except KeyError as e:
-            raise ConfigError(f"config.json lacks the field {e.args[0]!r}; is this a {arch} checkpoint?") from None
-        if cfg.num_heads % cfg.num_kv_heads:
-            raise ConfigError(
-                f"num_attention_heads ({cfg.num_heads}) is not a multiple of num_key_value_heads ({cfg.num_kv_heads})"
-            )
+        f.missing_hint = f"; is this a {arch} checkpoint?"
+        hidden = f.integer("hidden_size")
+        heads, kv_heads, head_dim = f.heads()
         if d.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"hidden_act {d.get('hidden_act')!r} is not supported; only silu")
-        return cfg
+            raise ConfigError(f"{where}: hidden_act {_show(d.get('hidden_act'))} is not supported; only silu")
+        bias = f.flag("attention_bias", qkv_bias) if family != "qwen2" else False
+        return TargetConfig(
+            family=family,
+            vocab_size=f.integer("vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=f.integer("intermediate_size"),
+            num_layers=f.integer("num_hidden_layers"),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            rms_eps=f.number("rms_norm_eps", 1e-6),
+            max_position=f.integer("max_position_embeddings", 32768),
+            tie_embeddings=f.flag("tie_word_embeddings", False),
+            qk_norm=qk_norm,
+            qkv_bias=bias if family != "qwen2" else True,
+            attention_bias_o=bias,
+            rope=RopeConfig.from_hf(d, where),
+            architecture=arch,
+        )
 
     @property
     def num_params(self) -> int:
@@ -158,68 +277,85 @@ class DrafterConfig:
         return self.block_size - 1
 
     @staticmethod
-    def from_hf(d: dict[str, Any]) -> "DrafterConfig":
-        arch = (d.get("architectures") or [None])[0]
-        dflash = d.get("dflash_config")
+    def from_hf(d: dict[str, Any], where: str = "drafter config.json") -> "DrafterConfig":
+        """The drafter described by a z-lab DFlash config.json (`where` names it in errors). Every
+        field read is type- and range-checked; the tapped layers and the mask id are checked
+        against the target by `check_pair`."""
+        f = _Fields(d, where)
+        arch = f.architecture()
+        dflash = f.sub("dflash_config")
         if dflash is None and arch not in SUPPORTED_DRAFTERS:
             raise ConfigError(
                 f"drafter architecture {arch!r} is not supported; expected a z-lab DFlash checkpoint "
                 f"({', '.join(SUPPORTED_DRAFTERS)}, config with 'dflash_config')"
             )
-        dflash = dflash or {}
-        try:
-            n_layers = int(d["num_hidden_layers"])
-            n_target = int(d.get("num_target_layers", n_layers))
-            hidden = int(d["hidden_size"])
-            heads = int(d["num_attention_heads"])
-            if "mask_token_id" not in dflash and "mask_token_id" not in d:
-                raise KeyError("dflash_config.mask_token_id")
-            mask_id = int(dflash.get("mask_token_id", d.get("mask_token_id")))
-            layer_ids = dflash.get("target_layer_ids")
-            if layer_ids is None:
-                layer_ids = default_target_layer_ids(n_target, n_layers)
-            layer_types = d.get("layer_types") or ["full_attention"] * n_layers
-            window = d.get("sliding_window")
-            windows = []
-            for t in layer_types:
-                if t == "sliding_attention":
-                    if not window:
-                        raise ConfigError("layer_types has sliding_attention but config.json has no sliding_window")
-                    windows.append(int(window))
-                elif t == "full_attention":
-                    windows.append(None)
-                else:
-                    raise ConfigError(f"layer type {t!r} is not supported; expected full_attention or sliding_attention")
-            cfg = DrafterConfig(
-                hidden_size=hidden,
-                intermediate_size=int(d["intermediate_size"]),
-                num_layers=n_layers,
-                num_heads=heads,
-                num_kv_heads=int(d.get("num_key_value_heads") or heads),
-                head_dim=int(d.get("head_dim") or hidden // heads),
-                rms_eps=float(d.get("rms_norm_eps", 1e-6)),
-                block_size=int(d.get("block_size", dflash.get("block_size", 16))),
-                target_layer_ids=tuple(int(i) for i in layer_ids),
-                mask_token_id=mask_id,
-                num_target_layers=n_target,
-                vocab_size=int(d["vocab_size"]),
-                sliding_windows=tuple(windows),
-                rope=RopeConfig.from_hf(d),
-                qkv_bias=bool(d.get("attention_bias", False)),
-            )
-        except KeyError as e:
-            raise ConfigError(f"drafter config.json lacks the field {e.args[0]!r}") from None
+        dflash = dflash or _Fields({}, where, "dflash_config.")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ConfigError(f"{where}: hidden_act {_show(d.get('hidden_act'))} is not supported; only silu")
+        n_layers = f.integer("num_hidden_layers")
+        n_target = f.integer("num_target_layers", n_layers)
+        hidden = f.integer("hidden_size")
+        heads, kv_heads, head_dim = f.heads()
+        if dflash.has("mask_token_id"):
+            mask_id = dflash.integer("mask_token_id", minimum=None)  # its range: check_pair
+        elif f.has("mask_token_id"):
+            mask_id = f.integer("mask_token_id", minimum=None)
+        else:
+            mask_id = dflash.integer("mask_token_id")  # "lacks the field 'dflash_config.mask_token_id'"
+        if dflash.d.get("target_layer_ids") is None:
+            layer_ids = default_target_layer_ids(n_target, n_layers)
+        else:
+            layer_ids = dflash.d["target_layer_ids"]
+            if (not isinstance(layer_ids, list) or not layer_ids
+                    or not all(type(i) is int and 0 <= i <= _MAX_INT for i in layer_ids)):
+                raise dflash.bad("target_layer_ids", layer_ids,
+                                 "a non-empty list of target layer indices (integers >= 0)")
+        if f.has("block_size"):
+            block_size = f.integer("block_size", minimum=2, want="an integer, at least 2")
+        else:
+            block_size = dflash.integer("block_size", 16, minimum=2, want="an integer, at least 2")
+        layer_types = f.d.get("layer_types")
+        if layer_types is None:
+            layer_types = ["full_attention"] * n_layers
+        elif not isinstance(layer_types, list):
+            raise f.bad("layer_types", layer_types, 'a list with "full_attention" or "sliding_attention" per layer')
+        windows = []
+        for t in layer_types:
+            if t == "sliding_attention":
+                if f.d.get("sliding_window") is None:
+                    raise ConfigError(f"{where}: layer_types has sliding_attention but there is no sliding_window")
+                windows.append(f.integer("sliding_window"))
+            elif t == "full_attention":
+                windows.append(None)
+            else:
+                raise ConfigError(f"{where}: layer type {_show(t)} is not supported; expected full_attention or "
+                                  "sliding_attention")
+        cfg = DrafterConfig(
+            hidden_size=hidden,
+            intermediate_size=f.integer("intermediate_size"),
+            num_layers=n_layers,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            rms_eps=f.number("rms_norm_eps", 1e-6),
+            block_size=block_size,
+            target_layer_ids=tuple(layer_ids),
+            mask_token_id=mask_id,
+            num_target_layers=n_target,
+            vocab_size=f.integer("vocab_size"),
+            sliding_windows=tuple(windows),
+            rope=RopeConfig.from_hf(d, where),
+            qkv_bias=f.flag("attention_bias", False),
+        )
         if len(cfg.sliding_windows) != cfg.num_layers:
             raise ConfigError(
-                f"drafter layer_types has {len(cfg.sliding_windows)} entries but num_hidden_layers is {cfg.num_layers}"
+                f"{where}: layer_types has {len(cfg.sliding_windows)} entries but num_hidden_layers is {cfg.num_layers}"
             )
-        if cfg.block_size < 2:
-            raise ConfigError(f"drafter block_size is {cfg.block_size}; it must be at least 2")
         short = [w for w in cfg.sliding_windows if w is not None and w < cfg.block_size]
         if short:
             # The block always sees itself in full; a window shorter than the block would hide
             # part of it, which no DFlash checkpoint does.
-            raise ConfigError(f"drafter sliding_window {short[0]} is shorter than block_size {cfg.block_size}; "
+            raise ConfigError(f"{where}: sliding_window {short[0]} is shorter than block_size {cfg.block_size}; "
                               "windows shorter than the block are not supported")
         return cfg
 
@@ -249,9 +385,16 @@ def check_pair(target: TargetConfig, drafter: DrafterConfig) -> None:
         raise ConfigError("the drafter does not fit the target: " + "; ".join(problems) + "; use the drafter trained for this target")
 
 
-def read_hf_config(path: str | Path) -> dict[str, Any]:
-    return read_json_file(Path(path) / "config.json", error=ConfigError,
-                          missing="pass a Hugging Face model directory (with config.json)")
+def read_hf_config(path: str | Path) -> Any:
+    """The JSON of a HF model directory's config.json; one ConfigError line where it is missing,
+    unreadable or not JSON (from_hf checks what it holds)."""
+    file = Path(path) / "config.json"
+    try:
+        return read_json_file(file, error=ConfigError, missing="pass a Hugging Face model directory (with config.json)")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file} is not UTF-8 text; give the model's config.json") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {file}: {e.strerror or e}") from None
 
 
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> tuple[list[float], float]:

@@ -228,6 +228,24 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _first_nonfinite(losses: list) -> tuple[int, float] | None:
+    """(index, value) of the first non-finite loss in `losses` (device scalars), or None."""
+    values = np.asarray(jax.device_get(jnp.stack(losses)), np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    return (int(bad[0]), float(values[bad[0]])) if bad.size else None
+
+
+def _all_finite(tree: Any) -> bool:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return bool(jnp.all(jnp.stack(leaves))) if leaves else True
+
+
+def _resume_hint(last_ckpt_step: int | None, ckpt_dir: Path) -> str:
+    if last_ckpt_step is None:
+        return "no checkpoint was written yet"
+    return f"the last good checkpoint (step {last_ckpt_step}) is in {ckpt_dir}; --resume continues from it"
+
+
 def train_loop(
     *,
     cfg: LoopConfig,
@@ -246,7 +264,27 @@ def train_loop(
     """Run `step_fn(params, opt_state, batch, lr) -> (params, opt_state, loss)` until `cfg.steps`
     or the time budget. With a budget, the schedule's end (`planned`) is refitted at every log
     line from the measured time per step, so the cosine reaches its floor when time runs out.
+
+    A non-finite loss (checked at every log line and before every eval and checkpoint) or
+    non-finite weights (before every checkpoint and at the end) stop the run with one UserError
+    line naming the step; no checkpoint is written from such a state, so the last one stays good.
     """
+
+    def diverged(what: str):
+        write_metrics()
+        return UserError(f"training diverged: {what}; lower --lr or check the data; "
+                         f"{_resume_hint(last_ckpt_step, ckpt_dir)}")
+
+    def check_losses():
+        """The losses of the steps since the last check (`pending`) must be finite."""
+        bad = _first_nonfinite(pending) if pending else None
+        if bad is not None:
+            raise diverged(f"the loss is {bad[1]} at step {step - len(pending) + 1 + bad[0]}")
+
+    def check_weights():
+        if not _all_finite(params):
+            raise diverged(f"the weights hold NaN or Inf after step {step}")
+
     planned = cfg.steps
     step = start_step
     t_start = time.time()
@@ -270,7 +308,6 @@ def train_loop(
                 last = step >= planned
                 if step % cfg.log_every == 0 or last or step == start_step + 1:
                     loss_v = float(jnp.mean(jnp.stack(pending)))
-                    pending = []
                     now = time.time()
                     elapsed = now - t_start
                     if t_mark is None:
@@ -290,9 +327,10 @@ def train_loop(
                     metrics["train"].append({"step": step, "loss": loss_v, "lr": lr, "tokens_per_s": tok_s,
                                              "elapsed_s": round(elapsed, 2)})
                     log(f"step {step}/{planned} loss {loss_v:.4f} lr {lr:.2e} tok/s {tok_s:,.0f} elapsed {elapsed:.0f}s")
-                    if not math.isfinite(loss_v):
-                        raise RuntimeError(f"the loss is {loss_v} at step {step}; lower --lr or check the data")
+                    check_losses()
+                    pending = []
                 if cfg.eval_every and step % cfg.eval_every == 0 and not last:
+                    check_losses()
                     t0 = time.time()
                     ev = evaluate(params, step)
                     metrics["eval"].append({"step": step, **ev})
@@ -300,15 +338,17 @@ def train_loop(
                     write_metrics()
                     overhead += time.time() - t0
                 if cfg.ckpt_every and step % cfg.ckpt_every == 0 and not last:
+                    check_losses()
+                    check_weights()
                     t0 = time.time()
                     with InterruptsDeferred():  # an interrupt now is raised once the checkpoint is complete
                         checkpoint(params, opt_state, step, planned)
                         last_ckpt_step = step
                     overhead += time.time() - t0
+        check_weights()  # what the caller saves and exports
     except KeyboardInterrupt:
-        where = (f"the last good checkpoint (step {last_ckpt_step}) is in {ckpt_dir}; --resume continues from it"
-                 if last_ckpt_step is not None else "no checkpoint was written yet")
-        print(f"interrupted at step {step}: nothing partial was written; {where}", file=sys.stderr, flush=True)
+        print(f"interrupted at step {step}: nothing partial was written; {_resume_hint(last_ckpt_step, ckpt_dir)}",
+              file=sys.stderr, flush=True)
         raise
     stopped_by = "steps" if step >= cfg.steps else "time"
     jax.block_until_ready(params)

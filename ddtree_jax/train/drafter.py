@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -45,17 +46,28 @@ def default_taps(num_target_layers: int) -> tuple[int, ...]:
     return tuple(sorted({min(1, last), max(num_target_layers - 2, 0)}))
 
 
+def check_shape_options(*, layers: int, intermediate: int | None, heads: int | None, kv_heads: int | None,
+                        head_dim: int | None, block_size: int) -> None:
+    """The drafter shape options on their own (None: the target's), before the target is loaded."""
+    for name, v in (("--layers", layers), ("--intermediate", intermediate), ("--heads", heads),
+                    ("--kv-heads", kv_heads), ("--head-dim", head_dim)):
+        if v is not None and v <= 0:
+            raise UserError(f"{name} must be positive, got {v}")
+    if head_dim is not None and head_dim % 2:
+        raise UserError(f"--head-dim must be even (RoPE), got {head_dim}")
+    if block_size < 2:
+        raise UserError(f"--block-size must be at least 2, got {block_size}")
+
+
 def drafter_config(target: TargetConfig, *, mask_token_id: int, layers: int = 2, intermediate: int | None = None,
                    heads: int | None = None, kv_heads: int | None = None, head_dim: int | None = None,
                    block_size: int = 16, target_layer_ids: tuple[int, ...] | None = None) -> DrafterConfig:
+    check_shape_options(layers=layers, intermediate=intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                        block_size=block_size)
     heads = heads or target.num_heads
     kv_heads = kv_heads or target.num_kv_heads
-    if layers <= 0:
-        raise UserError(f"--layers must be positive, got {layers}")
     if heads % kv_heads:
         raise UserError(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})")
-    if block_size < 2:
-        raise UserError(f"--block-size must be at least 2, got {block_size}")
     taps = tuple(target_layer_ids) if target_layer_ids else default_taps(target.num_layers)
     cfg = DrafterConfig(
         hidden_size=target.hidden_size, intermediate_size=intermediate or target.intermediate_size,
@@ -308,8 +320,11 @@ def run_drafter_command(args) -> int:
     for name in ("anchors", "eval_anchors"):
         if getattr(args, name) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if args.gamma <= 0:
-        raise UserError(f"--gamma must be positive, got {args.gamma}")
+    if not math.isfinite(args.gamma) or args.gamma <= 0:
+        raise UserError(f"--gamma must be a finite number > 0, got {args.gamma}")
+    if not args.resume:  # a resumed run takes its shape from the checkpoint
+        check_shape_options(layers=args.layers, intermediate=args.intermediate, heads=args.heads,
+                            kv_heads=args.kv_heads, head_dim=args.head_dim, block_size=args.block_size)
     run = RunDir(args.out, resume=args.resume, force=args.force)
     compute_dtype = DTYPES[args.compute_dtype]
     tcfg, tparams = load_target(args.target, args.compute_dtype)

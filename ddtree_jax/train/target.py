@@ -7,6 +7,7 @@ out of `lm_head` in float32 either way.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Any
 
@@ -35,6 +36,8 @@ def target_config(*, vocab_size: int, hidden: int, layers: int, heads: int, kv_h
         raise UserError(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})")
     if head_dim % 2:
         raise UserError(f"--head-dim must be even (RoPE), got {head_dim}")
+    if not math.isfinite(rope_theta) or rope_theta <= 0:
+        raise UserError(f"--rope-theta must be a finite number > 0, got {rope_theta}")
     return TargetConfig(family="qwen3", vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate,
                         num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, rms_eps=1e-6,
                         max_position=max_position, tie_embeddings=True, qk_norm=True, qkv_bias=False,
@@ -233,10 +236,17 @@ def _check_training_args(args) -> None:
     for name in ("eval_every", "ckpt_every", "warmup", "eval_sequences", "final_eval_sequences"):
         if getattr(args, name) < 0:
             raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.lr <= 0:
-        raise UserError(f"--lr must be positive, got {args.lr}")
-    if args.time_budget is not None and args.time_budget <= 0:
-        raise UserError(f"--time-budget must be positive, got {args.time_budget}")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        raise UserError(f"--lr must be a finite number > 0, got {args.lr}")
+    if args.time_budget is not None and (not math.isfinite(args.time_budget) or args.time_budget <= 0):
+        raise UserError(f"--time-budget must be a finite number of seconds > 0, got {args.time_budget}")
+    if not 0 <= args.min_lr_ratio <= 1:
+        raise UserError(f"--min-lr-ratio must be in [0, 1] (the final LR as a fraction of the peak), "
+                        f"got {args.min_lr_ratio}")
+    for name in ("weight_decay", "grad_clip"):
+        v = getattr(args, name)
+        if not math.isfinite(v) or v < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
