@@ -112,5 +112,7 @@ def read_json_file(path: str | Path, *, missing: str, invalid: str = "", error: 
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise error(f"{path} is not valid JSON ({e.msg} at line {e.lineno}){invalid}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise error(f"cannot read {path}: {e}{invalid}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}){invalid}") from None
+    except OSError as e:
+        raise error(f"cannot read {path}: {e.strerror or e}{invalid}") from None

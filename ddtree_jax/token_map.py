@@ -150,12 +150,9 @@ def write_token_map(path: str | Path, ids: Sequence[int], force: bool = False) -
 
 
 def _load_tokenizer(tok_dir: Path):
-    from transformers import AutoTokenizer
+    from ddtree_jax.tokenizer import Tokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(str(tok_dir))
-    except Exception as e:  # noqa: BLE001 - transformers raises many types here
-        raise UserError(f"cannot load the tokenizer from {tok_dir}: {e}".splitlines()[0]) from None
+    return Tokenizer(tok_dir)
 
 
 def build_parser() -> ArgumentParser:

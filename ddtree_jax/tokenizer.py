@@ -72,6 +72,17 @@ class Tokenizer:
         return self.token_id(self.special["eos_token"])
 
     @property
+    def all_special_ids(self) -> list[int]:
+        """The ids of the special tokens (the configured ones and those tokenizer.json marks special)."""
+        if self._slow is not None:
+            return list(self._slow.all_special_ids)
+        names = [self.special[n] for n in SPECIAL_NAMES] + [
+            _content(t) for t in self.config.get("additional_special_tokens") or []]
+        ids = {self.token_id(n) for n in names if n is not None}
+        ids |= {i for i, t in self._fast.get_added_tokens_decoder().items() if t.special}
+        return sorted(i for i in ids if i is not None)
+
+    @property
     def bos_token_id(self) -> int | None:
         return self.token_id(self.special["bos_token"])
 

@@ -21,13 +21,13 @@ ALLOWED = {
     "round": {"kernels", "models", "trees"},            # walk.py, sampling.py
     "checkpoint": {"models"},
     "tokenizer": set(),
-    "token_map": {"models", "checkpoint"},
+    "token_map": {"models", "checkpoint", "tokenizer"},
     "engine": {"kernels", "models", "trees", "drafters", "round"},
     "profile": {"kernels", "models", "trees", "drafters", "round", "engine"},
     "generator": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map"},
     "cli": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map",
             "tokenizer", "generator"},
-    "train": {"kernels", "models", "trees", "drafters", "round", "checkpoint", "token_map"},
+    "train": {"kernels", "models", "trees", "drafters", "round", "checkpoint", "token_map", "tokenizer"},
     "package": {"trees"},                                # ddtree_jax/__init__.py
     "convert": {"models", "checkpoint", "package"},
     "bench": None,                                       # anything
