@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     from ddtree_jax.checkpoint import load_checkpoint
     from ddtree_jax.checkpoint import DEFAULT_CKPT
     from ddtree_jax.generator import Generator
-    from ddtree_jax.cli import load_tokenizer
+    from ddtree_jax.tokenizer import load_tokenizer
 
     ap = argparse.ArgumentParser(prog="python -m bench draft-vocab", description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", default=str(DEFAULT_CKPT))

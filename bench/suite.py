@@ -735,7 +735,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench import prompts as P
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.cli import load_tokenizer, stop_ids_for
+    from ddtree_jax.cli import stop_ids_for
+    from ddtree_jax.tokenizer import load_tokenizer
 
     configs = matrix(v["methods"], v["policies"], v["budgets"])
     hf_target = None

@@ -53,17 +53,12 @@ def test_int8_drafter_acceptance_on_the_shipped_pair():
     """Real weights: the int8 drafter's greedy acceptance stays within 10 % of the full drafter's
     (DDTree-16 on 4 eval-split prompts x 64 tokens, float32 target), and the tokens do not change."""
     from bench import prompts as bp
-    from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.checkpoint import DEFAULT_CKPT
-    from ddtree_jax.cli import load_tokenizer
+    from ddtree_jax.checkpoint import DEFAULT_CKPT, load_checkpoint
+    from ddtree_jax.tokenizer import load_tokenizer
 
     ck = load_checkpoint(DEFAULT_CKPT, dtype="float32")
     tok = load_tokenizer(ck)
-    if bp.default_data().is_file():
-        prompts = [list(p.ids) for p in bp.from_corpus(tok, bp.default_data(), 4, 128)]
-    else:  # the corpus lives beside the checkout; keep the test meaningful without it
-        prompts = [tok.encode(f"import os\n\n\ndef helper_{i}(path):\n    ", add_special_tokens=False)
-                   for i in range(4)]
+    prompts = [list(p.ids) for p in bp.from_corpus(tok, bp.default_data(), 4, 128)]  # the shipped eval prompts
     acc, tokens = {}, {}
     for quant in ("none", "int8"):
         res = Generator(ck, method="ddtree", budget=16, drafter_quant=quant).generate_ids(prompts, max_new_tokens=64)

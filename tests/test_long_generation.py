@@ -20,7 +20,7 @@ from ddtree_jax.checkpoint import load_checkpoint
 from ddtree_jax.errors import UserError
 from ddtree_jax.checkpoint import DEFAULT_CKPT
 from ddtree_jax.generator import Generator
-from ddtree_jax.cli import load_tokenizer
+from ddtree_jax.tokenizer import load_tokenizer
 
 PROMPT = "import os\n"
 WANTED = 2000

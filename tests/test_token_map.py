@@ -141,7 +141,7 @@ def test_token_map_cli_on_the_shipped_pair(tmp_path, capsys):
     """Build a map from a small corpus with the shipped tokenizer (a second build refuses to
     overwrite), then generate with it through the CLI: the tokens are the AR ones."""
     from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.cli import load_tokenizer
+    from ddtree_jax.tokenizer import load_tokenizer
 
     corpus = tmp_path / "c.jsonl"
     code = "import os\n\n\ndef read(path):\n    with open(path) as f:\n        return f.read()\n"
