@@ -70,11 +70,11 @@ def _fails(r, *needles):
     (("--stop", ""), ("--stop",)),
     (("--prompt", "-"), ("empty",)),  # nothing piped in
 ])
-def test_bad_options(qwen3_pair, args, needles):
+def test_bad_options(qwen3_pair, args, needles, run):
     base = ["--ckpt", qwen3_pair.out, "--max-new-tokens", 4]
     if "--prompt" not in args:
         base += ["--prompt", "x"]
-    _fails(gen(*base, *args), *needles)
+    _fails(run(*base, *args), *needles)
 
 
 def test_missing_checkpoint(tmp_path):
@@ -109,64 +109,86 @@ def test_debug_shows_traceback(qwen3_pair):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
+@pytest.fixture
+def run(capsys, monkeypatch):
+    """The CLI in this process (its compiled programs shared between calls): run(*args, stdin=TEXT)."""
+    import io
+    import types
+
+    from ddtree_jax import cli
+    from ddtree_jax.errors import cli_main
+
+    def call(*args, stdin=None):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin or ""))
+        capsys.readouterr()
+        try:
+            rc = cli_main(cli.main, [str(a) for a in args], prog="ddtree_jax.generate")
+        except SystemExit as e:  # --version, --help
+            rc = e.code
+        cap = capsys.readouterr()
+        return types.SimpleNamespace(returncode=rc, stdout=cap.out, stderr=cap.err)
+
+    return call
+
+
 def _json_rows(r):
     assert r.returncode == 0, r.stderr
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
-def test_batched_prompt_file_gives_each_prompt_its_own_tokens(qwen3_pair, tmp_path):
+def test_batched_prompt_file_gives_each_prompt_its_own_tokens(qwen3_pair, tmp_path, run):
     """Prompts of a file decoded together (--batch-size) get the tokens they get one at a time."""
     prompts = tmp_path / "p.txt"
     prompts.write_text("def f(x):\nimport os\nclass A:\nfor i in range(3):\nhello world\n")
     base = ("--ckpt", qwen3_pair.out, "--prompt-file", prompts, "--max-new-tokens", 10, "--json", "--budget", 8)
-    one = _json_rows(gen(*base, "--batch-size", 1))
-    together = _json_rows(gen(*base, "--batch-size", 3))
+    one = _json_rows(run(*base, "--batch-size", 1))
+    together = _json_rows(run(*base, "--batch-size", 3))
     assert [r["token_ids"] for r in one] == [r["token_ids"] for r in together]
     assert [r["prompt"] for r in together] == ["def f(x):", "import os", "class A:", "for i in range(3):", "hello world"]
 
 
-def test_text_output_of_several_prompts_is_separated(qwen3_pair, tmp_path):
-    r = gen("--ckpt", qwen3_pair.out, "--prompt-file", "-", "--max-new-tokens", 4, input="a b\nc d\n")
+def test_text_output_of_several_prompts_is_separated(qwen3_pair, tmp_path, run):
+    r = run("--ckpt", qwen3_pair.out, "--prompt-file", "-", "--max-new-tokens", 4, stdin="a b\nc d\n")
     assert r.returncode == 0, r.stderr
     assert "==> prompt 1 of 2 <==" in r.stdout and "==> prompt 2 of 2 <==" in r.stdout
 
 
-def test_stdin_prompt_equals_the_flag(qwen3_pair):
-    flag = _json_rows(gen("--ckpt", qwen3_pair.out, "--prompt", "def f(x):", "--max-new-tokens", 6, "--json"))
-    piped = _json_rows(gen("--ckpt", qwen3_pair.out, "--prompt", "-", "--max-new-tokens", 6, "--json",
-                           input="def f(x):\n"))
+def test_stdin_prompt_equals_the_flag(qwen3_pair, run):
+    flag = _json_rows(run("--ckpt", qwen3_pair.out, "--prompt", "def f(x):", "--max-new-tokens", 6, "--json"))
+    piped = _json_rows(run("--ckpt", qwen3_pair.out, "--prompt", "-", "--max-new-tokens", 6, "--json",
+                           stdin="def f(x):\n"))
     assert piped[0]["token_ids"] == flag[0]["token_ids"] and piped[0]["prompt"] == "def f(x):"
 
 
-def test_stop_strings_cut_text_and_tokens(qwen3_pair):
+def test_stop_strings_cut_text_and_tokens(qwen3_pair, run):
     """--stop ends a prompt's output before the stop text, in streamed text and in JSON, whose
     token ids end with the token that completes it."""
     base = ("--ckpt", qwen3_pair.out, "--prompt", "def f(x):", "--max-new-tokens", 24, "--ignore-eos")
-    full = _json_rows(gen(*base, "--json"))[0]
+    full = _json_rows(run(*base, "--json"))[0]
     text = full["text"]
     assert len(text) > 6, text
     stop = text[3:5]
-    cut = _json_rows(gen(*base, "--json", "--stop", stop))[0]
+    cut = _json_rows(run(*base, "--json", "--stop", stop))[0]
     assert cut["text"] == text[: text.find(stop)]
     assert full["token_ids"][: len(cut["token_ids"])] == cut["token_ids"]
     assert cut["num_output_tokens"] == len(cut["token_ids"]) < len(full["token_ids"])
-    streamed = gen(*base, "--stop", stop)
+    streamed = run(*base, "--stop", stop)
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout == text[: text.find(stop)] + "\n"
 
 
-def test_ignore_eos_generates_every_token(qwen3_pair):
-    rows = _json_rows(gen("--ckpt", qwen3_pair.out, "--prompt", "x y", "--max-new-tokens", 20, "--json",
+def test_ignore_eos_generates_every_token(qwen3_pair, run):
+    rows = _json_rows(run("--ckpt", qwen3_pair.out, "--prompt", "x y", "--max-new-tokens", 20, "--json",
                           "--ignore-eos", "--method", "ar"))
     assert rows[0]["num_output_tokens"] == 20
 
 
-def test_version_help_defaults_and_warnings(qwen3_pair):
-    v = gen("--version")
+def test_version_help_defaults_and_warnings(qwen3_pair, run):
+    v = run("--version")
     assert v.returncode == 0 and v.stdout.startswith("ddtree-jax ")
-    h = gen("--help")
+    h = run("--help")
     assert h.returncode == 0 and "(default: 64)" in h.stdout and "(default: ddtree)" in h.stdout
-    r = gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 3, "--method", "ar", "--budget", 32,
+    r = run("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 3, "--method", "ar", "--budget", 32,
             "--top-p", 0.5)
     assert r.returncode == 0, r.stderr
     assert "--budget has no effect with --method ar" in r.stderr
@@ -185,14 +207,14 @@ def test_any_seed_is_accepted_and_seeds_do_not_collide():
     assert prng_key(123).tolist() == jax.random.PRNGKey(123).tolist()
 
 
-def test_huge_seed_and_huge_budget(qwen3_pair):
+def test_huge_seed_and_huge_budget(qwen3_pair, run):
     import time
 
-    r = gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 3, "--temperature", 1,
+    r = run("--ckpt", qwen3_pair.out, "--prompt", "x", "--max-new-tokens", 3, "--temperature", 1,
             "--seed", 2**70)
     assert r.returncode == 0, r.stderr
     t = time.monotonic()
-    _fails(gen("--ckpt", qwen3_pair.out, "--prompt", "x", "--budget", 1000000), "--budget 1000000", "context")
+    _fails(run("--ckpt", qwen3_pair.out, "--prompt", "x", "--budget", 1000000), "--budget 1000000", "context")
     assert time.monotonic() - t < 60  # the budget is checked before any tree is traced
 
 
