@@ -290,6 +290,8 @@ CONVERSATION_POSITIONS = 8192
 def interactive(args, gen, tok, stop_ids, inp, out) -> int:
     """Chat turn by turn: each turn's prompt is the chat template over the whole conversation,
     of which only what the device's cache does not hold yet is prefilled."""
+    import jax
+
     if tok.chat_template is None:
         raise UserError("--interactive needs a tokenizer with a chat template; this checkpoint's has none")
     context = min(gen.tcfg.max_position, CONVERSATION_POSITIONS)
@@ -327,7 +329,7 @@ def interactive(args, gen, tok, stop_ids, inp, out) -> int:
         out.flush()
         consumed = ids + cut.kept_ids(res.token_ids)
         messages.append({"role": "assistant", "content": cut.text()})
-        log(stats_line([res], gen.tparams["embed"].devices().pop()))
+        log(stats_line([res], jax.devices()[0]))
 
 
 def _encode(tok, prompt: str, args) -> list[int]:

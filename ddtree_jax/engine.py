@@ -356,33 +356,32 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     )
 
 
-def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Array, zero: jax.Array,
+def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Array, start: jax.Array,
                     taps: tuple[int, ...], spec: DecodeSpec):
-    # zero: int32[Bt], the position of the prompt's first token
     """The target over the prompt, in pieces of at most spec.prefill_chunk tokens: returns (cache
     with the prompt's K/V, final-normed hidden [Bt, P, H], taps [Bt, P, nTaps*H] or None).
 
-    Piece i attends to the cache's first i*chunk positions and causally to itself, which is the
+    Piece i attends to the cache's first start + i*chunk positions and causally to itself, which is the
     whole prompt's causal attention. Full pieces run in one lax.scan (one compiled forward); a
     shorter last piece (P not a multiple of the chunk) in one more forward.
     """
     bt, p = prompt.shape
 
-    def piece(cache, tokens, start):
-        pos = start[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    def piece(cache, tokens, first):
+        pos = first[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
         causal = pos[:, :, None] >= pos[:, None, :]
-        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, cache, start, causal, taps=taps,
+        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, cache, first, causal, taps=taps,
                                            attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
-        return append(cache, *new_kv, start), h, tapped
+        return append(cache, *new_kv, first), h, tapped
 
     chunk = max(1, spec.prefill_chunk)
     if p <= chunk:
-        return piece(cache, prompt, zero)
+        return piece(cache, prompt, start)
     n, rest = divmod(p, chunk)
 
     def body(cache, i):
         tokens = jax.lax.dynamic_slice_in_dim(prompt, i * chunk, chunk, axis=1)
-        cache, h, tapped = piece(cache, tokens, zero + i * chunk)
+        cache, h, tapped = piece(cache, tokens, start + i * chunk)
         return cache, (h, tapped)
 
     cache, (hs, taps_out) = jax.lax.scan(body, cache, jnp.arange(n, dtype=jnp.int32))
@@ -395,7 +394,7 @@ def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Arr
 
     h_tail = tap_tail = None
     if rest:
-        cache, h_tail, tap_tail = piece(cache, prompt[:, n * chunk:], zero + n * chunk)
+        cache, h_tail, tap_tail = piece(cache, prompt[:, n * chunk:], start + n * chunk)
     return cache, join(hs, h_tail), join(taps_out, tap_tail)
 
 

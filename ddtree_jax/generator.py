@@ -270,7 +270,7 @@ class Generator:
             raise UserError(f"--top-p must be in (0, 1] (got {top_p})")
         longest = max(prompt_lens)
         ctx = self.tcfg.max_position
-        slack = self.budget + (self.dcfg.block_size if self.budget else 0) + 1
+        slack = self._slack()
         if longest + max_new_tokens > ctx:
             raise UserError(f"the prompt ({longest} tokens) plus --max-new-tokens ({max_new_tokens}) exceeds the "
                             f"model's context of {ctx} tokens; shorten the prompt or lower --max-new-tokens")
@@ -278,6 +278,10 @@ class Generator:
             raise UserError(f"--budget {self.budget} needs {slack} cache slots beyond prompt + new tokens, and the "
                             f"model's context is {ctx}; lower --budget or --max-new-tokens")
         self.check_memory(len(prompt_lens), self.spec_for(longest, max_new_tokens, SamplingConfig()))
+
+    def _slack(self) -> int:
+        """Cache slots a request needs beyond its prompt and new tokens: a round's tree and block."""
+        return self.budget + (self.dcfg.block_size if self.budget else 0) + 1
 
     def check_memory(self, batch: int, spec: engine.DecodeSpec):
         """Estimate weights + caches before allocating; refuse with the figure when it cannot fit."""
@@ -371,10 +375,9 @@ class Generator:
         longest = max(len(p) for p in prompts)
         spec = self.spec_for(longest, max_new_tokens, sampling, min_cache)
         if start is not None:
-            slots = engine.num_nodes(spec, self.dcfg) + (self.dcfg.block_size if self.budget else 0) + 2
             if bt != 1 or start < 0:
                 raise UserError("a conversation continues one prompt at a position >= 0")
-            if start + longest + max_new_tokens + slots > spec.cache_size:
+            if start + longest + max_new_tokens + self._slack() > spec.cache_size:
                 raise UserError(f"the conversation ({start + longest} tokens) plus --max-new-tokens "
                                 f"({max_new_tokens}) no longer fits its cache of {spec.cache_size} positions; "
                                 "start a new conversation")
@@ -387,7 +390,8 @@ class Generator:
                                                 np.full((bt,), max_new_tokens, np.int32)))
         knobs = engine.make_knobs(temperature, top_p, stop_ids)
         static = dict(tcfg=self.tcfg, dcfg=self.dcfg, spec=spec)
-        args = (prompt, lens, max_new, knobs, prng_key(seed))
+        key = prng_key(seed)
+        args = (prompt, lens, max_new, knobs, key)
         # the prefill does not depend on the tree: configs that differ there share its executable
         pre_static = dict(static, spec=engine.prefill_spec(spec))
         shapes = self._shapes_of_state(args, pre_static)
@@ -402,7 +406,7 @@ class Generator:
                                 "(min_cache and max_new_tokens must stay the same)")
             name, fn = "continued prefill", engine.prefill_continue
             pre_args = (kept, self.tparams, self.dparams, prompt, lens, jax.device_put(np.asarray([start], np.int32)),
-                        max_new, knobs, args[-1])
+                        max_new, knobs, key)
         pre_key = self._key(name, pre_args, pre_static, self.compiler_options)
         prefill = self._compile(name, fn, pre_args, pre_static, self.compiler_options, key=pre_key)
         limit = rounds_per_call if (rounds_per_call and on_tokens) else spec.out_size + 1
