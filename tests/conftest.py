@@ -28,6 +28,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from ddtree_jax.kernels.tree_attention_mgpu import prepare_cpu_for_interpret  # noqa: E402
 
 prepare_cpu_for_interpret()
+# In-process CLI runs would turn JAX's persistent cache on for the rest of a worker; loading an
+# XLA:CPU executable that another process wrote can crash the loader (jax-ml/jax#28908), so test
+# workers compile for themselves. The CLI subprocesses the tests start share the cache above.
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_compilation_cache", False)
 if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per test session, not ~/.cache
     import tempfile
 
