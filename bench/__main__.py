@@ -27,6 +27,7 @@ COMMANDS = {
     "draft-vocab": "bench.draft_vocab",
     "prompts": "bench.prompts",
     "round": "bench.bench_round",
+    "fit-cost": "bench.fit_cost",
     "profile": "bench.profile_round",
     "kernels": "bench.bench_kernels",
     "gemm": "bench.bench_gemm",

@@ -2,6 +2,7 @@
 
     python -m bench round --model qwen3-8b --prompt-len 512 --budgets 16,64,256,1024 --out DIR
     python -m bench round --model tiny --rounds 4          # CPU smoke run
+    python -m bench round --batch 1,4,16 --prompt-len 512,4096 --out DIR   # a grid for bench fit-cost
 
 Random weights accept ~nothing, but a round's cost does not depend on what is accepted (static
 shapes): every round verifies the full tree, compacts D+1 slots and feeds the drafter D+1 taps.
@@ -13,6 +14,7 @@ each stage alone in a device loop (no host dispatch per stage: what the large sh
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import statistics
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import engine, profile
+from ddtree_jax.cost import ModelSignature
 from ddtree_jax.generator import Generator, tree_nbytes as nbytes
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
@@ -317,6 +320,12 @@ def stage_times(gen: Generator, spec, refill, knobs, repeats: int) -> dict:
     return stages if spec.speculative else {k: v for k, v in stages.items() if k not in ("draft", "tree")}
 
 
+def output_name(model: str, attn_impl: str, batches: list[int]) -> str:
+    """The JSON file that main writes under --out."""
+    batch = "" if batches == [1] else "_b" + "_".join(map(str, batches))
+    return f"round_{model}_{attn_impl.replace(',', '_')}{batch}.json"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench round", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
@@ -346,13 +355,17 @@ def main(argv=None) -> int:
     ap.add_argument("--xla-option", action="append", default=None, metavar="KEY=VALUE",
                     help="XLA option for the executables (repeatable), e.g. xla_gpu_enable_command_buffer=")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--batch", type=int, default=1, help="prompts decoded together (rows of one round)")
+    ap.add_argument("--batch", default="1", help="prompts decoded together (rows of one round), comma-separated")
     ap.add_argument("--fresh-buffers", action="store_true",
                     help="each timed call's state in new buffers (new caches, a prefill); by default a call "
                          "prefills into the last call's state, as generate does")
     ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
-    if args.batch < 1:
+    try:
+        batches = [int(b) for b in args.batch.split(",") if b]
+    except ValueError:
+        ap.error(f"--batch takes integers, comma-separated (got {args.batch!r})")
+    if not batches or min(batches) < 1:
         ap.error(f"--batch must be >= 1 (got {args.batch})")
     if args.draft_vocab < 0:
         ap.error(f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
@@ -370,14 +383,16 @@ def main(argv=None) -> int:
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
         "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
-        "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant, "batch": args.batch,
+        "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant,
+        "batch": batches[0] if len(batches) == 1 else batches,
         "draft_vocab": args.draft_vocab or None,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+        # the shape a cost model fit from these rows is for (python -m bench fit-cost)
+        "signature": dataclasses.asdict(ModelSignature.of(ck.target_cfg, ck.drafter_cfg, dtype)),
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
         "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
     }
-    batch = f"_b{args.batch}" if args.batch > 1 else ""
-    name = f"round_{args.model}_{args.attn_impl.replace(',', '_')}{batch}.json"
+    name = output_name(args.model, args.attn_impl, batches)
 
     def save():  # rewritten after every row, so a killed run keeps what it measured
         if args.out:
@@ -388,32 +403,35 @@ def main(argv=None) -> int:
         impls = [(a, m, c, q) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
                  for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q]
         for impl, mm_impl, c_impl, quant in impls:
-            for method, budget in runs:
+            made = None
+            for (method, budget), batch in ((run, b) for run in runs for b in batches):
                 if quant != "none" and method == "ar":
                     continue  # AR has no drafter
                 t0 = time.perf_counter()
                 vocab = list(range(args.draft_vocab)) if args.draft_vocab and method != "ar" else None
-                gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
-                                matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
-                                compiler_options=opts, draft_vocab=vocab)
+                if made != (method, budget):  # one generator a run, for all its batches
+                    gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
+                                    matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
+                                    compiler_options=opts, draft_vocab=vocab)
+                    made = (method, budget)
                 try:
-                    r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, args.batch,
+                    r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, batch,
                                 verify_loop=args.verify_loop, stage_loop=args.stage_loop,
                                 fresh_buffers=args.fresh_buffers)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
-                    msg = (f"P={prompt_len} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
+                    msg = (f"P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
                            f"{type(e).__name__}: {e}")
                     out.setdefault("errors", []).append(msg[:2000])
                     print(f"[bench_round] FAILED {msg[:400]}", flush=True)
                     save()
                     continue
                 r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
-                         attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=args.batch,
+                         attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
                          draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
-                print(f"[bench_round] P={prompt_len} x{args.batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}, a call's fixed "
                       f"{r['call_fixed_ms']:.1f} ms"
                       + (f", verify alone {r['verify_ms_steady']:.3f} (beyond it "
