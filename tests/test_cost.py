@@ -194,13 +194,21 @@ def test_shipped_h100_model_is_the_results_rows_at_the_8b_shape():
     assert cm is not None and cm.device_kind == H100 and cm.metric == "call" and "4dc328d" in cm.source
     assert cost.default_cost_model("NVIDIA H100 PCIe", sig) is None
     assert cost.default_cost_model(H100, dataclasses.replace(sig, dtype="float32")) is None
-    # every shipped number is in RESULTS.md's H100 A/B row of the commit the source names
-    row = next(line for line in (ROOT / "bench" / "RESULTS.md").read_text().splitlines()
-               if "the layout's restructure against the code before it" in line)
-    assert "4dc328d" in row
+    # every shipped number is in RESULTS.md's H100 rows that the source names: batch 1 from the A/B
+    # row (its head side), batches 4 and 16 from the by-batch row
+    lines = (ROOT / "bench" / "RESULTS.md").read_text().splitlines()
+    ab = next(line for line in lines if "the layout's restructure against the code before it" in line)
+    by_batch = next(line for line in lines if "rounds by batch, 1 / 4 / 16 rows" in line)
+    assert "4dc328d" in ab and "96c1c4d" in by_batch and "96c1c4d" in cm.source
+    column = {4: 1, 16: 2}
     for p in cm.points:
-        assert f"/ {p.round_ms:.3f}" in row, p
-    assert cm.candidates(1) == ("ar", "dflash", 64, 256) and cm.candidates(2) == ()
+        if p.batch == 1:
+            assert f"/ {p.round_ms:.3f}" in ab, p
+        else:
+            name = {"ar": "AR", "dflash": "DFlash", "ddtree": "DDTree-64"}[p.method]
+            figures = by_batch.split(f"{name} ")[1].split(";")[0].split(" ms")[0].split(" / ")
+            assert float(figures[column[p.batch]]) == p.round_ms, p
+    assert cm.candidates(1) == ("ar", "dflash", 64, 256) and cm.candidates(4) == ("ar", "dflash", 64)
 
 
 # -- the chooser ---------------------------------------------------------------------------------
