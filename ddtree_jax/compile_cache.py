@@ -11,8 +11,8 @@ pair). With the cache a second run with the same shapes loads the executables fr
 A cache directory the user set through JAX itself (`jax_compilation_cache_dir`) wins. Entries
 are keyed by JAX on the computation, the compile options, the device and the JAX version, so a
 stale entry is never used for different code; only executables that took >= 1 s to compile are
-stored, up to MAX_BYTES (least recently used out first; reads and writes take a file lock, so
-runs that share the directory never see a half-written entry).
+stored. Two runs sharing the directory at once are safe: a half-written entry fails JAX's
+decompression, which JAX reports as a warning and answers by compiling.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import os
 from pathlib import Path
 
 ENV = "DDTREE_COMPILE_CACHE"
-MAX_BYTES = 8 << 30  # least recently used executables go past this
 
 
 def cache_dir() -> Path | None:
@@ -53,9 +52,5 @@ def enable() -> Path | None:
         return None
     if not os.access(path, os.W_OK):
         return None
-    if jax.config.jax_compilation_cache_max_size == -1:
-        # A bound turns on JAX's file lock: two runs sharing the directory never read a half-written
-        # entry, and old executables are evicted instead of filling the disk.
-        jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     jax.config.update("jax_compilation_cache_dir", str(path))
     return path
