@@ -22,6 +22,7 @@ from ddtree_jax.errors import UserError, cli_main
 # command: module, in the order `--help` lists them; a module that is not there drops out
 COMMANDS = {
     "suite": "bench.suite",
+    "throughput": "bench.throughput",
     "merge": "bench.merge",
     "plots": "bench.plots",
     "draft-vocab": "bench.draft_vocab",
