@@ -20,8 +20,8 @@ Sweeps: tiles at one long prefix per T (``--tile-prefix``), then the number of p
 ``--split-prefixes`` prefix; both rank by the traced device span where ``--trace`` runs (else by
 wall time). The table uses the default heuristic (tiles from the tile sweep
 when it ran) and shows how many kernels and splits each call launched; its engine column
-(``--engine``, on by default) times what the round runs instead: ``attention(impl="auto")`` at the
-engine's verify rows (on Hopper the Mosaic GPU kernel at T = 72 / 264 for B = 64 / 256), over a
+(``--engine``, on by default) times what the round runs instead: ``dispatch.attention`` (this
+device's "auto") at the engine's verify rows (on Hopper the Mosaic GPU kernel at T = 72 / 264 for B = 64 / 256), over a
 cache of the positions generate gives a request of PREFIX prompt tokens (``--engine-new-tokens``
 new ones): the kernels' static choices go by the cache's positions, not by the prefix.
 Results go to DIR/bench_kernels.json (rewritten after every row) and tables on stdout.
@@ -47,8 +47,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from bench.bench_round import SHAPES
-from ddtree_jax.kernels import KernelConfig, attention, attention_reference, auto_impl, default_config
-from ddtree_jax.kernels.tree_attention import auto_choice, launch_plan, verify_rows
+from ddtree_jax.kernels import KernelConfig, attention, attention_reference, default_config
+from ddtree_jax.kernels import dispatch
+from ddtree_jax.kernels.dispatch import verify_rows
+from ddtree_jax.kernels.tree_attention import launch_plan
+from ddtree_jax.tuning import tuning_for
 
 # The engine column's drafter depth (generate.cache_positions): the 8B pair's block less its root.
 DRAFT_DEPTH = SHAPES["qwen3-8b"]["drafter"]["block_size"] - 1
@@ -254,6 +257,7 @@ def main(argv=None) -> int:
         return args.budget_s - (now_s() - t_start)
 
     dev = jax.devices()[0]
+    kernels = tuning_for(dev).kernels     # what the engine's "auto" runs here
     on_gpu = dev.platform == "gpu"
     kimpl = "pallas" if on_gpu else "pallas_interpret"
     if args.small:
@@ -290,7 +294,7 @@ def main(argv=None) -> int:
     info = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         jax=jax.__version__, device=dev.device_kind, platform=dev.platform,
-        compute_capability=getattr(dev, "compute_capability", None), auto_impl=auto_impl(),
+        compute_capability=getattr(dev, "compute_capability", None), auto_impl=kernels.auto_attention,
         kernel_impl=kimpl, small=args.small, timing=args.timing, inner=args.inner,
         reps=args.reps, cold_mb=args.cold_mb, heads=[hq, hkv, dh], dtype=args.dtype,
         hbm_Bps=HBM_BPS, mma_flops=MMA_FLOPS, f32_flops=F32_FLOPS,
@@ -486,7 +490,7 @@ def main(argv=None) -> int:
         return fn
 
     def engine_row(row, t, p, a):
-        """row["engine_*"]: attention(impl="auto") as the round calls it, at verify_rows' rows
+        """row["engine_*"]: dispatch.attention as the round calls it ("auto"), at verify_rows' rows
         (engine.pad_verify_rows: padding rows see only themselves), over a cache of the positions
         generate gives a request of p prompt tokens and --engine-new-tokens new ones (a tree of
         t - 1 nodes from a 16-token block), p of them committed; the tree is the row's (a)."""
@@ -494,16 +498,16 @@ def main(argv=None) -> int:
         from ddtree_jax.generator import cache_positions
 
         s_eng = cache_positions(p, args.engine_new_tokens, t - 1, DRAFT_DEPTH if t > 1 else 0)[0]
-        tp = verify_rows(t, hq, hkv, dh, table_dtype, cache_size=s_eng, batch=1)
+        tp = verify_rows(kernels, t, hq, hkv, dh, table_dtype, cache_size=s_eng, batch=1)
         mask = a[6]
         if tp != t:
             ids = jnp.zeros((1, t), jnp.int32)       # tokens and positions: only the mask is used
             _, _, mask = pad_verify_rows(ids, ids, mask, tp)
         a_eng = make_case(jax.random.fold_in(key, 2000 * t + p), bt=1, t=tp, s=s_eng, hq=hq, hkv=hkv,
                           dh=dh, dtype=table_dtype, cache_len=(p,), new_mask=mask)
-        choice = auto_choice(a_eng[0], a_eng[3])
+        choice = dispatch.attention_choice(kernels, a_eng[0], a_eng[3])[0]
         row.update(engine_rows=tp, engine_impl=choice, engine_cache=s_eng)
-        fn = lambda *x: attention(*x, scale=scale, impl="auto")  # noqa: E731
+        fn = lambda *x: dispatch.attention(kernels, *x, scale=scale)  # noqa: E731
         try:
             row["engine_us"] = timer(fn, a_eng, inner=args.inner, reps=args.reps) * 1e6
             if tracing:

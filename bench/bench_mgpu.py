@@ -27,9 +27,10 @@ import jax.numpy as jnp
 
 from bench.bench_kernels import int_list, make_case, rel_err, trace_chain
 from bench.plots import MGPU_HEADS
-from ddtree_jax.kernels import attention
+from ddtree_jax.kernels import attention, dispatch
 from ddtree_jax.kernels.tree_attention_mgpu import MgpuConfig, attention_mgpu
 from ddtree_jax.kernels.tree_attention_mgpu import parse_config as mgpu_parse_config
+from ddtree_jax.tuning import tuning_for
 
 HEADS = MGPU_HEADS  # Qwen3-8B: query heads, kv heads, head dim
 
@@ -82,6 +83,7 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--ts {bad}: the Mosaic GPU kernel takes T a multiple of 8 (the engine pads to one)")
     configs = args.configs.split(",")
+    triton = tuning_for().kernels.with_impls(attention="pallas")     # at the tile table's tiles for this device
     (hq, hkv, dh), dtype = HEADS, jnp.bfloat16
     rows = []
     for t in args.ts:
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
             for name in configs:
                 cfg = parse_config(name)
                 if cfg is None:
-                    fn = functools.partial(attention, scale=dh**-0.5, impl="pallas")
+                    fn = functools.partial(dispatch.attention, triton, scale=dh**-0.5)
                 else:
                     fn = functools.partial(attention_mgpu, scale=dh**-0.5, config=cfg)
                 row = dict(t=t, prefix=p, config=name, batch=args.batch)

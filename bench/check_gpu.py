@@ -6,10 +6,10 @@
     python3 -m bench.check_gpu --impl mosaic_interpret --layers 1 --small   # the Mosaic GPU kernel, CPU
 
 The CPU tests run the Pallas kernels in interpret mode only; this runs the compiled kernels where
-they will run (attention, fused norms, whatever `attn_impl` switches) inside `target.forward`
+they will run (attention, fused norms, whatever the attention impl switches) inside `target.forward`
 on a few layers of the Qwen3-8B shape in bf16, with norm weights that are not all ones, for
 tree sizes T = 1, 16, 65, 257, 264, 1032 over committed prefixes (--small: 1, 5, 16), and
-compares final hidden states, tapped states and the new K/V with attn_impl="xla". Exits non-zero
+compares final hidden states, tapped states and the new K/V with the attention on XLA. Exits non-zero
 on a NaN or an error above --tol.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ddtree_jax.models.config import RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_target
 from ddtree_jax.models.layers import KVCache, append
 from ddtree_jax.kernels.tree_attention_mgpu import prepare_cpu_for_interpret
+from ddtree_jax.tuning import tuning_for
 
 
 def perturb_norms(params: dict, key) -> dict:
@@ -74,6 +75,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     # the Mosaic GPU kernel takes T % 8 == 0 only (the engine pads); its norms are "auto"'s
     mosaic = args.impl.startswith("mosaic")
+    here = tuning_for().kernels         # this device's choices; the checked impl and XLA's replace "auto"
+    kernels = {impl: here.with_impls(attention=impl, norms="auto" if impl.startswith("mosaic") else None)
+               for impl in (args.impl, "xla")}
     for t, prefix in cases:
         if mosaic and t % 8:
             print(f"[check_gpu] T={t:4d} prefix={prefix:5d} skipped: {args.impl} needs T % 8 == 0", flush=True)
@@ -83,8 +87,8 @@ def main(argv=None) -> int:
         if prefix:
             toks = jnp.asarray(rng.integers(0, cfg.vocab_size, (1, prefix)), jnp.int32)
             pos = jnp.arange(prefix, dtype=jnp.int32)[None]
-            _, _, (k, v) = jax.jit(target.forward, static_argnames=("cfg", "attn_impl"))(
-                params, cfg, toks, pos, None, None, target.causal_mask(1, prefix), attn_impl="xla")
+            _, _, (k, v) = jax.jit(target.forward, static_argnames=("cfg", "kernels"))(
+                params, cfg, toks, pos, None, None, target.causal_mask(1, prefix), kernels=kernels["xla"])
             cache = append(cache, k, v, jnp.zeros((1,), jnp.int32))
         # a random tree: node i's parent is a random earlier node (root 0)
         parents = [-1] + [int(rng.integers(0, i)) for i in range(1, t)]
@@ -96,10 +100,9 @@ def main(argv=None) -> int:
         pos = jnp.asarray(prefix + depth, jnp.int32)[None]
         outs = {}
         for impl in (args.impl, "xla"):
-            fwd = jax.jit(target.forward, static_argnames=("cfg", "taps", "attn_impl", "norm_impl"))
+            fwd = jax.jit(target.forward, static_argnames=("cfg", "taps", "kernels"))
             outs[impl] = jax.block_until_ready(fwd(params, cfg, toks, pos, cache, jnp.asarray([prefix], jnp.int32),
-                                                   jnp.asarray(mask)[None], taps=taps, attn_impl=impl,
-                                                   norm_impl="auto" if impl.startswith("mosaic") else None))
+                                                   jnp.asarray(mask)[None], taps=taps, kernels=kernels[impl]))
         (h, tap, (k, v)), (h0, tap0, (k0, v0)) = outs[args.impl], outs["xla"]
         errs = dict(hidden=rel_err(h, h0), taps=rel_err(tap, tap0), k=max(rel_err(a, b) for a, b in zip(k, k0)),
                     v=max(rel_err(a, b) for a, b in zip(v, v0)))

@@ -27,11 +27,9 @@ from ddtree_jax.models.layers import KVCache, append
 from ddtree_jax.drafters.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
-from ddtree_jax.tuning import CPU, Tuning
+from ddtree_jax.tuning import CPU, KernelTuning, Tuning
 from ddtree_jax.walk import WalkResult, walk
-from ddtree_jax.kernels import norm_impl_for
-from ddtree_jax.kernels.tree_attention import verify_rows
-from ddtree_jax.kernels.matmul import compiled_with, matmul
+from ddtree_jax.kernels import dispatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,26 +41,16 @@ class DecodeSpec:
     cache_size: int = 1024  # target/drafter cache positions
     out_size: int = 256  # output buffer (max_new_tokens bucket)
     sampling: SamplingConfig = SamplingConfig()
-    attn_impl: str = "auto"
-    # The projections and LM heads (ddtree_jax.kernels.matmul): "auto" = XLA except where the
-    # skinny-matmul kernel was measured faster; "pallas" = the kernel wherever it fits.
-    matmul_impl: str = "auto"
-    # The commit's cache writes (ddtree_jax.kernels.cache_write: every layer's in one kernel);
-    # "auto" = XLA's per-array writes until the kernel is timed on a GPU.
-    cache_impl: str = "auto"
     drafter: str = "dflash"  # "dflash", or "oracle" (drafters/oracle.py: tests and benchmarks)
-    tuning: Tuning = CPU  # how the kernels and the tree build run on this device (tuning.tuning_for)
+    # How the kernels and the tree build run on this device (tuning.tuning_for), the user's
+    # attention / matmul / cache impls folded into its `kernels` (Generator).
+    tuning: Tuning = CPU
     unroll: int = 1  # rounds per while_loop iteration (steps past max_rounds run but commit nothing)
     # Longest prompt piece one target forward takes: a longer prompt is prefilled in chunks of
     # this many tokens (a lax.scan; each chunk sees the cache of the ones before it). Bounds the
     # attention's T: the Pallas kernel unrolls its new-key steps (T = 8192 compiled for minutes
     # on the H200) and the XLA path's scores grow as T x (S + T).
     prefill_chunk: int = 1024
-
-    @property
-    def norm_impl(self) -> str:
-        """The norm kernels' impl that goes with attn_impl (as target.forward derives it)."""
-        return norm_impl_for(self.attn_impl)
 
     @property
     def speculative(self) -> bool:
@@ -116,12 +104,12 @@ def make_knobs(temperature: float = 0.0, top_p: float = 1.0, stop_ids=()) -> Kno
 # ----------------------------------------------------------------------------- stages
 
 
-def _products(spec: DecodeSpec, dcfg: DrafterConfig | None):
-    """The context a round's stages trace their products in: the XLA options its executable is
-    compiled with (`round_xla_options`, a function of the static spec), so that the skinny-matmul
-    table's entries for those executables apply (ddtree_jax.kernels.matmul.compiled_with). Options
-    given to a Generator's constructor on top are not seen here."""
-    return compiled_with(round_xla_options(spec, dcfg))
+def round_kernels(spec: DecodeSpec, dcfg: DrafterConfig | None) -> KernelTuning:
+    """The kernels of a round's stages: the spec's, traced as parts of an executable compiled with
+    the round's XLA options (`round_xla_options`, a function of the static spec), so that the
+    skinny-matmul table's entries for those executables apply. Options given to a Generator's
+    constructor on top are not seen here (profile.py adds them for its stage executables)."""
+    return spec.tuning.kernels.compiled_with(round_xla_options(spec, dcfg))
 
 
 def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
@@ -129,21 +117,17 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
     a token map's ids, in its order, for a drafter restricted to one: see `tree_stage`)."""
     if spec.drafter == "oracle":
         return oracle_logp(dparams, state.length, dcfg.depth, tcfg.vocab_size)
-    with _products(spec, dcfg):
-        return _draft(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
-
-
-def _draft(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
+    kernels = round_kernels(spec, dcfg)
     bt = state.root.shape[0]
     bs = dcfg.block_size
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
     pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
     h = dmodel.draft_hidden(dparams, dcfg, tmodel.embed(tparams, block), pos, state.dcache, state.length,
-                            attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
+                            kernels=kernels)
     if "lm_head" in dparams:  # its own copy of the head: quantized, or a token map's columns
-        logits = matmul(h[:, 1:], dparams["lm_head"], out_dtype=jnp.float32, impl=spec.matmul_impl)
+        logits = dispatch.matmul(kernels, h[:, 1:], dparams["lm_head"], out_dtype=jnp.float32)
     else:
-        logits = tmodel.lm_head(tparams, tcfg, h[:, 1:], impl=spec.matmul_impl)
+        logits = tmodel.lm_head(tparams, tcfg, h[:, 1:], kernels=kernels)
     return jax.nn.log_softmax(logits, axis=-1)
 
 
@@ -173,21 +157,21 @@ def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, 
     pos = state.length[:, None] + tree.depths
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     t = tree.tokens.shape[1]
-    rows = verify_rows(t, tcfg.num_heads, tcfg.num_kv_heads, tcfg.head_dim, tparams["embed"].dtype,
-                       spec.attn_impl, cache_size=spec.cache_size, batch=tree.tokens.shape[0])
+    kernels = round_kernels(spec, dcfg)
+    rows = dispatch.verify_rows(kernels, t, tcfg.num_heads, tcfg.num_kv_heads, tcfg.head_dim, tparams["embed"].dtype,
+                                cache_size=spec.cache_size, batch=tree.tokens.shape[0])
     tokens, pos, mask = pad_verify_rows(tree.tokens, pos, tree.ancestor_mask, rows)
-    with _products(spec, dcfg):
-        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, state.cache, state.length, mask, taps=taps,
-                                           attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
-        # Padding rows' hidden states are dropped here; their taps and K/V are never read (commit
-        # gathers the accepted path's rows only).
-        if rows != t:
-            h = h[:, :t]
-        return tmodel.lm_head(tparams, tcfg, h, impl=spec.matmul_impl), tapped, new_kv
+    h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, state.cache, state.length, mask, taps=taps,
+                                       kernels=kernels)
+    # Padding rows' hidden states are dropped here; their taps and K/V are never read (commit
+    # gathers the accepted path's rows only).
+    if rows != t:
+        h = h[:, :t]
+    return tmodel.lm_head(tparams, tcfg, h, kernels=kernels), tapped, new_kv
 
 
 def pad_verify_rows(tokens: jax.Array, pos: jax.Array, mask: jax.Array, rows: int):
-    """The verify's inputs grown from T to `rows` rows (ddtree_jax.kernels.verify_rows): a padding row
+    """The verify's inputs grown from T to `rows` rows (ddtree_jax.kernels.dispatch.verify_rows): a padding row
     repeats the last token and position and sees only itself, and no real row sees it, so the
     real rows' attention, and with it every real output, is what it was."""
     bt, t = tokens.shape
@@ -216,16 +200,14 @@ def commit_stage(
     n_new = result.num_accepted + 1  # accepted nodes + the bonus token
     # The root and the accepted nodes' K/V go to length .. length+num_accepted (the rest of the
     # path's D+1 entries land beyond the new length and are overwritten later).
-    cache = append(state.cache, *new_kv, state.length, rows=result.path, impl=spec.cache_impl)
+    cache = append(state.cache, *new_kv, state.length, rows=result.path, kernels=spec.tuning.kernels)
     dcache = state.dcache
     if spec.speculative:
         if spec.drafter == "dflash":
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
-            with _products(spec, dcfg):
-                dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
-                                             norm_impl=spec.norm_impl, matmul_impl=spec.matmul_impl,
-                                             cache_impl=spec.cache_impl)
+            dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
+                                         kernels=round_kernels(spec, dcfg))
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -333,11 +315,12 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     pos = start[:, None] + jnp.arange(p, dtype=jnp.int32)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
-    first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last, impl=spec.matmul_impl), spec.sampling,
+    kernels = spec.tuning.kernels
+    first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last, kernels=kernels), spec.sampling,
                           knobs.temperature, knobs.top_p)
-    if dcache is not None:
-        dcache = dmodel.extend_cache(dparams, dcfg, dcache, start, tapped, pos, norm_impl=spec.norm_impl,
-                                     matmul_impl=spec.matmul_impl)
+    if dcache is not None:  # the prompt's context K/V through XLA's writes
+        dcache = dmodel.extend_cache(dparams, dcfg, dcache, start, tapped, pos,
+                                     kernels=kernels.with_impls(cache="xla"))
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
     is_stop = (first[:, None] == knobs.stop_ids[None, :]).any(-1)
@@ -371,7 +354,7 @@ def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Arr
         pos = first[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
         causal = pos[:, :, None] >= pos[:, None, :]
         h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, cache, first, causal, taps=taps,
-                                           attn_impl=spec.attn_impl, matmul_impl=spec.matmul_impl)
+                                           kernels=spec.tuning.kernels)
         return append(cache, *new_kv, first), h, tapped
 
     chunk = max(1, spec.prefill_chunk)

@@ -28,7 +28,7 @@ from ddtree_jax.models.layers import stacks_norms_for
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.token_map import check_token_map
 from ddtree_jax.tuning import Tuning, tuning_for
-from ddtree_jax.kernels import norm_impl_for
+from ddtree_jax.kernels import dispatch
 
 METHODS = ("ar", "dflash", "ddtree")
 
@@ -140,8 +140,9 @@ class Generator:
         `Executables` shared with other Generators of the same checkpoint (the bench suite), so
         that what they have in common compiles once. prefill_chunk: longest prompt piece one
         target forward takes (engine.DecodeSpec.prefill_chunk); 0 picks the engine's default.
-        matmul_impl: the projections' impl (engine.DecodeSpec.matmul_impl); cache_impl: the
-        commit's cache writes' (engine.DecodeSpec.cache_impl). drafter_quant: "none", or "int8"
+        attn_impl, matmul_impl, cache_impl: the attention's, the projections' and the commit's
+        cache writes' impl ("auto": the device's choice per call), folded into the tuning's
+        kernels (tuning.KernelTuning.with_impls). drafter_quant: "none", or "int8"
         (the drafter's weight matrices and its own copy of the LM head as int8 with per-column
         scales, drafters.dflash.quantize_params: half the bytes a draft reads; lossless, since the
         target verifies every token, but acceptance may change a little). draft_vocab: a token map
@@ -182,20 +183,20 @@ class Generator:
                 jax.eval_shape(lambda x: self.policy.build(x, budget), logp)
         except ValueError as e:
             raise UserError(f"tree policy {policy!r}: {e}") from None
-        from ddtree_jax.kernels import available_impls
-
-        impls = tuple(dict.fromkeys(("auto",) + tuple(available_impls())))
+        impls = dispatch.available_impls(self.tuning.kernels)
         if attn_impl not in impls:
             raise UserError(f"unknown --attn-impl {attn_impl!r}; available here: {', '.join(impls)}")
         self.method, self.policy_name, self.budget = method, policy, budget
-        self.attn_impl = attn_impl
         mm_impls = tuple(x for x in impls if x != "triton")
         if matmul_impl not in mm_impls:
             raise UserError(f"unknown --matmul-impl {matmul_impl!r}; available here: {', '.join(mm_impls)}")
-        self.matmul_impl = matmul_impl
         if cache_impl not in mm_impls:
             raise UserError(f"unknown --cache-impl {cache_impl!r}; available here: {', '.join(mm_impls)}")
-        self.cache_impl = cache_impl
+        # "auto" leaves the tuning's own choice (a given tuning may carry explicit impls)
+        given = dict(attention=attn_impl, matmul=matmul_impl, cache=cache_impl)
+        kernels = self.tuning.kernels.with_impls(**{k: v for k, v in given.items() if v != "auto"})
+        self.tuning = dataclasses.replace(self.tuning, kernels=kernels)
+        self.attn_impl, self.matmul_impl, self.cache_impl = kernels.attention, kernels.matmul, kernels.cache
         if drafter_quant not in DRAFTER_QUANTS:
             raise UserError(f"unknown --drafter-quant {drafter_quant!r}; choose one of {', '.join(DRAFTER_QUANTS)}")
         if drafter_quant != "none" and (method == "ar" or oracle is not None):
@@ -209,7 +210,7 @@ class Generator:
                             f"({engine.DecodeSpec.prefill_chunk})")
         self.prefill_chunk = prefill_chunk or engine.DecodeSpec.prefill_chunk
         self.compiler_options = dict(compiler_options) if compiler_options else None
-        stack = stacks_norms_for(norm_impl_for(attn_impl), matmul_impl)
+        stack = stacks_norms_for(self.tuning.kernels)
         self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params, stack=stack))
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
@@ -251,9 +252,7 @@ class Generator:
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig,
                  min_cache: int = 0) -> engine.DecodeSpec:
         base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
-                                 attn_impl=self.attn_impl, matmul_impl=self.matmul_impl,
-                                 cache_impl=self.cache_impl, drafter=self.drafter,
-                                 unroll=self.unroll, tuning=self.tuning,
+                                 drafter=self.drafter, unroll=self.unroll, tuning=self.tuning,
                                  prefill_chunk=self.prefill_chunk)
         depth = self.dcfg.depth if self.budget else 0
         cache, out_size = cache_positions(prompt_len, max_new_tokens, engine.num_nodes(base, self.dcfg), depth)

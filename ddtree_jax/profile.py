@@ -15,7 +15,6 @@ import numpy as np
 
 from ddtree_jax import engine
 from ddtree_jax.engine import DecodeSpec, commit_stage, draft_stage, num_nodes, tree_stage, verify_stage
-from ddtree_jax.kernels.matmul import compiled_with
 from ddtree_jax.sampling import choose_tokens
 from ddtree_jax.walk import walk
 
@@ -61,13 +60,13 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = ()):
-    def jit(fn, **kw):
-        # the products are traced as parts of an executable with these options (`_products`)
-        def traced(*args, **kwargs):
-            with compiled_with(dict(options)):
-                return fn(*args, **kwargs)
+    # the kernels are chosen for an executable compiled with these options (engine.round_kernels
+    # adds the round's on top)
+    kernels = spec.tuning.kernels.compiled_with(dict(options))
+    spec = dataclasses.replace(spec, tuning=dataclasses.replace(spec.tuning, kernels=kernels))
 
-        return jax.jit(traced, compiler_options=dict(options) or None, **kw)
+    def jit(fn, **kw):
+        return jax.jit(fn, compiler_options=dict(options) or None, **kw)
     if name == "draft":
         return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "tree":

@@ -1,17 +1,23 @@
 """Per-device tuning: every threshold, tile and compiler option that picks between exact paths.
 
 One frozen (hashable) `Tuning` is chosen once from the device (`tuning_for`) and travels as
-static configuration: the engine's `DecodeSpec.tuning`, a tree policy's `tuning`. Changing it
-recompiles, as any static argument does. Tests build their own instead of patching globals.
-Every choice here leaves the output unchanged: the paths it picks between compute the same
-values (the tests check each against its reference).
+static configuration: the engine's `DecodeSpec.tuning`, a tree policy's `tuning`, the models'
+`kernels` argument. Changing it recompiles, as any static argument does. Tests build their own
+(`dataclasses.replace`) instead of patching globals. Every choice here leaves the output
+unchanged: the paths it picks between compute the same values (the tests check each against
+its reference).
 
-Kernel tile tables measured per device kind live beside their kernels
-(`kernels/attention_configs.json`, `kernels/matmul_configs.json`).
+Its parts: `TreeTuning` (how the tree build runs), `KernelTuning` (which kernel each of the
+model's calls runs: ddtree_jax.kernels.dispatch reads it and nothing else; the user's
+`--attn-impl` / `--matmul-impl` / `--cache-impl` are folded into it), the round executable's XLA
+options and the loop's unroll. Kernel tile tables measured per device kind stay beside their
+kernels (`kernels/attention_configs.json`, `kernels/matmul_configs.json`); `KernelTuning.tile_table`
+names the device kind they are looked up under.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 NEVER = 2**31 - 1  # a size threshold no tree reaches
@@ -61,11 +67,137 @@ class TreeTuning:
             raise ValueError(f"TreeTuning.kernels={self.kernels!r}; choose one of {', '.join(KERNEL_MODES)}")
 
 
+ATTENTION_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret", "mosaic", "mosaic_interpret")
+KERNEL_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")   # norms, products, cache writes
+AUTO_CHOICES = ("xla", "pallas")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTuning:
+    """Which kernel each of the model's calls runs (ddtree_jax.kernels.dispatch decides from this
+    and the call's shapes); the outputs are the same every way.
+
+    attention, norms, matmul, cache: the user's impl for the attention, the RMSNorm / q-k-norm +
+    RoPE kernels, the projections and LM heads, and the commit's cache writes: "auto" (this
+    device's choice, `auto_*`), or an explicit impl ("xla", "pallas" = "triton",
+    "pallas_interpret"; attention also "mosaic", "mosaic_interpret"). norms None: the one that
+    goes with `attention`. The default is the CPU's: XLA everywhere, no tables.
+    """
+
+    attention: str = "auto"
+    norms: str | None = None
+    matmul: str = "auto"
+    cache: str = "auto"
+    # What "auto" runs here, "pallas" or "xla". The Triton-lowered kernels need NVIDIA compute
+    # capability >= 8.0 (Ampere's async copies and bf16 tensor cores); elsewhere XLA.
+    auto_attention: str = "xla"
+    auto_norms: str = "xla"        # the fused add + norm and q/k-norm + RoPE kernels: launch-bound layers
+    # the skinny-matmul kernel, where the tile table measured it faster than XLA's dot (else XLA's)
+    auto_matmul: str = "xla"
+    auto_cache: str = "xla"        # every layer's commit write in one kernel instead of a scatter an array
+    # Longest T "auto" gives the Triton attention kernel: it unrolls its new-key steps, and a
+    # prompt-sized T (8192 on the H200) compiled for minutes; the engine prefills in 1024-token pieces.
+    max_new_tokens: int = 2048
+    # Padded T at which "auto" takes the Mosaic GPU attention kernel by size alone (None: no Mosaic
+    # GPU kernel here: wgmma is sm_90a only). From DDTree-255 (T = 256) up it beat Triton in rounds
+    # (DDTree-1024's attention 58 against 172 us a layer); smaller T only where a one-wave config fits.
+    mosaic_t_range: tuple[int, int] | None = None
+    # Cache capacity from which the Mosaic GPU kernel's long-cache configs apply: from 5120 positions
+    # a request's prefix averages > 2k, where the tail split and two-wave grids pay.
+    mosaic_long_cache_from: int = 5120
+    sm_count: int | None = None    # the GPU's SMs: a one-wave Mosaic GPU config must fit them (None: unknown)
+    # Device kind under which the measured tile tables are read (None: no entries; default tiles).
+    tile_table: str | None = None
+    # XLA options of the executable being traced, sorted (name, value) pairs: a matmul table entry
+    # measured under options (split-K off) applies only in executables compiled with them.
+    xla_options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("attention", ATTENTION_IMPLS), ("matmul", KERNEL_IMPLS), ("cache", KERNEL_IMPLS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"unknown {name} impl {getattr(self, name)!r}; choose one of {', '.join(allowed)}")
+        if self.norms is not None and self.norms not in KERNEL_IMPLS:
+            raise ValueError(f"unknown norm impl {self.norms!r}; choose one of {', '.join(KERNEL_IMPLS)}")
+        if self.norms is None and self.attention.startswith("mosaic"):
+            raise ValueError(f"attention {self.attention!r} has no norm kernels of its own; give norms= as well")
+        for name in ("auto_attention", "auto_norms", "auto_matmul", "auto_cache"):
+            if getattr(self, name) not in AUTO_CHOICES:
+                raise ValueError(f"KernelTuning.{name}={getattr(self, name)!r}; "
+                                 f"choose one of {', '.join(AUTO_CHOICES)}")
+
+    @property
+    def norm_impl(self) -> str:
+        """The norm kernels' impl: `norms`, else the one that goes with `attention` ("triton" is "pallas")."""
+        if self.norms is not None:
+            return self.norms
+        return "pallas" if self.attention == "triton" else self.attention
+
+    def with_impls(self, *, attention: str | None = None, norms: str | None = None, matmul: str | None = None,
+                   cache: str | None = None) -> "KernelTuning":
+        """This tuning with the user's impls (None: keep the current one)."""
+        given = dict(attention=attention, norms=norms, matmul=matmul, cache=cache)
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
+
+    def compiled_with(self, options: dict | None) -> "KernelTuning":
+        """This tuning for an executable compiled with these XLA options on top of `xla_options`."""
+        if not options:
+            return self
+        return dataclasses.replace(self, xla_options=tuple(sorted({**dict(self.xla_options), **options}.items())))
+
+
+CPU_KERNELS = KernelTuning()
+# Everything on XLA's ops whatever the device: training differentiates through the model, and the
+# Pallas kernels have no VJP.
+XLA_KERNELS = KernelTuning(attention="xla", matmul="xla", cache="xla")
+GPU_KERNELS = KernelTuning(auto_attention="pallas", auto_norms="pallas", auto_matmul="pallas", auto_cache="pallas")
+HOPPER_KERNELS = dataclasses.replace(GPU_KERNELS, mosaic_t_range=(256, 1032))
+# Old NVIDIA names without a compute capability to go by: Volta, Turing and earlier.
+_PRE_AMPERE = ("tesla", "v100", "p100", "t4", "gtx", "rtx 20", "titan")
+
+
+def _has(module: str) -> bool:
+    """Whether this jax has that Pallas lowering (the Triton one is deprecated from jax 0.11)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def kernel_tuning_for(device) -> KernelTuning:
+    """The kernel tuning of `device` (a jax Device, or anything with its device_kind, platform and
+    optionally compute_capability and core_count): on Hopper (compute capability 9.0, with Mosaic
+    GPU) the Mosaic GPU ranges; on other NVIDIA GPUs of compute capability >= 8.0 (by kind where
+    the capability is unknown) the Triton kernels; on other GPUs XLA; a GPU's kind keys the tile
+    tables and its SMs the one-wave configs. Everything else: the CPU's."""
+    if device.platform not in ("gpu", "cuda"):
+        return CPU_KERNELS
+    return dataclasses.replace(_gpu_kernels(device), tile_table=device.device_kind,
+                               sm_count=getattr(device, "core_count", None))
+
+
+def _gpu_kernels(device) -> KernelTuning:
+    if not _has("jax.experimental.pallas.triton"):
+        return CPU_KERNELS
+    cc = getattr(device, "compute_capability", None)
+    if cc is None:
+        kind = device.device_kind.lower()
+        return CPU_KERNELS if "nvidia" not in kind or any(o in kind for o in _PRE_AMPERE) else GPU_KERNELS
+    try:
+        major = int(str(cc).split(".")[0])
+    except ValueError:
+        return CPU_KERNELS
+    if major < 8:
+        return CPU_KERNELS
+    return HOPPER_KERNELS if str(cc) == "9.0" and _has("jax.experimental.pallas.mosaic_gpu") else GPU_KERNELS
+
+
 @dataclasses.dataclass(frozen=True)
 class Tuning:
     """Everything device-specific about how a generation runs (not what it computes)."""
 
     tree: TreeTuning = TreeTuning()
+    kernels: KernelTuning = CPU_KERNELS
     # XLA options of the round executable by the verify pass's row count (nodes + root):
     # ((lo, hi, ((option, value), ...)), ...), the first range holding the row count wins.
     round_xla_options: tuple[tuple[int, int, tuple[tuple[str, Any], ...]], ...] = ()
@@ -92,19 +224,28 @@ GPU_TREE = TreeTuning(
     vocab_topk=VocabTopK(),   # one lax.top_k over 151936 tokens sorts: 0.59 ms, ~0.1 in two stages
 )
 
-GPU = Tuning(tree=GPU_TREE)
+GPU = Tuning(tree=GPU_TREE, kernels=GPU_KERNELS)
 
 # On the H200 XLA's autotuner splits the o and down products of a 33-65-row verify 8 ways with a
 # reduce kernel each; forcing no split made DDTree-64 rounds 6 % faster (and AR, DFlash slower).
-H200 = dataclasses.replace(GPU, round_xla_options=((33, 65, (("xla_gpu_experimental_force_split_k", 1),)),))
+H200_XLA_OPTIONS = ((33, 65, (("xla_gpu_experimental_force_split_k", 1),)),)
 
-BY_DEVICE_KIND = {"NVIDIA H200": H200}
-BY_PLATFORM = {"gpu": GPU, "cuda": GPU}
+# The Hopper parts as jax reports them (132 SMs each).
+H100 = Tuning(tree=GPU_TREE, kernels=dataclasses.replace(HOPPER_KERNELS, tile_table="NVIDIA H100 80GB HBM3",
+                                                         sm_count=132))
+H200 = Tuning(tree=GPU_TREE, kernels=dataclasses.replace(HOPPER_KERNELS, tile_table="NVIDIA H200", sm_count=132),
+              round_xla_options=H200_XLA_OPTIONS)
+
+BY_DEVICE_KIND = {"NVIDIA H200": dict(round_xla_options=H200_XLA_OPTIONS)}
 
 
 def tuning_for(device=None) -> Tuning:
-    """The tuning of `device` (default: JAX's first device): its kind's, else its platform's."""
+    """The tuning of `device` (default: JAX's first device): the tree build by its platform, the
+    kernels by its kind, platform and compute capability (`kernel_tuning_for`), the round's XLA
+    options by its kind."""
     import jax
 
     device = device or jax.devices()[0]
-    return BY_DEVICE_KIND.get(device.device_kind) or BY_PLATFORM.get(device.platform, CPU)
+    gpu = device.platform in ("gpu", "cuda")
+    return Tuning(tree=GPU_TREE if gpu else TreeTuning(), kernels=kernel_tuning_for(device),
+                  **BY_DEVICE_KIND.get(device.device_kind, {}) if gpu else {})

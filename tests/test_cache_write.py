@@ -204,14 +204,17 @@ def test_engine_with_the_kernel_is_lossless(monkeypatch):
     assert traced == [(tc.num_layers,) * 2, (dc.num_layers,) * 2], traced
 
 
-def test_auto_takes_the_kernel_where_the_attention_kernels_run(monkeypatch):
-    """impl="auto": the kernel on NVIDIA GPUs (measured faster there), XLA's path elsewhere."""
-    from ddtree_jax.kernels import tree_attention
+def test_auto_takes_the_kernel_where_the_attention_kernels_run():
+    """"auto": the kernel on NVIDIA GPUs (measured faster there), XLA's path elsewhere; "triton"
+    is "pallas"; the kernel module takes explicit impls only."""
+    from ddtree_jax.kernels import dispatch
+    from ddtree_jax.tuning import CPU_KERNELS, GPU_KERNELS
 
-    assert cw.resolve_impl("auto") == ("pallas" if tree_attention.auto_impl() == "pallas" else "xla")
-    monkeypatch.setattr(tree_attention, "auto_impl", lambda device=None: "pallas")
-    assert cw.resolve_impl("auto") == "pallas" and cw.resolve_impl("triton") == "pallas"
-    monkeypatch.setattr(tree_attention, "auto_impl", lambda device=None: "xla")
-    assert cw.resolve_impl("auto") == "xla" and cw.resolve_impl("pallas_interpret") == "pallas_interpret"
+    assert dispatch.cache_choice(GPU_KERNELS) == "pallas" and dispatch.cache_choice(CPU_KERNELS) == "xla"
+    assert dispatch.cache_choice(GPU_KERNELS.with_impls(cache="xla")) == "xla"
+    assert dispatch.cache_choice(CPU_KERNELS.with_impls(cache="pallas_interpret")) == "pallas_interpret"
+    assert cw.resolve_impl("triton") == "pallas" and cw.resolve_impl("pallas_interpret") == "pallas_interpret"
     with pytest.raises(ValueError, match="unknown cache-write impl"):
         cw.resolve_impl("cuda")
+    with pytest.raises(ValueError, match="chosen per device"):
+        cw.resolve_impl("auto")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ddtree_jax.kernels.chunk_topk import (chunk_top_k, chunk_top_k_reference, from_order_key, order_key,
-                                      top_k_total_order)
+                                      top_k_by_keys, top_k_total_order)
 from test_kernels import _verified_triton_modules
 
 KINDS = ("float", "ties", "neginf", "zeros")
@@ -32,15 +32,26 @@ def make(kind, shape, seed):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape,k", [((2, 3, 1000), 5), ((1, 15, 8192), 16), ((3, 100), 100), ((2, 37), 1)])
 def test_top_k_total_order_equals_the_int_key_top_k(kind, shape, k):
-    """top_k_total_order (on the CPU lax.top_k of the floats themselves, ~100x faster than of
-    int32 keys) gives the int32 order keys' top k bit for bit: -0.0 below +0.0, equal values by
-    lower index, -inf last."""
+    """top_k_total_order (compiled for the CPU: lax.top_k of the floats themselves, ~100x faster
+    than of int32 keys) and top_k_by_keys (its branch on every other platform, run here too) give
+    the int32 order keys' top k bit for bit: -0.0 below +0.0, equal values by lower index, -inf
+    last."""
     x = make(kind, shape, seed=k)
-    got = jax.jit(top_k_total_order, static_argnums=1)(x, k)
     key, pos = jax.lax.top_k(order_key(x), k)
-    np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32),
-                                  np.asarray(from_order_key(key).astype(x.dtype)).view(np.int32))
-    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(pos))
+    for fn in (top_k_total_order, top_k_by_keys):
+        got = jax.jit(fn, static_argnums=1)(x, k)
+        np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32),
+                                      np.asarray(from_order_key(key).astype(x.dtype)).view(np.int32))
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(pos))
+
+
+def test_top_k_total_order_branches_by_the_lowering_platform():
+    """The CPU's branch is lax.top_k of the floats, every other platform's the int32 keys' (no
+    device is read while tracing: the platform the computation is lowered for picks)."""
+    x = jax.ShapeDtypeStruct((2, 64), jnp.float32)
+    lowered = {platform: jax.jit(top_k_total_order, static_argnums=1).trace(x, 4).lower(
+        lowering_platforms=(platform,)).as_text() for platform in ("cpu", "cuda")}
+    assert "bitcast_convert" not in lowered["cpu"] and "bitcast_convert" in lowered["cuda"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

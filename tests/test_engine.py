@@ -96,13 +96,15 @@ def test_padded_verify_rows_are_lossless(pair, ar_tokens, monkeypatch):
     """The verify grown to a multiple of 8 rows (what the Mosaic GPU attention kernel needs:
     engine.pad_verify_rows): padding rows see only themselves and are dropped before the head, so
     the AR tokens come out, through side branches. Budget 41 (42 slots -> 48 rows) is used by no
-    other test, so the round is traced afresh with the padding."""
+    other test, so the round is traced afresh with the padding. No CPU tuning pads (padding goes
+    with the Mosaic GPU kernel, which only compiles for Hopper), so the engine's row count is
+    forced here while the attention runs on XLA."""
     import jax.numpy as jnp
 
     from ddtree_jax import engine
 
     seen = []
-    monkeypatch.setattr(engine, "verify_rows", lambda t, *a, **k: seen.append(t) or -(-t // 8) * 8)
+    monkeypatch.setattr(engine.dispatch, "verify_rows", lambda kernels, t, *a, **k: seen.append(t) or -(-t // 8) * 8)
     oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
     got = Generator(pair, method="ddtree", budget=41, oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert 42 in seen
@@ -226,9 +228,11 @@ def test_round_xla_options_by_tuning_and_rows(pair):
     assert at(16) == {"opt_b": 2} and at(0) == {}  # AR: one row
     assert at(64, tuning.H200) == {"xla_gpu_experimental_force_split_k": 1} and at(256, tuning.H200) == {}
     assert at(64, tuning.GPU) == {} and at(64, tuning.CPU) == {}
-    assert tuning.tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")) is tuning.H200
-    assert tuning.tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")) is tuning.GPU
-    assert tuning.tuning_for(types.SimpleNamespace(platform="cpu", device_kind="cpu")) is tuning.CPU
+    h200 = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H200", compute_capability="9.0", core_count=132)
+    assert tuning.tuning_for(h200) == tuning.H200
+    h100 = tuning.tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3"))
+    assert (h100.tree, h100.round_xla_options) == (tuning.GPU.tree, ())
+    assert tuning.tuning_for(types.SimpleNamespace(platform="cpu", device_kind="cpu")) == tuning.CPU
     gen = Generator(pair, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0}, tuning=mine)
     assert gen.round_options(engine.DecodeSpec(budget=64, tuning=mine)) == {"opt_a": 5, "opt_c": 0}
     assert gen.round_options(engine.DecodeSpec(budget=16, tuning=mine)) == {"opt_a": 5, "opt_b": 2, "opt_c": 0}
@@ -326,11 +330,13 @@ def test_a_call_takes_few_buffers(pair):
     ("xla", "xla", False), ("pallas_interpret", "xla", True), ("xla", "pallas_interpret", True),
     ("auto", "auto", None), ("xla", "auto", None)])
 def test_norms_are_stacked_where_kernels_read_them(norm_impl, matmul_impl, stacked):
+    """Stacked where a kernel reads the norm weights; "auto" takes kernels on NVIDIA GPUs only."""
     from ddtree_jax.models.layers import stacks_norms_for
-    from ddtree_jax.kernels import auto_impl
+    from ddtree_jax.tuning import CPU_KERNELS, GPU_KERNELS
 
-    want = auto_impl() == "pallas" if stacked is None else stacked   # "auto": kernels on NVIDIA GPUs only
-    assert stacks_norms_for(norm_impl, matmul_impl) is want
+    for kernels, on_gpu in ((CPU_KERNELS, False), (GPU_KERNELS, True)):
+        want = on_gpu if stacked is None else stacked
+        assert stacks_norms_for(kernels.with_impls(norms=norm_impl, matmul=matmul_impl)) is want
 
 
 @pytest.mark.parametrize("method", ["ar", "ddtree"])

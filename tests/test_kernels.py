@@ -24,8 +24,8 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from bench.bench_kernels import random_tree_mask  # noqa: E402
-from ddtree_jax.kernels import (KernelConfig, attention, attention_reference,  # noqa: E402
-                            auto_impl, auto_impl_for_kind, available_impls, takes_kernels)
+from ddtree_jax.kernels import KernelConfig, attention, attention_reference, dispatch  # noqa: E402
+from ddtree_jax.tuning import CPU_KERNELS, GPU_KERNELS, kernel_tuning_for  # noqa: E402
 from ddtree_jax.kernels.tree_attention import (_num_splits, _pack_mask, attention_pallas,  # noqa: E402
                                            default_config, launch_plan)
 
@@ -490,20 +490,30 @@ def test_float32_products_take_tf32x3_on_the_compiled_path():
 
 
 def test_impl_selection():
-    assert auto_impl_for_kind("cpu", platform="cpu") == "xla"
-    assert auto_impl_for_kind("TPU v5 lite", platform="tpu") == "xla"
-    assert auto_impl_for_kind("NVIDIA H200", platform="gpu", compute_capability="9.0") in (
-        "pallas", "xla")
-    assert auto_impl_for_kind("Tesla V100-SXM2-16GB", platform="gpu",
-                              compute_capability="7.0") == "xla"
-    assert auto_impl_for_kind("AMD Instinct MI300X", platform="gpu") == "xla"
-    if jax.devices()[0].platform == "cpu":
-        assert auto_impl() == "xla"
-        assert "pallas" not in available_impls() and "pallas_interpret" in available_impls()
-        assert not takes_kernels("auto") and not takes_kernels("xla")
-        assert takes_kernels("pallas_interpret") and takes_kernels("pallas")
+    """What "auto" means by device (kernel_tuning_for; the full table is test_dispatch.py's), the
+    impls a user may pick there, and which impls take the kernels."""
+    import types
+
+    def auto(kind, platform="gpu", cc=None):
+        dev = types.SimpleNamespace(device_kind=kind, platform=platform)
+        if cc is not None:
+            dev.compute_capability = cc
+        return kernel_tuning_for(dev).auto_attention
+
+    assert auto("cpu", platform="cpu") == "xla" and auto("TPU v5 lite", platform="tpu") == "xla"
+    assert auto("NVIDIA H200", cc="9.0") in ("pallas", "xla")   # xla only where jax has no Triton lowering
+    assert auto("Tesla V100-SXM2-16GB", cc="7.0") == "xla" and auto("AMD Instinct MI300X") == "xla"
+    assert "pallas" not in dispatch.available_impls(CPU_KERNELS)
+    assert "pallas_interpret" in dispatch.available_impls(CPU_KERNELS)
+    assert dispatch.available_impls(GPU_KERNELS) == ("auto", "pallas", "triton", "xla", "pallas_interpret")
+    assert not dispatch.takes_kernels(CPU_KERNELS, "attention") and dispatch.takes_kernels(GPU_KERNELS, "attention")
+    assert not dispatch.takes_kernels(GPU_KERNELS.with_impls(attention="xla"), "attention")
+    for impl in ("pallas_interpret", "pallas"):
+        assert dispatch.takes_kernels(CPU_KERNELS.with_impls(attention=impl), "attention")
     with pytest.raises(ValueError, match="unknown attention impl"):
         attention(*[None] * 7, scale=1.0, impl="cuda")
+    with pytest.raises(ValueError, match="chosen per device by ddtree_jax.kernels.dispatch"):
+        attention(*[None] * 7, scale=1.0, impl="auto")
 
 
 def test_reference_rejects_bad_shapes():
@@ -513,25 +523,21 @@ def test_reference_rejects_bad_shapes():
                             j["v_cache"], j["cache_len"], j["new_mask"], scale=1.0)
 
 
-def test_auto_takes_xla_for_prompt_sized_t(monkeypatch):
-    """impl="auto" on a GPU runs the kernel for verify-sized T and the XLA path above
-    AUTO_MAX_NEW_TOKENS (the kernel unrolls its new-key steps: minutes of compile at T=8192)."""
-    from ddtree_jax.kernels import tree_attention as ta
-
-    calls = []
-    monkeypatch.setattr(ta, "auto_impl", lambda device=None: "pallas")
-    monkeypatch.setattr(ta, "attention_pallas", lambda *a, **k: calls.append(a[0].shape[1]) or a[0])
-    monkeypatch.setattr(ta, "AUTO_MAX_NEW_TOKENS", 8)
+def test_auto_takes_xla_for_prompt_sized_t():
+    """"auto" on a GPU runs the kernel for verify-sized T and the XLA path above the tuning's
+    max_new_tokens (the kernel unrolls its new-key steps: minutes of compile at T=8192); the XLA
+    path, which runs here, is the reference's."""
+    kernels = dataclasses.replace(GPU_KERNELS, max_new_tokens=8)
     for t in (8, 9):
         rng = np.random.default_rng(t)
         q = jnp.asarray(rng.normal(size=(1, t, 4, 16)), jnp.float32)
         kv = jnp.asarray(rng.normal(size=(1, t, 2, 16)), jnp.float32)
         cache = jnp.zeros((1, 2, 4, 16), jnp.float32)
         mask = jnp.asarray(np.tril(np.ones((1, t, t), bool)))
-        out = ta.attention(q, kv, kv, cache, cache, jnp.zeros((1,), jnp.int32), mask, scale=0.25)
-        assert out.shape == q.shape
-        assert ta.auto_choice(q, cache) == ("pallas" if t == 8 else "xla")   # what it says it runs
-    assert calls == [8]
+        assert dispatch.attention_choice(kernels, q, cache) == ("pallas" if t == 8 else "xla", None)
+    args = (q, kv, kv, cache, cache, jnp.zeros((1,), jnp.int32), mask)
+    np.testing.assert_array_equal(np.asarray(dispatch.attention(kernels, *args, scale=0.25)),
+                                  np.asarray(attention_reference(*args, scale=0.25)))
 
 
 # ----------------------------------------------------------------------------- stacked caches

@@ -8,13 +8,17 @@ this kernel needs: T % 8 == 0) is tested in test_engine.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ddtree_jax import tuning
+from ddtree_jax.kernels import dispatch
 from ddtree_jax.kernels import tree_attention as ta
 from ddtree_jax.kernels import tree_attention_mgpu as mgpu
 from ddtree_jax.kernels import split_merge
@@ -221,6 +225,8 @@ def test_configs_by_t_and_config_specs():
     the bench tools name them; a malformed spec is a one-line error."""
     assert mgpu.config_for(1000) == mgpu.AUTO_CONFIGS[None]
     assert mgpu.config_for(72, grid=(3, 8, 4), sms=132) == mgpu.AUTO_CONFIGS[72]   # no one-wave fit
+    assert mgpu.config_for(72, grid=(2, 8, 4), sms=132, seq=8192, long_cache_from=5120) == mgpu.ONE_WAVE_CONFIGS[72]
+    assert mgpu.config_for(72, grid=(2, 8, 4), sms=132, seq=8192) == mgpu.AUTO_CONFIGS[72]   # no long-cache rule
     pc = mgpu.parse_config
     assert pc("128x2w1") == MgpuConfig(block_k=128, stages=2, compute_wgs=1)
     assert pc(" 64x3w2 ") == MgpuConfig(64, 3, 2)
@@ -236,27 +242,30 @@ def test_configs_by_t_and_config_specs():
 
 
 def test_auto_dispatch_and_verify_rows(monkeypatch):
-    """"auto" takes the kernel only on compute capability 9.0, for T in AUTO_T_RANGE and where a
-    fitted config applies; verify_rows pads T to 8 exactly then (and leaves it alone elsewhere,
-    e.g. on this CPU)."""
-    class Dev:
-        platform, compute_capability, device_kind, core_count = "gpu", "9.0", "NVIDIA H200", 132
+    """"auto" takes the kernel only where the device's KernelTuning has a Mosaic GPU range
+    (compute capability 9.0), for T in that range and where a fitted config applies;
+    dispatch.verify_rows pads T to 8 exactly then (and leaves it alone elsewhere, e.g. on this
+    CPU)."""
+    h200 = tuning.H200.kernels
+    bf = jnp.bfloat16
+    sds = jax.ShapeDtypeStruct
+
+    def rows(t, hq=32, hkv=8, dh=128, dtype=bf, kernels=h200, **kw):
+        return dispatch.verify_rows(kernels, t, hq, hkv, dh, dtype, **kw)
+
+    def auto_cfg(bt, t, seq=1024, kernels=h200):
+        return dispatch.mosaic_config(kernels, sds((bt, t, 32, 128), bf), sds((bt, 8, seq, 128), bf))
 
     # The default range: DDTree-248 to -255 (249-256 rows) pad to 256, which runs the one-wave
     # config while its grid fits the SMs (batch 1 on the 8B heads: 128 CTAs; batch 2: 256, so the
     # two-blocks-a-CTA default); 248 rows stay on Triton.
-    assert mgpu.row_multiple(250, 32, 8, 128, jnp.bfloat16, Dev()) == 8
-    assert mgpu.row_multiple(248, 32, 8, 128, jnp.bfloat16, Dev()) == 1
-    sds = jax.ShapeDtypeStruct
-
-    def auto_cfg(bt, t, seq=1024):
-        return mgpu.takes(sds((bt, t, 32, 128), jnp.bfloat16), sds((bt, 8, seq, 128), jnp.bfloat16), None, Dev())
+    assert rows(250) == 256 and rows(248) == 248
     assert auto_cfg(1, 256) == mgpu.ONE_WAVE_CONFIGS[256] and auto_cfg(1, 256).split_keys
     assert auto_cfg(2, 256) == auto_cfg(1, 264) == mgpu.AUTO_CONFIGS[None]
     # T = 264 over a long cache: at batch 1 the first 16 one-block groups (128 CTAs) in one wave,
     # the 17th split; at batch 2 the first 8 two-block groups (128 CTAs), the 9th split; not below
-    # LONG_CACHE_MIN_SEQ, nor at batch 4 (256 CTAs before the tail), nor with the grid unknown.
-    long_seq = mgpu.LONG_CACHE_MIN_SEQ
+    # mosaic_long_cache_from, nor at batch 4 (256 CTAs before the tail), nor with the grid unknown.
+    long_seq = h200.mosaic_long_cache_from
     one, two = mgpu.LONG_CACHE_CONFIGS[264]
     assert auto_cfg(1, 264, long_seq) == one and one.tail_splits > 1 and one.blocks_per_cta == 1
     assert auto_cfg(2, 264, 8192) == two and two.tail_splits > 1 and two.blocks_per_cta == 2
@@ -279,45 +288,40 @@ def test_auto_dispatch_and_verify_rows(monkeypatch):
     assert c16.key_splits == 8 and c16.merge_kernel == (split_merge.pltriton is not None)
     assert mgpu.grid_ctas(16, 1, 8, 4, c16) == 64
     assert auto_cfg(1, 16, 640) == auto_cfg(2, 16, long_seq) == c16 and auto_cfg(3, 16, 640) is None
-    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=long_seq) == 8
-    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=640) == 8
-    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=8192, batch=2) == 8
-    assert mgpu.row_multiple(65, 32, 8, 128, jnp.bfloat16, Dev(), cache_size=3200, batch=2) == 1
-    assert mgpu.row_multiple(64, 32, 8, 128, jnp.bfloat16, Dev()) == 1
-    Dev.core_count = 114   # 120 CTAs: two waves, the second of 6 CTAs: Triton's at any cache
-    assert auto_cfg(1, 72, 640) is None and auto_cfg(1, 72, 8192) is None
-    Dev.core_count = 132
+    assert rows(65, cache_size=long_seq) == rows(65, cache_size=640) == rows(65, cache_size=8192, batch=2) == 72
+    assert rows(65, cache_size=3200, batch=2) == 65 and rows(64) == 64
+    fewer = dataclasses.replace(h200, sm_count=114)   # 120 CTAs: two waves, the second of 6: Triton's at any cache
+    assert auto_cfg(1, 72, 640, fewer) is None and auto_cfg(1, 72, 8192, fewer) is None
     assert mgpu.fills_waves(240, 132, 2) and mgpu.fills_waves(132, 132, 1) and mgpu.fills_waves(8, 132, 1)
     assert not mgpu.fills_waves(133, 132, 1) and not mgpu.fills_waves(120, 114, 2)
     assert not mgpu.fills_waves(360, 132, 2) and mgpu.fills_waves(171, 114, 2)
-    assert mgpu.config_for(264, seq=8192) == mgpu.AUTO_CONFIGS[None]
+    assert mgpu.config_for(264, seq=8192, long_cache_from=long_seq) == mgpu.AUTO_CONFIGS[None]   # grid unknown
     assert auto_cfg(1, 256, 8192) == mgpu.ONE_WAVE_CONFIGS[256]
     assert mgpu.grid_ctas(256, 1, 8, 4, mgpu.ONE_WAVE_CONFIGS[256]) == 128
     assert mgpu.config_for(256) == mgpu.ONE_WAVE_CONFIGS[256]          # grid unknown: taken
     assert auto_cfg(1, 264, 8192) == one
-    assert mgpu.AUTO_T_RANGE == (256, 1032)
-    assert mgpu.wanted(264, Dev()) and mgpu.wanted(1032, Dev()) and not mgpu.wanted(72, Dev())
-    assert not mgpu.wanted(40, Dev()) and not mgpu.wanted(2000, Dev())
-    Dev.compute_capability = "10.0"
-    assert not mgpu.wanted(264, Dev())
-    Dev.compute_capability = "9.0"
-    assert mgpu.row_multiple(257, 32, 8, 128, jnp.bfloat16, Dev()) == 8
-    assert mgpu.row_multiple(257, 32, 8, 128, jnp.float32, Dev()) == 1       # fp32: Triton's
-    assert mgpu.row_multiple(257, 32, 2, 128, jnp.bfloat16, Dev()) == 1      # G = 16
-    assert mgpu.row_multiple(1040, 32, 8, 128, jnp.bfloat16, Dev()) == 1     # above the range
-    # On this machine (no GPU) the engine never pads.
-    if jax.default_backend() == "cpu":
-        assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 257
+    # by T alone inside the range (batch 4: no fitted config), not outside it
+    assert h200.mosaic_t_range == (256, 1032)
+    assert auto_cfg(4, 264) is not None and auto_cfg(4, 1032) is not None
+    assert auto_cfg(4, 72) is None and auto_cfg(4, 40) is None and auto_cfg(4, 2000) is None
+    blackwell = tuning.kernel_tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA B200",
+                                                               compute_capability="10.0", core_count=148))
+    assert blackwell.mosaic_t_range is None and auto_cfg(1, 264, kernels=blackwell) is None
+    assert rows(257) == 264
+    assert rows(257, dtype=jnp.float32) == 257       # fp32: Triton's
+    assert rows(257, hkv=2) == 257                   # G = 16
+    assert rows(1040) == 1040                        # above the range
+    assert rows(257, kernels=tuning.CPU.kernels) == 257 and rows(257, kernels=h200.with_impls(attention="pallas")) == 257
+    # "auto" runs the compiled kernel (not the interpreter) with the config it chose; T = 24 is
+    # taken here by a range that holds it
     calls = []
-    monkeypatch.setattr(ta, "auto_impl", lambda device=None: "pallas")
-    monkeypatch.setattr(mgpu, "wanted", lambda t, device=None: True)
     monkeypatch.setattr(mgpu, "attention_mgpu", lambda *a, **k: calls.append(k) or "mgpu")
-    args = [jnp.zeros(s, jnp.bfloat16) for s in ((1, 24, 8, 64), (1, 24, 2, 64), (1, 24, 2, 64),
-                                                 (1, 2, 56, 64), (1, 2, 56, 64))]
-    assert ta.attention(*args, jnp.zeros((1,), jnp.int32), jnp.ones((1, 24, 24), bool), scale=0.1) == "mgpu"
-    assert calls and calls[0]["interpret"] is False
-    assert ta.auto_choice(args[0], args[3]) == "mosaic"
-    assert ta.verify_rows(257, 32, 8, 128, jnp.bfloat16) == 264
+    args = [jnp.zeros(s, bf) for s in ((1, 24, 8, 64), (1, 24, 2, 64), (1, 24, 2, 64), (1, 2, 56, 64), (1, 2, 56, 64))]
+    wide = dataclasses.replace(h200, mosaic_t_range=(8, 1032))
+    assert dispatch.attention_choice(wide, args[0], args[3]) == ("mosaic", mgpu.AUTO_CONFIGS[None])
+    assert dispatch.attention(wide, *args, jnp.zeros((1,), jnp.int32), jnp.ones((1, 24, 24), bool), scale=0.1) == "mgpu"
+    assert calls[0]["interpret"] is False and calls[0]["config"] == mgpu.AUTO_CONFIGS[None]
+    assert dispatch.attention_choice(h200, args[0], args[3])[0] == "pallas"
 
 
 def test_a_forward_lowers_one_kernel_for_all_its_layers():

@@ -28,6 +28,9 @@ ALLOWED = {
     "cli": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map",
             "tokenizer", "generator"},
     "train": {"kernels", "models", "trees", "drafters", "round", "checkpoint", "token_map", "tokenizer"},
+    # python -m ddtree_jax.research: the command line's checks and prompts, the engine's stages
+    "research": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map",
+                 "tokenizer", "generator", "cli", "train"},
     "package": {"trees"},                                # ddtree_jax/__init__.py
     "convert": {"models", "checkpoint", "package"},
     "bench": None,                                       # anything

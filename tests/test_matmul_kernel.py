@@ -1,5 +1,5 @@
 """ddtree_jax.kernels.matmul: the skinny-matmul kernel (interpret mode) against the XLA dot, the
-CUDA lowering, and the models' wiring (matmul_impl)."""
+CUDA lowering, and the models' wiring (KernelTuning.matmul, through ddtree_jax.kernels.dispatch)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ddtree_jax.kernels import dispatch
 from ddtree_jax.kernels import matmul as mm
 from ddtree_jax.kernels.stacking import StackedRow
+from ddtree_jax.tuning import CPU_KERNELS, GPU_KERNELS
 from tests.test_kernels import _verified_triton_modules
 
 
@@ -248,7 +250,10 @@ def test_fusion_arguments_are_checked():
         mm.matmul(x, w, residual=jnp.ones((2, 31)))
     assert mm.kernel_path((2, 64), w, impl="pallas_interpret") == "pallas_interpret"
     assert mm.kernel_path((200, 64), w, impl="pallas_interpret") == "xla"      # more rows than a tile
-    assert mm.kernel_path((2, 64), w) == "xla"                                 # auto on the CPU
+    assert dispatch.matmul_path(CPU_KERNELS, (2, 64), w) == "xla"               # auto on the CPU
+    assert dispatch.matmul_path(GPU_KERNELS, (2, 64), w) == "xla"               # auto where no table entry
+    with pytest.raises(ValueError, match="chosen per device"):
+        mm.matmul(x, w, impl="auto")
 
 
 def test_float32_output_and_leading_dims():
@@ -377,41 +382,42 @@ def test_tuned_table(tmp_path):
 
 
 def test_table_entries_for_compile_options(monkeypatch):
-    """An entry naming xla_options applies only inside compiled_with those options (nested
-    contexts add up); the engine traces a round's stages in its executable's options."""
+    """An entry naming xla_options applies only in an executable compiled with those options
+    (KernelTuning.xla_options; compiled_with adds to them); the engine traces a round's stages
+    with its executable's options (engine.round_kernels)."""
     split1 = {"xla_gpu_experimental_force_split_k": 1}
     table = {"NVIDIA H200": [
         {"k": 4096, "n": 6144, "rows": [16, 16], "config": [64, 128, 4, 4, 2], "us": 16.0, "xla_us": 21.0,
          "xla_options": split1}]}
 
-    def tuned(m):
-        return mm.tuned_config(m, 4096, 6144, "NVIDIA H200", table=table)
+    def tuned(m, options=None):
+        return mm.tuned_config(m, 4096, 6144, "NVIDIA H200", table=table, xla_options=options)
 
     want = mm.MatmulConfig(64, 128, 4, 4, 2)
     assert tuned(16) is None
-    with mm.compiled_with({"xla_gpu_experimental_force_split_k": 2}):
-        assert tuned(16) is None       # another value
-    with mm.compiled_with(split1):
-        assert tuned(16) == want
-        with mm.compiled_with({"xla_gpu_enable_pdl": True}):                 # adds to the outer one
-            assert tuned(16) == want
-        assert tuned(65) is None       # rows
-    assert tuned(16) is None           # context closed
+    assert tuned(16, {"xla_gpu_experimental_force_split_k": 2}) is None       # another value
+    assert tuned(16, split1) == want
+    kernels = GPU_KERNELS.compiled_with(split1).compiled_with({"xla_gpu_enable_pdl": True})   # adds up
+    assert tuned(16, dict(kernels.xla_options)) == want
+    assert tuned(65, split1) is None       # rows
 
     # what the engine's stages see: the options of their executable
     from ddtree_jax import engine
+    from ddtree_jax.tuning import Tuning
     seen = []
-    monkeypatch.setattr(engine, "round_xla_options", lambda spec, dcfg, device=None: split1 if spec.budget >= 32 else {})
-    monkeypatch.setattr(engine.tmodel, "forward", lambda *a, **k: seen.append(dict(mm._COMPILED_WITH.get())) or (0, 0, 0))
+    monkeypatch.setattr(engine.tmodel, "forward", lambda *a, **k: seen.append(k["kernels"].xla_options) or (0, 0, 0))
     monkeypatch.setattr(engine.tmodel, "lm_head", lambda *a, **k: 0)
     tree = types.SimpleNamespace(depths=jnp.zeros((1, 1), jnp.int32), tokens=jnp.zeros((1, 1), jnp.int32),
                                  ancestor_mask=jnp.ones((1, 1, 1), bool))
     state = types.SimpleNamespace(length=jnp.zeros(1, jnp.int32), cache=None)
     tcfg = types.SimpleNamespace(num_heads=4, num_kv_heads=1, head_dim=8)
+    dcfg = types.SimpleNamespace(depth=15, target_layer_ids=())
     tparams = {"embed": jnp.zeros((2, 32), jnp.bfloat16)}
+    tuning = Tuning(round_xla_options=((33, 65, tuple(split1.items())),))
     for budget in (64, 16):
-        engine.verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=None, spec=engine.DecodeSpec(budget=budget, drafter="oracle"))
-    assert seen == [split1, {}]
+        spec = engine.DecodeSpec(budget=budget, drafter="oracle", tuning=tuning)
+        engine.verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
+    assert seen == [tuple(split1.items()), ()]
 
 
 def test_shipped_table_is_valid():
@@ -488,11 +494,11 @@ def test_fused_layers_match_the_unfused_forward():
     length = jnp.asarray([5, 11], jnp.int32)
     pos = length[:, None] + jnp.arange(9, dtype=jnp.int32)
     mask = jnp.broadcast_to(jnp.tril(jnp.ones((9, 9), bool)), (2, 9, 9))
-    assert tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), "pallas_interpret")
-    assert not tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), "xla")
-    assert not tmodel._fused_layers(tp, tc, (2, 200, tc.hidden_size), "pallas_interpret")   # a prompt's rows
-    outs = [tmodel.forward(tp, tc, tokens, pos, cache, length, mask, taps=(0, 1), matmul_impl=impl)
-            for impl in ("xla", "pallas_interpret")]
+    kernel, xla = (CPU_KERNELS.with_impls(matmul=impl) for impl in ("pallas_interpret", "xla"))
+    assert tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), kernel)
+    assert not tmodel._fused_layers(tp, tc, (2, 9, tc.hidden_size), xla)
+    assert not tmodel._fused_layers(tp, tc, (2, 200, tc.hidden_size), kernel)   # a prompt's rows
+    outs = [tmodel.forward(tp, tc, tokens, pos, cache, length, mask, taps=(0, 1), kernels=k) for k in (xla, kernel)]
     for a, b in zip(jax.tree_util.tree_leaves(outs[0]), jax.tree_util.tree_leaves(outs[1])):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-5)
 
@@ -517,7 +523,7 @@ def test_fused_drafter_layers_match_the_unfused_pass():
     block = jnp.asarray(rng.standard_normal((2, dc.block_size, dc.hidden_size)), jnp.float32)
     length = jnp.asarray([3, 20], jnp.int32)
     pos = length[:, None] + jnp.arange(dc.block_size, dtype=jnp.int32)
-    assert dmodel._fused_layers(dp, dc, block.shape, "pallas_interpret")
-    outs = [dmodel.draft_hidden(dp, dc, block, pos, cache, length, attn_impl="xla", matmul_impl=impl)
-            for impl in ("xla", "pallas_interpret")]
+    kernels = [CPU_KERNELS.with_impls(attention="xla", matmul=impl) for impl in ("xla", "pallas_interpret")]
+    assert dmodel._fused_layers(dp, dc, block.shape, kernels[1])
+    outs = [dmodel.draft_hidden(dp, dc, block, pos, cache, length, kernels=k) for k in kernels]
     np.testing.assert_allclose(np.asarray(outs[1]), np.asarray(outs[0]), rtol=3e-5, atol=3e-5)

@@ -22,8 +22,9 @@ from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 from ddtree_jax.models.layers import KVCache, apply_rope, layer_view, rms_norm as layers_rms_norm, rope_tables
-from ddtree_jax.kernels import norms
+from ddtree_jax.kernels import dispatch, norms
 from ddtree_jax.kernels.stacking import StackedRow
+from ddtree_jax.tuning import CPU_KERNELS, GPU_KERNELS
 
 EPS = 1e-6
 
@@ -264,18 +265,29 @@ def test_stacked_weights_bad_inputs():
 # ----------------------------------------------------------------------------- dispatch, lowering
 
 def test_impl_selection_and_fallbacks():
-    assert [norms.norm_impl_for(i) for i in ("auto", "xla", "pallas", "triton", "pallas_interpret")] == [
+    """The norms' impl goes with the attention's unless given ("triton" is "pallas"); "auto" is
+    the device's choice, and XLA's path for shapes the kernels cannot take; an explicit Pallas
+    impl on those raises."""
+    assert [CPU_KERNELS.with_impls(attention=i).norm_impl for i in ("auto", "xla", "pallas", "triton",
+                                                                   "pallas_interpret")] == [
         "auto", "xla", "pallas", "pallas", "pallas_interpret"]
-    with pytest.raises(ValueError, match="unknown"):
-        norms.norm_impl_for("cuda")
+    assert CPU_KERNELS.with_impls(attention="xla", norms="pallas_interpret").norm_impl == "pallas_interpret"
+    with pytest.raises(ValueError, match="unknown norm impl"):
+        CPU_KERNELS.with_impls(norms="cuda")
     x = jnp.ones((3, 8))
     with pytest.raises(ValueError, match="unknown norm impl"):
         norms.rms_norm(x, jnp.ones(8), EPS, impl="cuda")
-    if jax.devices()[0].platform == "cpu":  # auto is the XLA path off NVIDIA GPUs
-        assert count_pallas_calls(lambda a: norms.add_rms_norm(a, a, jnp.ones(8), EPS), x) == []
+    with pytest.raises(ValueError, match="chosen per device"):
+        norms.rms_norm(x, jnp.ones(8), EPS, impl="auto")
+    # auto is the XLA path off NVIDIA GPUs, the kernel on them
+    assert count_pallas_calls(lambda a: dispatch.add_rms_norm(CPU_KERNELS, a, a, jnp.ones(8), EPS), x) == []
+    assert count_pallas_calls(lambda a: dispatch.add_rms_norm(GPU_KERNELS, a, a, jnp.ones(8), EPS), x) == [
+        "ddtree_add_rms_norm"]
     qkv, cos, sin, qw, kw = qk_inputs(0, 2, 1, 12, 3, jnp.float32)  # head dim 12: not a power of two
     args = (qkv, qw, kw, cos, sin)
     kw_args = dict(num_heads=2, num_kv_heads=1, head_dim=12, eps=EPS)
+    assert dispatch.norm_choice(GPU_KERNELS, norms.qk_unsupported(qkv, 12)) == "xla"
+    assert count_pallas_calls(lambda *a: dispatch.qk_norm_rope(GPU_KERNELS, *a, **kw_args), *args) == []
     with pytest.raises(ValueError, match="power of two"):
         norms.qk_norm_rope(*args, impl="pallas_interpret", **kw_args)
     with pytest.raises(ValueError, match="qkv must be"):
@@ -377,20 +389,21 @@ def test_target_forward_pallas_interpret_matches_xla(qk_norm):
     tokens, pos, cache, cache_len, mask = forward_inputs(tc, 0, [9, 17])
 
     # Qwen3: the whole forward in interpret mode; Llama: only the norm kernels (keeps it fast).
-    impls = dict(attn_impl="pallas_interpret") if qk_norm else dict(attn_impl="xla", norm_impl="pallas_interpret")
+    norms_only = CPU_KERNELS.with_impls(attention="xla", norms="pallas_interpret")
+    kernels = CPU_KERNELS.with_impls(attention="pallas_interpret") if qk_norm else norms_only
 
-    def run(**impl):
-        return tmodel.forward(tp, tc, tokens, pos, cache, cache_len, mask, taps=(0, 1), **impl)
+    def run(kernels):
+        return tmodel.forward(tp, tc, tokens, pos, cache, cache_len, mask, taps=(0, 1), kernels=kernels)
 
-    (h, taps, (ks, vs)), (h_ref, taps_ref, (ks_ref, vs_ref)) = jax.jit(lambda: (run(**impls), run(attn_impl="xla")))()
+    xla = CPU_KERNELS.with_impls(attention="xla")
+    (h, taps, (ks, vs)), (h_ref, taps_ref, (ks_ref, vs_ref)) = jax.jit(lambda: (run(kernels), run(xla)))()
     assert_close(h, h_ref, jnp.float32, "final hidden")
     assert_close(taps, taps_ref, jnp.float32, "taps")
     for a, b in zip(ks + vs, ks_ref + vs_ref):
         assert_close(a, b, jnp.float32, "new k/v")
     # The layer loop's calls: one first norm, then per layer qk_norm_rope and two add_rms_norms.
     names = count_pallas_calls(
-        lambda: tmodel.forward(tp, tc, tokens, pos, cache, cache_len, mask, attn_impl="xla",
-                               norm_impl="pallas_interpret"))
+        lambda: tmodel.forward(tp, tc, tokens, pos, cache, cache_len, mask, kernels=norms_only))
     assert sorted(names) == sorted(["ddtree_rms_norm"] + ["ddtree_qk_norm_rope", "ddtree_add_rms_norm",
                                                           "ddtree_add_rms_norm"] * tc.num_layers)
 
@@ -406,8 +419,9 @@ def test_drafter_pallas_interpret_matches_xla():
     length = jnp.array([6], jnp.int32)
 
     def run(impl):
-        c = dmodel.extend_cache(dp, dc, cache, jnp.zeros(1, jnp.int32), taps, ctx_pos, norm_impl=impl)
-        return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, length, attn_impl="xla", norm_impl=impl)
+        kernels = CPU_KERNELS.with_impls(attention="xla", norms=impl)
+        c = dmodel.extend_cache(dp, dc, cache, jnp.zeros(1, jnp.int32), taps, ctx_pos, kernels=kernels)
+        return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, length, kernels=kernels)
 
     (c, h), (c_ref, h_ref) = jax.jit(lambda: (run("pallas_interpret"), run("xla")))()
     for a, b in ((c.k, c_ref.k), (c.v, c_ref.v)):
@@ -435,8 +449,9 @@ def test_drafter_fused_layout_matches_per_layer(cache_impl):
     blk_pos = start[:, None] + 5 + jnp.arange(dc.block_size, dtype=jnp.int32)
 
     def run(dp, impl):
-        c = dmodel.extend_cache(dp, dc, cache, start, taps, ctx_pos, norm_impl=impl, cache_impl=cache_impl)
-        return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, start + 5, attn_impl="xla", norm_impl=impl)
+        kernels = CPU_KERNELS.with_impls(attention="xla", norms=impl, cache=cache_impl)
+        c = dmodel.extend_cache(dp, dc, cache, start, taps, ctx_pos, kernels=kernels)
+        return c, dmodel.draft_hidden(dp, dc, block, blk_pos, c, start + 5, kernels=kernels)
 
     (c, h), (c_ref, h_ref) = jax.jit(lambda: (run(fused, "xla"), run(raw, "xla")))()
     for a, b in ((c.k, c_ref.k), (c.v, c_ref.v)):
@@ -449,11 +464,11 @@ def test_drafter_fused_layout_matches_per_layer(cache_impl):
     assert names.count("kv_cache_write") == (1 if cache_impl != "xla" else 0)
 
 
-def test_training_paths_stay_on_xla(monkeypatch):
-    """forward_train and the drafter's training blocks are differentiated: no Pallas kernel there,
-    even where "auto" would pick Pallas (simulated here by a GPU answer from auto_impl)."""
+def test_training_paths_stay_on_xla():
+    """forward_train and the drafter's training blocks are differentiated: no Pallas kernel there
+    (XLA_KERNELS, whatever the device), while the inference forward under a GPU's "auto" takes
+    the norm kernels."""
     tc, tp, dc, dp = tiny_models()
-    monkeypatch.setattr(norms, "auto_impl", lambda: "pallas")
     tokens = jnp.zeros((1, 4), jnp.int32)
     assert count_pallas_calls(lambda: tmodel.forward_train(tp, tc, tokens)) == []
     x = jnp.zeros((1, 4, dc.hidden_size))
@@ -461,7 +476,7 @@ def test_training_paths_stay_on_xla(monkeypatch):
     p = layer_view(dp, 0)   # its norm weights: StackedRows of the stacks
     assert count_pallas_calls(lambda: dmodel.block_qkv(p, dc, x, cos, sin)) == []
     assert count_pallas_calls(lambda: dmodel.layer_finish(p, dc, x, jnp.zeros((1, 4, 4, 16)))) == []
-    # ... while the inference forward under "auto" takes the kernels.
+    # ... while the inference forward under a GPU's "auto" takes the kernels.
     assert "ddtree_add_rms_norm" in count_pallas_calls(
         lambda: tmodel.forward(tp, tc, tokens, jnp.zeros((1, 4), jnp.int32), None, None,
-                               tmodel.causal_mask(1, 4), attn_impl="auto"))
+                               tmodel.causal_mask(1, 4), kernels=GPU_KERNELS))

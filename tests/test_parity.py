@@ -24,6 +24,7 @@ from ddtree_jax.generator import Generator
 from ddtree_jax.drafters import dflash as dmodel
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.layers import KVCache, append
+from ddtree_jax.tuning import CPU_KERNELS
 from hf_fixtures import make_drafter
 
 torch.manual_seed(0)
@@ -202,14 +203,16 @@ def test_last_layer_tap_is_what_transformers_hands_the_drafter(qwen3_last_tap):
     pos = jnp.arange(n, dtype=jnp.int32)[None]
     zero = jnp.zeros(1, jnp.int32)
     for impl, params in [("xla", ck.target_params), ("pallas_interpret", tmodel.fuse_params(ck.target_params))]:
+        kernels = CPU_KERNELS.with_impls(matmul=impl)
         cache = KVCache.zeros(tc.num_layers, 1, tc.num_kv_heads, 64, tc.head_dim, jnp.float32)
         _, pre, (k, v) = tmodel.forward(params, tc, tokens[:, :split], pos[:, :split], cache, zero,
-                                        tmodel.causal_mask(1, split), taps=ids, matmul_impl="xla")
+                                        tmodel.causal_mask(1, split), taps=ids,
+                                        kernels=CPU_KERNELS.with_impls(matmul="xla"))
         cache = append(cache, k, v, zero)
         rows = n - split
-        assert tmodel._fused_layers(params, tc, (1, rows, tc.hidden_size), impl) == (impl != "xla")
+        assert tmodel._fused_layers(params, tc, (1, rows, tc.hidden_size), kernels) == (impl != "xla")
         _, ver, _ = tmodel.forward(params, tc, tokens[:, split:], pos[:, split:], cache, jnp.full(1, split, jnp.int32),
-                                   tmodel.causal_mask(1, rows), taps=ids, matmul_impl=impl)
+                                   tmodel.causal_mask(1, rows), taps=ids, kernels=kernels)
         _close(jnp.concatenate([pre, ver], axis=1), want.numpy(), f"prefill and verify taps ({impl})")
 
     sd = load_file(str(qwen3_last_tap.hf_draft / "model.safetensors"))

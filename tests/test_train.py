@@ -137,6 +137,7 @@ def test_training_pass_equals_inference_path():
     (drafter layer 0 full attention, layer 1 a sliding window shorter than some prefixes)."""
     from ddtree_jax.models.config import DrafterConfig, TargetConfig
     from ddtree_jax.drafters.dflash import draft_hidden, extend_cache
+    from ddtree_jax.tuning import XLA_KERNELS
     from ddtree_jax.models.init import init_drafter, init_target
     from ddtree_jax.models.layers import KVCache
     from ddtree_jax.models.target import embed, forward_train
@@ -166,7 +167,7 @@ def test_training_pass_equals_inference_path():
         cache = extend_cache(dp, dc, cache, jnp.zeros((6,), jnp.int32), taps[rows], pos)
         offs = jnp.arange(bs, dtype=jnp.int32)
         block = jnp.where(offs == 0, tokens[rows, a][:, None], dc.mask_token_id)
-        ref = draft_hidden(dp, dc, embed(tp, block), a[:, None] + offs, cache, a, attn_impl="xla")
+        ref = draft_hidden(dp, dc, embed(tp, block), a[:, None] + offs, cache, a, kernels=XLA_KERNELS)
         return h.reshape(6, bs, -1), ref
 
     h, ref = both(tp, dp)

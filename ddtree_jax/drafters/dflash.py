@@ -12,9 +12,10 @@ non-causal. The context part depends only on the context features (not on the la
 it is computed once per committed token and cached (`extend_cache`); the block part is recomputed
 every round and dropped.
 
-Norms and RoPE go through ddtree_jax.kernels.norms (`norm_impl`, as in target.forward): the inference
-path fuses each residual add with the norm after it and the k (or q) norm with RoPE. The building
-blocks shared with training (train/drafter.py) default to the XLA path, which is differentiable.
+Norms, RoPE, products and attention go through ddtree_jax.kernels.dispatch (`kernels`, as in
+target.forward): the inference path fuses each residual add with the norm after it and the k (or q)
+norm with RoPE. The building blocks shared with training (train/drafter.py) default to XLA's path
+(XLA_KERNELS), which is differentiable.
 """
 from __future__ import annotations
 
@@ -36,18 +37,16 @@ from ddtree_jax.models.layers import (
     split_heads,
     stack_norms,
 )
-from ddtree_jax.kernels import attention
-from ddtree_jax.kernels.cache_write import write_cache_rows
-from ddtree_jax.kernels.matmul import kernel_path, matmul, quantize_int8
-from ddtree_jax.kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
-from ddtree_jax.kernels.norms import rms_norm as rms_norm_kernel
+from ddtree_jax.kernels import dispatch
+from ddtree_jax.kernels.matmul import quantize_int8
+from ddtree_jax.tuning import CPU_KERNELS, XLA_KERNELS, KernelTuning
 
 
-def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *, norm_impl: str = "xla",
-                     matmul_impl: str = "xla") -> jax.Array:
+def context_features(dparams: dict, cfg: DrafterConfig, taps: jax.Array, *,
+                     kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """c = hidden_norm(fc(concatenated tapped target hidden states)); taps [..., nTaps*H]."""
-    return rms_norm_kernel(linear(taps, dparams["fc"], impl=matmul_impl), dparams["hidden_norm"], cfg.rms_eps,
-                           impl=norm_impl)
+    return dispatch.rms_norm(kernels, linear(taps, dparams["fc"], kernels=kernels), dparams["hidden_norm"],
+                             cfg.rms_eps)
 
 
 def fuse_params(dparams: dict, *, stack: bool = True) -> dict:
@@ -103,29 +102,29 @@ def restrict_vocab(dparams: dict, lm_head: jax.Array, ids: jax.Array, *, quantiz
     return {**out, "draft_vocab": ids}
 
 
-def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, mm: str):
-    k, v = linear(x, p["k"], p.get("k_bias"), impl=mm), linear(x, p["v"], p.get("v_bias"), impl=mm)
+def _kv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, kernels: KernelTuning):
+    k, v = linear(x, p["k"], p.get("k_bias"), kernels=kernels), linear(x, p["v"], p.get("v_bias"), kernels=kernels)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
     return apply_rope(rms_norm(k, p["k_norm"], cfg.rms_eps), cos, sin), v
 
 
 def context_kv(p: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array, *,
-               matmul_impl: str = "xla"):
+               kernels: KernelTuning = XLA_KERNELS):
     """One layer's K/V of the context features c [Bt, C, H] (no input layernorm on c), from the
     layer's own k/v weights (training; inference runs all layers at once: `context_kv_stacked`)."""
-    return _kv(p, cfg, c, cos, sin, matmul_impl)
+    return _kv(p, cfg, c, cos, sin, kernels)
 
 
 def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax.Array, sin: jax.Array, *,
-                       matmul_impl: str = "xla") -> jax.Array:
+                       kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """Every layer's K/V of the context features c [Bt, C, H] from the fused layout's "ctx_kv":
     [Bt, C, 2 L, Hkv, Dh], the L layers' K (k-normed per head with the layer's weight, roped) and
     then their V. One product and one XLA fusion (the per-head norm in the activation dtype,
     RoPE in float32: `context_kv`'s numerics)."""
     bt, n = c.shape[:2]
     layers, hkv, dh = len(dparams["layers"]), cfg.num_kv_heads, cfg.head_dim
-    kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), impl=matmul_impl)
+    kv = linear(c, dparams["ctx_kv"], dparams.get("ctx_kv_bias"), kernels=kernels)
     kv = kv.reshape(bt, n, layers, 2, hkv, dh)
     norms = dparams.get("norms")
     k_norm = norms["k"] if norms is not None else jnp.stack([p["k_norm"] for p in dparams["layers"]])
@@ -136,72 +135,72 @@ def context_kv_stacked(dparams: dict, cfg: DrafterConfig, c: jax.Array, cos: jax
 
 
 def block_qkv_normed(p: dict, cfg: DrafterConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, *,
-                     norm_impl: str = "xla", matmul_impl: str = "xla"):
+                     kernels: KernelTuning = XLA_KERNELS):
     """One layer's Q/K/V of the noise block from h = input_layernorm(x) [Bt, bs, H]."""
     if "qkv" in p:  # the inference layout: one product, one q/k-norm + RoPE kernel on Pallas
-        return qk_norm_rope(linear(h, p["qkv"], p.get("qkv_bias"), impl=matmul_impl), p["q_norm"], p["k_norm"],
-                            cos, sin, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                            head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
-    q, _, _ = qk_norm_rope(linear(h, p["q"], p.get("q_bias"), impl=matmul_impl), p["q_norm"], None, cos, sin,
-                           num_heads=cfg.num_heads, num_kv_heads=0, head_dim=cfg.head_dim,
-                           eps=cfg.rms_eps, impl=norm_impl)
-    k, v = _kv(p, cfg, h, cos, sin, matmul_impl)
+        return dispatch.qk_norm_rope(kernels, linear(h, p["qkv"], p.get("qkv_bias"), kernels=kernels), p["q_norm"],
+                                     p["k_norm"], cos, sin, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                                     head_dim=cfg.head_dim, eps=cfg.rms_eps)
+    q, _, _ = dispatch.qk_norm_rope(kernels, linear(h, p["q"], p.get("q_bias"), kernels=kernels), p["q_norm"], None,
+                                    cos, sin, num_heads=cfg.num_heads, num_kv_heads=0, head_dim=cfg.head_dim,
+                                    eps=cfg.rms_eps)
+    k, v = _kv(p, cfg, h, cos, sin, kernels)
     return q, k, v
 
 
 def block_qkv(p: dict, cfg: DrafterConfig, x: jax.Array, cos: jax.Array, sin: jax.Array, *,
-              norm_impl: str = "xla"):
+              kernels: KernelTuning = XLA_KERNELS):
     """One layer's Q/K/V of the noise block x [Bt, bs, H] (input_layernorm applied here)."""
-    h = rms_norm_kernel(x, p["attn_norm"], cfg.rms_eps, impl=norm_impl)
-    return block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl)
+    h = dispatch.rms_norm(kernels, x, p["attn_norm"], cfg.rms_eps)
+    return block_qkv_normed(p, cfg, h, cos, sin, kernels=kernels)
 
 
-def _attn_residual(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, norm_impl: str, mm: str = "xla"):
+def _attn_residual(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, kernels: KernelTuning):
     """(x + o_proj(o), post_attention_layernorm of it); o: [Bt, bs, Hq, Dh]."""
-    return add_rms_norm(x, linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), impl=mm), p["mlp_norm"],
-                        cfg.rms_eps, impl=norm_impl)
+    o = linear(o.reshape(*o.shape[:2], -1), p["o"], p.get("o_bias"), kernels=kernels)
+    return dispatch.add_rms_norm(kernels, x, o, p["mlp_norm"], cfg.rms_eps)
 
 
-def layer_finish(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, *, norm_impl: str = "xla") -> jax.Array:
+def layer_finish(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, *,
+                 kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """Residual o_proj and MLP after attention; o: [Bt, bs, Hq, Dh]."""
-    x, h = _attn_residual(p, cfg, x, o, norm_impl)
-    return x + mlp(p, h)
+    x, h = _attn_residual(p, cfg, x, o, kernels)
+    return x + mlp(p, h, kernels=kernels)
 
 
 def layer_finish_normed(p: dict, cfg: DrafterConfig, x: jax.Array, o: jax.Array, next_norm: jax.Array, *,
-                        norm_impl: str, matmul_impl: str = "xla") -> tuple[jax.Array, jax.Array]:
+                        kernels: KernelTuning) -> tuple[jax.Array, jax.Array]:
     """layer_finish, then the norm that comes next (the next layer's input_layernorm weight or the
     final norm's), fused with the MLP's residual add: (residual stream, its norm)."""
-    x, h = _attn_residual(p, cfg, x, o, norm_impl, matmul_impl)
-    return add_rms_norm(x, mlp(p, h, impl=matmul_impl), next_norm, cfg.rms_eps, impl=norm_impl)
+    x, h = _attn_residual(p, cfg, x, o, kernels)
+    return dispatch.add_rms_norm(kernels, x, mlp(p, h, kernels=kernels), next_norm, cfg.rms_eps)
 
 
 def extend_cache(
     dparams: dict, cfg: DrafterConfig, cache: KVCache, cache_len: jax.Array, taps: jax.Array, positions: jax.Array,
-    *, norm_impl: str = "auto", matmul_impl: str = "auto", cache_impl: str = "xla",
+    *, kernels: KernelTuning = CPU_KERNELS,
 ) -> KVCache:
     """Write the context K/V of new committed tokens at cache_len .. cache_len+C-1.
 
     taps [Bt, C, nTaps*H] and positions [Bt, C]. Rows may use fewer than C entries: the caller
     advances cache_len by the number actually committed, so the rest is overwritten later.
-    norm_impl: ddtree_jax.kernels.norms impl ("auto": Pallas on NVIDIA GPUs, XLA elsewhere);
-    matmul_impl: ddtree_jax.kernels.matmul's; cache_impl: ddtree_jax.kernels.cache_write's (all layers'
-    writes in one kernel).
+    kernels: how the norms, products and the cache write (all layers' in one kernel) run
+    (ddtree_jax.kernels.dispatch).
     """
-    c = context_features(dparams, cfg, taps, norm_impl=norm_impl, matmul_impl=matmul_impl)
+    c = context_features(dparams, cfg, taps, kernels=kernels)
     cos, sin = rope_tables(positions, cfg.rope, cfg.head_dim)
     if "ctx_kv" in dparams:  # the inference layout: all layers in one product and one write
         with jax.named_scope("draft_ctx"):
-            kv = context_kv_stacked(dparams, cfg, c, cos, sin, matmul_impl=matmul_impl)
-        return append_stacked(cache, kv, cache_len, impl=cache_impl)
+            kv = context_kv_stacked(dparams, cfg, c, cos, sin, kernels=kernels)
+        return append_stacked(cache, kv, cache_len, kernels=kernels)
     ks, vs = [], []
     for i in range(len(dparams["layers"])):
         p = layer_view(dparams, i)
         with jax.named_scope(f"draft_ctx{i}"):
-            k, v = context_kv(p, cfg, c, cos, sin, matmul_impl=matmul_impl)
+            k, v = context_kv(p, cfg, c, cos, sin, kernels=kernels)
             ks.append(k)
             vs.append(v)
-    k, v = write_cache_rows([cache.k, cache.v], ks + vs, cache_len, None, impl=cache_impl)   # every row, in order
+    k, v = dispatch.write_cache_rows(kernels, [cache.k, cache.v], ks + vs, cache_len, None)   # every row, in order
     return KVCache(k, v)
 
 
@@ -213,17 +212,15 @@ def draft_hidden(
     cache: KVCache,
     cache_len: jax.Array,
     *,
-    attn_impl: str = "auto",
-    norm_impl: str | None = None,
-    matmul_impl: str = "auto",
+    kernels: KernelTuning = CPU_KERNELS,
 ) -> jax.Array:
     """One non-causal pass over the noise block; returns final-normed hidden [Bt, bs, H].
 
     block_embeds: the target's embeddings of [root, MASK x (bs-1)]; the block sees the cached
     context [0, cache_len) (a sliding-window layer only its last `sliding_window` keys).
-    norm_impl: None takes the one that goes with attn_impl (ddtree_jax.kernels.norms.norm_impl_for).
+    kernels: which kernel each call runs (ddtree_jax.kernels.dispatch; the engine passes its
+    DecodeSpec's).
     """
-    norm_impl = norm_impl_for(attn_impl) if norm_impl is None else norm_impl
     bt, bs, _ = block_embeds.shape
     x = block_embeds
     cos, sin = rope_tables(block_positions, cfg.rope, cfg.head_dim)
@@ -232,32 +229,32 @@ def draft_hidden(
     layers = [layer_view(dparams, i) for i in range(len(dparams["layers"]))]
     # As in target.forward: a layer's last residual add is fused with the next norm.
     norm_ws = [p["attn_norm"] for p in layers] + [final_norm(dparams)]
-    fused = _fused_layers(dparams, cfg, x.shape, matmul_impl)
-    h = None if fused else rms_norm_kernel(x, norm_ws[0], cfg.rms_eps, impl=norm_impl)
+    fused = _fused_layers(dparams, cfg, x.shape, kernels)
+    h = None if fused else dispatch.rms_norm(kernels, x, norm_ws[0], cfg.rms_eps)
     for i, p in enumerate(layers):
         with jax.named_scope(f"draft_layer{i}"):
             if fused:  # as target._forward_fused: the norms and residual adds inside the products
-                q, k, v = _block_qkv_fused(p, cfg, x, cos, sin, norm_impl, matmul_impl)
+                q, k, v = _block_qkv_fused(p, cfg, x, cos, sin, kernels)
             else:
-                q, k, v = block_qkv_normed(p, cfg, h, cos, sin, norm_impl=norm_impl, matmul_impl=matmul_impl)
+                q, k, v = block_qkv_normed(p, cfg, h, cos, sin, kernels=kernels)
             window = cfg.sliding_windows[i]
             kv_start = None if window is None else jnp.maximum(cache_len + bs - window, 0)
-            o = attention(q, k, v, cache.k, cache.v, cache_len, full, scale=scale,
-                          kv_start=kv_start, impl=attn_impl, layer=i)
+            o = dispatch.attention(kernels, q, k, v, cache.k, cache.v, cache_len, full, scale=scale,
+                                   kv_start=kv_start, layer=i)
             if fused:
-                mm = matmul_impl
-                x = matmul(o.reshape(*o.shape[:2], -1), p["o"], impl=mm, residual=x)
-                gate_up = matmul(x, p["gate_up"], impl=mm, prologue="rmsnorm", norm_w=p["mlp_norm"], eps=cfg.rms_eps)
-                x = matmul(gate_up, p["down"], impl=mm, prologue="swiglu", residual=x)
+                x = dispatch.matmul(kernels, o.reshape(*o.shape[:2], -1), p["o"], residual=x)
+                gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"],
+                                          eps=cfg.rms_eps)
+                x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
             else:
-                x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], norm_impl=norm_impl, matmul_impl=matmul_impl)
-    return rms_norm_kernel(x, final_norm(dparams), cfg.rms_eps, impl=norm_impl) if fused else h
+                x, h = layer_finish_normed(p, cfg, x, o, norm_ws[i + 1], kernels=kernels)
+    return dispatch.rms_norm(kernels, x, final_norm(dparams), cfg.rms_eps) if fused else h
 
 
-def _fused_layers(dparams: dict, cfg: DrafterConfig, x_shape, mm: str) -> bool:
+def _fused_layers(dparams: dict, cfg: DrafterConfig, x_shape, kernels: KernelTuning) -> bool:
     """Whether draft_hidden runs its layers fused (see target._fused_layers): every product of a
     layer in the skinny-matmul kernel, fused k/v and gate/up weights, no biases."""
-    if mm == "xla" or not dparams["layers"]:
+    if kernels.matmul == "xla" or not dparams["layers"]:
         return False
     p = dparams["layers"][0]
     if "qkv" not in p or "gate_up" not in p or any(b in p for b in ("qkv_bias", "o_bias")):
@@ -266,11 +263,11 @@ def _fused_layers(dparams: dict, cfg: DrafterConfig, x_shape, mm: str) -> bool:
     h = cfg.hidden_size
     calls = [((*lead, h), p["qkv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
              ((*lead, h), p["gate_up"], "rmsnorm"), ((*lead, p["gate_up"].shape[1]), p["down"], "swiglu")]
-    return all(kernel_path(shape, w, impl=mm, prologue=pro) != "xla" for shape, w, pro in calls)
+    return all(dispatch.matmul_path(kernels, shape, w, pro) != "xla" for shape, w, pro in calls)
 
 
-def _block_qkv_fused(p: dict, cfg: DrafterConfig, x, cos, sin, norm_impl: str, mm: str):
+def _block_qkv_fused(p: dict, cfg: DrafterConfig, x, cos, sin, kernels: KernelTuning):
     """block_qkv with the input layernorm inside the q and k/v products."""
-    qkv = matmul(x, p["qkv"], impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=cfg.rms_eps)
-    return qk_norm_rope(qkv, p["q_norm"], p["k_norm"], cos, sin, num_heads=cfg.num_heads,
-                        num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps, impl=norm_impl)
+    qkv = dispatch.matmul(kernels, x, p["qkv"], prologue="rmsnorm", norm_w=p["attn_norm"], eps=cfg.rms_eps)
+    return dispatch.qk_norm_rope(kernels, qkv, p["q_norm"], p["k_norm"], cos, sin, num_heads=cfg.num_heads,
+                                 num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, eps=cfg.rms_eps)

@@ -17,9 +17,9 @@ them stacked ``[Bt, T, n_slots, Hkv, Dh]`` (slot j at ``[:, :, j]``: the drafter
 every layer from one product); row ``start[b] + p`` of batch row b in slot j gets slot j's new
 entry ``rows[b, p]`` (p < P), cast to the cache dtype. The caches come back in the shapes given.
 Writes reaching past S are outside the contract (the engine sizes its caches so that it never
-makes them; XLA's path would move them back to fit, the kernel drops them). ``impl="auto"`` is the
-kernel on NVIDIA GPUs with a Triton lowering (on the H200 DDTree-64's 8B round went from 7.90 to
-7.25 ms) and XLA's path elsewhere.
+makes them; XLA's path would move them back to fit, the kernel drops them). The models' "auto"
+(ddtree_jax.kernels.dispatch) is the kernel on NVIDIA GPUs with a Triton lowering (on the H200
+DDTree-64's 8B round went from 7.90 to 7.25 ms) and XLA's path elsewhere.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from jax.experimental import pallas as pl
 
 from .norms import _pow2_at_least, pltriton
 
-__all__ = ["write_cache_rows", "write_cache_rows_reference", "resolve_impl", "MAX_ROWS"]
+__all__ = ["write_cache_rows", "write_cache_rows_reference", "resolve_impl", "MAX_ROWS", "IMPLS"]
 
-_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
+IMPLS = ("xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 64      # path rows a program holds in one [rows, Dh] tile
 
 
@@ -176,25 +176,22 @@ def _unsupported(caches, news, rows) -> str | None:
 
 
 def resolve_impl(impl: str) -> str:
-    """The path a write takes: "auto" is "pallas" where the attention kernels' auto is (NVIDIA
-    GPUs with a Triton lowering), "xla" elsewhere; "triton" is "pallas"."""
-    if impl not in _IMPLS:
-        raise ValueError(f"unknown cache-write impl {impl!r}; choose one of {_IMPLS}")
-    if impl == "auto":
-        from .tree_attention import takes_kernels
-        return "pallas" if takes_kernels(impl) else "xla"
+    """The path a write takes ("triton" is "pallas")."""
+    if impl not in IMPLS:
+        raise ValueError(f"unknown cache-write impl {impl!r}; choose one of {IMPLS} "
+                         "(\"auto\" is chosen per device by ddtree_jax.kernels.dispatch)")
     return "pallas" if impl == "triton" else impl
 
 
 def write_cache_rows(caches: list[jax.Array], news: "list[jax.Array] | jax.Array", start: jax.Array,
-                     rows: jax.Array | None, *, impl: str = "auto", groups: int = 0) -> list[jax.Array]:
+                     rows: jax.Array | None, *, impl: str = "xla", groups: int = 0) -> list[jax.Array]:
     """New caches with rows[b, p] of each slot's new array written at start[b] + p (see the
     module doc). caches: [Bt, Hkv, S, Dh] (one slot) or [L, Bt, Hkv, S, Dh] (L slots) each;
     news: one [Bt, T, Hkv, Dh] a slot, or [Bt, T, n_slots, Hkv, Dh]; start [Bt]; rows [Bt, P],
     or None: every new row, in order (XLA's path then gathers nothing).
 
-    impl: "auto" (resolve_impl: the kernel on NVIDIA GPUs) | "xla" | "pallas" (= "triton") |
-    "pallas_interpret";
+    impl: "xla" | "pallas" (= "triton") | "pallas_interpret" (dispatch.write_cache_rows picks it
+    per device: the kernel on NVIDIA GPUs);
     the Pallas impls take XLA's path for what the kernel cannot take (more than MAX_ROWS rows,
     layers of different shapes, odd head dims). groups: the kernel's programs per (batch row, kv
     head), each moving every groups-th slot; 0 (the default): one program a slot.

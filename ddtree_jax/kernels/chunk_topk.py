@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from .norms import _pow2_at_least, pltriton
 
 __all__ = ["chunk_top_k", "chunk_top_k_reference", "index_ordered", "order_key", "from_order_key", "top_k_total_order",
-           "IMPLS", "RADIX_BITS"]
+           "top_k_by_keys", "IMPLS", "RADIX_BITS"]
 
 # Widest chunk one program holds (values in registers: 32 a thread on 4 warps).
 _MAX_CHUNK = 4096
@@ -58,16 +58,21 @@ def from_order_key(key: jax.Array) -> jax.Array:
 
 def top_k_total_order(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """`lax.top_k(x, k)` in the float total order (-0.0 below +0.0; equal values by lower
-    index) on every backend: lax.top_k of the int32 `order_key`s, since on the H200 XLA's GPU
-    top_k ranks -0.0 and +0.0 as equal (the tree build's vocabulary top-k picked other tokens
-    than the CPU on signed zeros).
+    index) on every backend: lax.top_k of the int32 `order_key`s (`top_k_by_keys`), since on the
+    H200 XLA's GPU top_k ranks -0.0 and +0.0 as equal (the tree build's vocabulary top-k picked
+    other tokens than the CPU on signed zeros).
 
-    Float32 on the CPU goes straight to lax.top_k, whose float order there is already this one
-    (tests): XLA:CPU's top-k of int32 keys is ~100x slower ([15, 8192] at K = 16: 22 ms against
-    0.2, most of the shipped pair's whole CPU round)."""
-    if jax.default_backend() == "cpu" and x.dtype == jnp.float32:
-        vals, pos = lax.top_k(x, k)
-        return vals, pos
+    Float32 compiled for the CPU goes straight to lax.top_k, whose float order there is already
+    this one (tests): XLA:CPU's top-k of int32 keys is ~100x slower ([15, 8192] at K = 16: 22 ms
+    against 0.2, most of the shipped pair's whole CPU round). The platform the computation is
+    lowered for picks the branch (lax.platform_dependent), not a device read while tracing."""
+    if x.dtype != jnp.float32:
+        return top_k_by_keys(x, k)
+    return lax.platform_dependent(x, cpu=lambda x: tuple(lax.top_k(x, k)), default=lambda x: top_k_by_keys(x, k))
+
+
+def top_k_by_keys(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """`top_k_total_order` on every backend alike: lax.top_k of the int32 `order_key`s."""
     key, pos = lax.top_k(order_key(x), k)
     return from_order_key(key).astype(x.dtype), pos
 

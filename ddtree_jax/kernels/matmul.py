@@ -24,20 +24,19 @@ float32 accumulation); the summation order differs from cuBLAS', so bf16 results
 the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never TF32.
 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
-the tests. ``impl="auto"`` takes the kernel only where it was measured faster than XLA's dot on
-this kind of GPU: the tuned table ``matmul_configs.json`` beside this file (per device kind,
-entries ``{k, n, prologue ("swiglu", "rmsnorm") and weight ("int8"), both absent for none,
-rows: [lo, hi], config: [MatmulConfig's fields in order], us, xla_us}``, written by
-``python -m bench.bench_gemm --write-table``; a tool passes another as ``table=``). An entry may
-also name ``xla_options`` ({option: value}): it then applies only inside ``compiled_with`` those
-options (an executable compiled with them, whose XLA dots they slow down: the split-K-1 round
-executables of ``ddtree_jax.engine.round_xla_options``). Everything else is the XLA dot.
+the tests. The models' "auto" (ddtree_jax.kernels.dispatch) takes the kernel only where it was
+measured faster than XLA's dot on this kind of GPU: the tuned table ``matmul_configs.json``
+beside this file (per device kind, entries ``{k, n, prologue ("swiglu", "rmsnorm") and weight
+("int8"), both absent for none, rows: [lo, hi], config: [MatmulConfig's fields in order], us,
+xla_us}``, written by ``python -m bench.bench_gemm --write-table``; a tool passes another as
+``table=``). An entry may also name ``xla_options`` ({option: value}): it then applies only in
+an executable compiled with those options (whose XLA dots they slow down: the split-K-1 round
+executables of ``ddtree_jax.engine.round_xla_options``; `tuned_config`'s xla_options, which
+dispatch takes from KernelTuning.xla_options). Everything else is the XLA dot.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import math
 from pathlib import Path
@@ -50,7 +49,6 @@ from jax.experimental import pallas as pl
 from .attention_reference import _precision
 from .stacking import as_stack, check_layer, clamp_layer, layer_index, one_layer, split_row
 from .tables import read_device_table, table_file
-from .tree_attention import auto_impl
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton
@@ -58,9 +56,9 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
-           "default_matmul_config", "matmul_plan", "tuned_config", "matmul_table", "compiled_with"]
+           "default_matmul_config", "matmul_plan", "tuned_config", "matmul_table", "IMPLS"]
 
-_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
+IMPLS = ("xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
 PROLOGUES = (None, "swiglu", "rmsnorm")
 TABLE_PATH = Path(__file__).with_name("matmul_configs.json")
@@ -118,24 +116,6 @@ def quantize_int8(w: jax.Array) -> Int8Weight:
     return Int8Weight(q, scale)
 
 
-# The XLA options of the executable being traced (see `compiled_with`), as sorted (name, value) pairs.
-_COMPILED_WITH: contextvars.ContextVar[tuple] = contextvars.ContextVar("ddtree_matmul_compiled_with", default=())
-
-
-@contextlib.contextmanager
-def compiled_with(options: dict | None):
-    """Trace the products inside as parts of an executable compiled with these XLA options (on top
-    of those of an enclosing `compiled_with`): table entries that name `xla_options` apply only
-    where all of them are in effect. The options must be a function of what the caller's jit
-    cache is keyed on (the engine derives them from its static DecodeSpec and stage options), so
-    a cached trace never carries another executable's choice."""
-    token = _COMPILED_WITH.set(tuple(sorted({**dict(_COMPILED_WITH.get()), **(options or {})}.items())))
-    try:
-        yield
-    finally:
-        _COMPILED_WITH.reset(token)
-
-
 def _check_matmul_entry(path: str, kind: str, e) -> None:
     nfields = len(dataclasses.fields(MatmulConfig))
     ok = isinstance(e, dict) and {"k", "n", "rows", "config"} <= set(e) and len(e["rows"]) == 2 \
@@ -155,15 +135,16 @@ def matmul_table(path: str | Path | None = None) -> dict:
 
 
 def tuned_config(m: int, k: int, n: int, device_kind: str | None = None, prologue: str | None = None,
-                 weight: str | None = None, table: dict | None = None) -> MatmulConfig | None:
+                 weight: str | None = None, table: dict | None = None,
+                 xla_options: dict | None = None) -> MatmulConfig | None:
     """The measured-faster config for x [m, k] @ w [k, n] (with that prologue; weight "int8"
-    for an Int8Weight) on this device kind, or None (XLA was as fast, or the shape was never
-    timed). Device kind: jax.devices()[0]'s by default. table: the shipped one by default (a
-    tool passes another, e.g. matmul_table(path)). An entry with `xla_options` counts only
-    inside `compiled_with` options that include them all."""
+    for an Int8Weight) on this device kind (None: no entries), or None (XLA was as fast, or the
+    shape was never timed). table: the shipped one by default (a tool passes another, e.g.
+    matmul_table(path)). An entry with `xla_options` counts only where the executable's
+    `xla_options` include them all."""
     if device_kind is None:
-        device_kind = jax.devices()[0].device_kind
-    in_effect = dict(_COMPILED_WITH.get())
+        return None
+    in_effect = xla_options or {}
     for e in (matmul_table() if table is None else table).get(device_kind, ()):
         lo, hi = e["rows"]
         needs = e.get("xla_options", {})
@@ -437,18 +418,11 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     return y if residual is None else residual + y.astype(residual.dtype)
 
 
-def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None,
-             prologue: str | None = None, weight: str | None = None) -> tuple[str, MatmulConfig]:
-    """(path, config) of one call: path xla, pallas or pallas_interpret."""
-    if impl not in _IMPLS:
-        raise ValueError(f"unknown matmul impl {impl!r}; choose one of {_IMPLS}")
-    if impl == "auto":
-        if auto_impl() != "pallas":
-            return "xla", cfg
-        tuned = cfg or tuned_config(m, k, n, prologue=prologue, weight=weight)
-        return ("pallas" if tuned is not None and not _unsupported(m, k, n, tuned) else "xla"), tuned
-    if cfg is None and impl != "pallas_interpret":
-        cfg = tuned_config(m, k, n, prologue=prologue, weight=weight)
+def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None) -> tuple[str, MatmulConfig]:
+    """(path, config) of one call: path xla, pallas or pallas_interpret; cfg None: the default."""
+    if impl not in IMPLS:
+        raise ValueError(f"unknown matmul impl {impl!r}; choose one of {IMPLS} "
+                         "(\"auto\" is chosen per device by ddtree_jax.kernels.dispatch)")
     cfg = cfg or default_matmul_config(m, k, n)
     if impl == "triton":
         impl = "pallas"
@@ -468,20 +442,20 @@ def _plan_call(x_shape, w, impl: str, config: MatmulConfig | None, prologue: str
         raise ValueError(f"matmul: x [..., {x_shape[-1]}] does not match w [{k}, {n}]"
                          + (" (swiglu takes [gate ; up]: 2K columns)" if prologue == "swiglu" else ""))
     m = math.prod(x_shape[:-1])
-    path, cfg = _resolve(impl, m, k, n, config, prologue, "int8" if isinstance(w, Int8Weight) else None)
+    path, cfg = _resolve(impl, m, k, n, config)
     if path != "xla" and prologue == "rmsnorm" and cfg.split_k > 1:
         cfg = dataclasses.replace(cfg, split_k=1)  # the row's mean of squares needs all of K
     return path, cfg, m, k, n, kx
 
 
-def kernel_path(x_shape, w, *, impl: str = "auto", config: MatmulConfig | None = None,
+def kernel_path(x_shape, w, impl: str = "xla", config: MatmulConfig | None = None,
                 prologue: str | None = None) -> str:
     """"xla", "pallas" or "pallas_interpret": the path `matmul` takes for these arguments (the
     models fuse norms and residual adds into the product only where it is the kernel's)."""
     return _plan_call(x_shape, w, impl, config, prologue)[0]
 
 
-def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: str = "auto",
+def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: str = "xla",
            config: MatmulConfig | None = None, prologue: str | None = None, norm_w: jax.Array | None = None,
            eps: float = 1e-6, residual: jax.Array | None = None, norm_layer=None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in out_dtype (default x.dtype), float32 accumulation.
@@ -498,11 +472,10 @@ def matmul(x: jax.Array, w: "jax.Array | Int8Weight", *, out_dtype=None, impl: s
     norm_layer. Path and config depend on x's and w's shapes only, never on norm_w's.
     residual [..., N]: residual + the product, in residual's dtype (a decoder's residual add).
 
-    impl: "auto" (on NVIDIA GPUs the kernel where the tuned table says it is faster, with the
-    table's config; else XLA) | "xla" | "pallas" (= "triton") | "pallas_interpret" (CPU tests):
-    the kernel wherever it fits (at most MAX_ROWS rows, K a multiple of block_k x split_k; the
-    tuned config, else default_matmul_config), the XLA dot for the other shapes.
-    config: overrides the table and the default.
+    impl: "xla" | "pallas" (= "triton") | "pallas_interpret" (CPU tests): the kernel wherever it
+    fits (at most MAX_ROWS rows, K a multiple of block_k x split_k), the XLA dot for the other
+    shapes. config: the kernel's tiles (None: default_matmul_config). The models go through
+    dispatch.matmul, which picks impl and config (the tuned table's) per device.
     """
     out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
     norm_w, norm_layer = split_row(norm_w, norm_layer)

@@ -24,9 +24,9 @@ Blocking (Triton lowering, as in tree_attention.py: block shapes are powers of t
   halves are loaded separately, so rotate-half needs no in-register shuffle. Head counts need
   not be powers of two (masked), the head dim must be (>= 4).
 
-What falls back to XLA under ``impl="auto"`` (and raises under ``impl="pallas"``): a head dim
-that is not a power of two, a hidden size above 16384 (a row would not fit one program's
-registers), empty inputs.
+What the kernels cannot take (`norm_unsupported`, `qk_unsupported`; an explicit Pallas impl
+raises, dispatch's "auto" takes XLA's path): a head dim that is not a power of two, a hidden size
+above 16384 (a row would not fit one program's registers), empty inputs.
 
 Weights: each call takes ``layer=None`` and a one-layer weight ([H], [Dh]), or ``layer`` and the
 weight of every layer stacked ([L, H], [L, Dh]; ddtree_jax/kernels/stacking.py): a jitted call pays
@@ -50,7 +50,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .stacking import as_stack, check_layer, clamp_layer, layer_index, one_layer, split_row
-from .tree_attention import auto_impl
 
 try:  # The Triton lowering is deprecated in jax 0.11 and may disappear later.
     from jax.experimental.pallas import triton as pltriton
@@ -58,11 +57,11 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = [
-    "rms_norm", "add_rms_norm", "qk_norm_rope", "norm_impl_for",
+    "rms_norm", "add_rms_norm", "qk_norm_rope", "norm_unsupported", "qk_unsupported", "IMPLS",
     "rms_norm_reference", "add_rms_norm_reference", "qk_norm_rope_reference",
 ]
 
-_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")
+IMPLS = ("xla", "pallas", "triton", "pallas_interpret")
 _TILE = 4096          # elements per program that the blocking aims at (one 8B-shape row)
 _MAX_HIDDEN = 16384   # widest row one program holds
 
@@ -76,25 +75,17 @@ def _num_warps(tile: int) -> int:
     return min(8, _pow2_at_least(max(1, tile // 512)))
 
 
-def norm_impl_for(attn_impl: str) -> str:
-    """The norm impl that goes with an attention impl ("triton" is "pallas")."""
-    if attn_impl not in _IMPLS:
-        raise ValueError(f"unknown impl {attn_impl!r}; choose one of {_IMPLS}")
-    return "pallas" if attn_impl == "triton" else attn_impl
-
-
 def _resolve(impl: str, why_not: str | None) -> str:
-    """The path this call takes: xla, pallas or pallas_interpret. Explicit Pallas on shapes the
-    kernels cannot take raises; "auto" falls back to XLA."""
-    if impl not in _IMPLS:
-        raise ValueError(f"unknown norm impl {impl!r}; choose one of {_IMPLS}")
-    if impl == "auto":
-        return "xla" if auto_impl() != "pallas" or why_not else "pallas"
+    """The path this call takes: xla, pallas or pallas_interpret. Pallas on shapes the kernels
+    cannot take raises (dispatch's "auto" asks `norm_unsupported` / `qk_unsupported` first)."""
+    if impl not in IMPLS:
+        raise ValueError(f"unknown norm impl {impl!r}; choose one of {IMPLS} "
+                         "(\"auto\" is chosen per device by ddtree_jax.kernels.dispatch)")
     if impl == "triton":
         impl = "pallas"
     if impl != "xla" and why_not:
         raise ValueError(f"the Pallas norm kernels cannot take these shapes: {why_not}; "
-                         "use impl='xla' or 'auto'")
+                         "use impl='xla' (or 'auto' through dispatch)")
     if impl == "pallas" and pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton);"
                            " use impl='xla'")
@@ -212,7 +203,7 @@ def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
     pltriton.store(y_ref, w[None, :] * y, mask=mask)
 
 
-def _norm_unsupported(x) -> str | None:
+def norm_unsupported(x) -> str | None:
     if x.size == 0:
         return "empty input"
     if x.shape[-1] > _MAX_HIDDEN:
@@ -253,13 +244,13 @@ def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool):
     return (None, outs[0]) if delta is None else tuple(outs)
 
 
-def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "auto", layer=None) -> jax.Array:
+def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "xla", layer=None) -> jax.Array:
     """RMSNorm of x [..., H] with weight w [H], as ``layers.rms_norm``; one kernel on Pallas.
 
     layer (a Python int or an int32 scalar, possibly traced): w is every layer's weight stacked
     [L, H], and row ``layer`` is the weight (see the module doc); or w a StackedRow and no layer."""
     w, layer = _weight(w, layer, x.shape[-1], "norm")
-    impl = _resolve(impl, _norm_unsupported(x))
+    impl = _resolve(impl, norm_unsupported(x))
     if impl == "xla":
         return rms_norm_reference(x, w, eps, layer=layer)
     layer, w = as_stack(layer, w)
@@ -267,7 +258,7 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "auto", laye
 
 
 def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
-                 impl: str = "auto", layer=None) -> tuple[jax.Array, jax.Array]:
+                 impl: str = "xla", layer=None) -> tuple[jax.Array, jax.Array]:
     """(s, rms_norm(s, w, eps)) with s = x + delta: a residual add and the norm after it.
 
     s is the new residual stream, added in the activation dtype as ``x + delta`` is; one kernel
@@ -277,7 +268,7 @@ def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
     if delta.shape != x.shape:
         raise ValueError(f"x {x.shape} and delta {delta.shape} must have the same shape")
     w, layer = _weight(w, layer, x.shape[-1], "norm")
-    impl = _resolve(impl, _norm_unsupported(x))
+    impl = _resolve(impl, norm_unsupported(x))
     if impl == "xla":
         return add_rms_norm_reference(x, delta, w, eps, layer=layer)
     layer, w = as_stack(layer, w)
@@ -345,7 +336,7 @@ def _qk_kernel(x_ref, cos_ref, sin_ref, *refs, n_tok: int, parts, eps: float):
         pltriton.store(o_ref.at[:, :, hi], (a2 * cos2 + a1 * sin2).astype(dtype), mask=mask)
 
 
-def _qk_unsupported(qkv, head_dim: int) -> str | None:
+def qk_unsupported(qkv, head_dim: int) -> str | None:
     if qkv.size == 0:
         return "empty input"
     if head_dim & (head_dim - 1) or head_dim < 4:
@@ -395,7 +386,7 @@ def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, layer, *, num_heads, num_kv_he
 
 def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array | None,
                  cos: jax.Array, sin: jax.Array, *, num_heads: int, num_kv_heads: int,
-                 head_dim: int, eps: float, impl: str = "auto", layer=None):
+                 head_dim: int, eps: float, impl: str = "xla", layer=None):
     """Heads of a fused projection, q/k RMS-normed per head and roped: (q, k, v).
 
     qkv [..., (Hq + 2*Hkv) * Dh] laid out [q | k | v]; cos/sin [..., Dh] float32 (rope_tables).
@@ -422,7 +413,7 @@ def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array
                          "normalises one layer's heads")
     layer = q_layer if q_norm_w is not None else k_layer
     kw = dict(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, eps=eps)
-    impl = _resolve(impl, _qk_unsupported(qkv, head_dim))
+    impl = _resolve(impl, qk_unsupported(qkv, head_dim))
     if impl == "xla":
         return qk_norm_rope_reference(qkv, q_norm_w, k_norm_w, cos, sin, **kw, layer=layer)
     q_norm_w, k_norm_w = (None if w is None else as_stack(layer, w)[1] for w in (q_norm_w, k_norm_w))

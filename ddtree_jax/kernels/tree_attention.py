@@ -30,11 +30,11 @@ Decode (T = 1) is memory-bound; a tree of B = 64 or more nodes is not: with Hq =
 and Dh = 128 the prefix attention does 4*Hq*T*Dh FLOP per prefix key against 4*Hkv*Dh bytes,
 so at T = 65 the FLOP floor already exceeds the byte floor on an H200.
 
-On Hopper (compute capability 9.0) "auto" hands the verify of larger trees (padded T in
-tree_attention_mgpu.AUTO_T_RANGE, bf16), and DDTree-64's 72 rows and the drafter's 16 where that
-kernel's key split fits one wave (tree_attention_mgpu.takes), to the Mosaic GPU kernel in
-tree_attention_mgpu.py (TMA, wgmma, warp specialization), and verify_rows tells the engine to pad
-those verifies to a multiple of 8 rows.
+Which kernel a model's call runs, and with which tiles, is decided in dispatch.py from the
+device's KernelTuning and the call's shapes: on Hopper the verify of larger trees, DDTree-64's
+72 rows and the drafter's 16 go to the Mosaic GPU kernel (tree_attention_mgpu.py: TMA, wgmma,
+warp specialization), and dispatch.verify_rows tells the engine to pad those verifies to a
+multiple of 8 rows. This module takes its impl and tiles as arguments.
 
 Backend: Pallas with the Triton lowering, selected explicitly through
 ``pallas.triton.CompilerParams`` (Mosaic GPU is the default lowering since jax 0.10; the
@@ -78,9 +78,8 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = [
-    "attention", "attention_pallas", "available_impls", "auto_impl", "auto_impl_for_kind",
-    "takes_kernels", "KernelConfig", "default_config", "tuned_attention_config", "attention_table",
-    "launch_plan", "LaunchPlan", "verify_rows",
+    "attention", "attention_pallas", "unsupported", "KernelConfig", "default_config", "tuned_attention_config",
+    "attention_table", "launch_plan", "LaunchPlan", "IMPLS",
 ]
 
 _LOG2E = math.log2(math.e)
@@ -89,10 +88,6 @@ _LN2 = math.log(2.0)
 _NEG = -1e30
 # Most prefix chunks: bounds the merge kernel's tile (parts x columns).
 _MAX_SPLITS = 255
-# "auto" takes the XLA path above this many new tokens: the kernel unrolls its new-key steps
-# (T / 128 of them), and a prompt-sized T (8192 on the H200) compiled for minutes. The engine
-# prefills long prompts in pieces of 1024 (DecodeSpec.prefill_chunk), so it stays below this.
-AUTO_MAX_NEW_TOKENS = 2048
 # Measured per-device tiles that beat default_config end to end (see tuned_attention_config).
 TABLE_PATH = Path(__file__).with_name("attention_configs.json")
 # skip_empty=None skips empty new-key steps from this many steps a call: at 9 steps of 128 keys
@@ -202,7 +197,8 @@ def attention_table(path: str | Path | None = None) -> dict:
 def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2, device_kind: str | None = None,
                            s: int | None = None, table: dict | None = None) -> KernelConfig | None:
     """The tiles measured faster than :func:`default_config` for T new tokens, G query heads per
-    kv head, head dim dh and a cache of capacity s (None: any) on this device kind, or None.
+    kv head, head dim dh and a cache of capacity s (None: any) on this device kind (None: none,
+    so no entry), or None.
 
     The table (default: the shipped ``attention_configs.json`` beside this file; a tool passes
     another as `table`, e.g. ``attention_table(path)``) maps a device kind to entries ``{t: [lo,
@@ -214,7 +210,7 @@ def tuned_attention_config(t: int, g: int, dh: int, itemsize: int = 2, device_ki
     caches cold and nothing around it, has ranked tiles differently from the round.
     """
     if device_kind is None:
-        device_kind = jax.devices()[0].device_kind
+        return None
     for e in (attention_table() if table is None else table).get(device_kind, ()):
         lo, hi = e["t"]
         s_lo, s_hi = e.get("s", (0, 2**62))
@@ -590,7 +586,7 @@ def _pack_mask(new_mask):
     return lax.bitcast_convert_type(words, jnp.int32)
 
 
-def _unsupported(q, k_cache) -> str | None:
+def unsupported(q, k_cache) -> str | None:
     """Why the kernel cannot run these shapes (None if it can); k_cache as passed (one layer's
     or all layers' stacked)."""
     dh = q.shape[-1]
@@ -607,10 +603,11 @@ def _unsupported(q, k_cache) -> str | None:
 def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
                      kv_start=None, interpret: bool = False, config: KernelConfig | None = None,
                      layer=None):
-    """Pallas path (one kernel, or two with the merge); same contract as :func:`attention`."""
+    """Pallas path (one kernel, or two with the merge); same contract as :func:`attention`.
+    config: the tiles (None: :func:`default_config`; dispatch passes the tuned table's)."""
     bt, t, hq, hkv, dh, s, g = check_attention_shapes(
         q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
-    why = _unsupported(q, k_cache)
+    why = unsupported(q, k_cache)
     if why:
         raise ValueError(f"the Pallas attention kernel cannot take these shapes: {why}; "
                          "use impl='xla'")
@@ -618,8 +615,7 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton);"
                            " use impl='xla'")
     itemsize = jnp.dtype(q.dtype).itemsize
-    cfg = config or (None if interpret else tuned_attention_config(t, g, dh, itemsize, s=s)) \
-        or default_config(t, g, dh, itemsize)
+    cfg = config or default_config(t, g, dh, itemsize)
     plan = launch_plan(bt, t, hkv, g, dh, s, cfg)
     cache_len = cache_len.astype(jnp.int32)
     if kv_start is not None:
@@ -635,91 +631,13 @@ def attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, 
     return out.reshape(bt, t, hq, dh)
 
 
-# ----------------------------------------------------------------------------- dispatch
+# ----------------------------------------------------------------------------- entry
 
-_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret", "mosaic", "mosaic_interpret")
-
-
-def auto_impl_for_kind(device_kind: str, platform: str = "gpu",
-                       compute_capability: str | None = None) -> str:
-    """What ``impl="auto"`` runs on a device of this kind.
-
-    The Triton-lowered kernel on NVIDIA GPUs of compute capability >= 8.0 (Ampere, Hopper,
-    Blackwell); the XLA reference everywhere else (CPU, TPU, AMD, older NVIDIA) and when this
-    jax has no Triton lowering.
-    """
-    if platform not in ("gpu", "cuda") or pltriton is None:
-        return "xla"
-    kind = device_kind.lower()
-    if "nvidia" not in kind and compute_capability is None:
-        return "xla"
-    if compute_capability is not None:
-        try:
-            major = int(str(compute_capability).split(".")[0])
-        except ValueError:
-            return "xla"
-        return "pallas" if major >= 8 else "xla"
-    old = ("tesla", "v100", "p100", "t4", "gtx", "rtx 20", "titan")
-    return "xla" if any(o in kind for o in old) else "pallas"
-
-
-def auto_impl(device=None) -> str:
-    """What ``impl="auto"`` runs on ``device`` (default: ``jax.devices()[0]``)."""
-    device = device or jax.devices()[0]
-    return auto_impl_for_kind(device.device_kind, device.platform,
-                              getattr(device, "compute_capability", None))
-
-
-def takes_kernels(impl: str, device=None) -> bool:
-    """Whether an impl name runs Pallas kernels on ``device`` (default: ``jax.devices()[0]``)
-    where a call's shapes allow: every name but "xla", and "auto" where :func:`auto_impl` is
-    "pallas". Shape-free: a caller that lays out data for the kernels (stacked norm weights,
-    a cache write's indices) asks this once, before any call's shapes are known."""
-    return impl != "xla" and (impl != "auto" or auto_impl(device) == "pallas")
-
-
-def available_impls(device=None) -> tuple[str, ...]:
-    """Impl names that can run on ``device`` (default: ``jax.devices()[0]``)."""
-    device = device or jax.devices()[0]
-    names = ["auto", "xla", "pallas_interpret"]
-    if auto_impl(device) == "pallas":
-        names[1:1] = ["pallas", "triton"]
-    return tuple(names)
-
-
-def verify_rows(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, impl: str = "auto", *,
-                cache_size: int = 8, batch: int = 1) -> int:
-    """How many rows a verify pass of T tree tokens should run with the engine's attention
-    ``impl`` over a cache of `cache_size` positions at `batch` rows: T, or T rounded up to 8
-    where that lets "auto" take the Mosaic GPU kernel, whose TMA boxes need T % 8 == 0 (the
-    engine pads the tree with rows that see only themselves).
-    "mosaic" is not an engine-wide impl (the drafter's windows and decode are not its shapes):
-    "auto" picks it per call."""
-    if impl != "auto" or auto_impl() != "pallas":
-        return t
-    mult = mgpu.row_multiple(t, q_heads, kv_heads, head_dim, dtype, cache_size=cache_size, batch=batch)
-    return -(-t // mult) * mult
-
-
-def _auto_choice(q, k_cache, k_layer, kv_start):
-    """(impl, Mosaic GPU config or None) that impl="auto" runs for these inputs (shapes or
-    jax.ShapeDtypeStructs); k_cache as passed, k_layer one layer's view of it."""
-    impl = auto_impl()
-    if impl == "pallas" and (mgpu_cfg := mgpu.takes(q, k_layer, kv_start)) is not None:
-        return "mosaic", mgpu_cfg
-    if impl == "pallas" and (_unsupported(q, k_cache) or q.shape[1] > AUTO_MAX_NEW_TOKENS):
-        return "xla", None
-    return impl, None
-
-
-def auto_choice(q, k_cache, kv_start=None) -> str:
-    """Which implementation attention(impl="auto") runs for q [Bt, T, Hq, Dh] over one layer's
-    k_cache [Bt, Hkv, S, Dh] (shapes or jax.ShapeDtypeStructs): "mosaic", "pallas" or "xla"."""
-    return _auto_choice(q, k_cache, k_cache, kv_start)[0]
+IMPLS = ("xla", "pallas", "triton", "pallas_interpret", "mosaic", "mosaic_interpret")
 
 
 def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
-              kv_start=None, impl: str = "auto", config: KernelConfig | None = None, layer=None):
+              kv_start=None, impl: str = "xla", config=None, layer=None):
     """Attention of T new tokens over a committed prefix plus themselves.
 
     q [Bt, T, Hq, Dh]; k_new, v_new [Bt, T, Hkv, Dh]; k_cache, v_cache [Bt, Hkv, S, Dh], or every
@@ -729,24 +647,21 @@ def attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: 
     new_mask bool[Bt, T, T] (row i may see new key j; each row must allow itself);
     kv_start int32[Bt] or None (first visible prefix position, for sliding windows).
     Query head h uses kv head h // (Hq // Hkv). Softmax in float32. Returns [Bt, T, Hq, Dh]
-    in q.dtype. impl: "auto" | "xla" | "pallas" (= "triton") | "pallas_interpret" | "mosaic"
-    (the Mosaic GPU kernel, Hopper only; tree_attention_mgpu.py) | "mosaic_interpret". "auto" takes
-    the Mosaic GPU kernel where tree_attention_mgpu.takes says so (see verify_rows).
+    in q.dtype. impl: "xla" | "pallas" (= "triton") | "pallas_interpret" | "mosaic" (the Mosaic
+    GPU kernel, Hopper only; tree_attention_mgpu.py) | "mosaic_interpret". config: the Triton
+    kernel's KernelConfig or the Mosaic GPU kernel's MgpuConfig (None: its default for these
+    shapes). The models go through dispatch.attention, which picks impl and config per device.
     """
-    if impl not in _IMPLS:
-        raise ValueError(f"unknown attention impl {impl!r}; choose one of {_IMPLS}")
+    if impl not in IMPLS:
+        raise ValueError(f"unknown attention impl {impl!r}; choose one of {IMPLS} "
+                         "(\"auto\" is chosen per device by ddtree_jax.kernels.dispatch)")
     check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
-    # One layer's shapes, for the choices made by them.
-    k_layer = k_cache if layer is None else jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
-    mgpu_cfg = None
-    if impl == "auto":
-        impl, mgpu_cfg = _auto_choice(q, k_cache, k_layer, kv_start)
     if impl == "xla":
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
                                    scale=scale, kv_start=kv_start, layer=layer)
     if impl in ("mosaic", "mosaic_interpret"):
         return mgpu.attention_mgpu(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
-                                   kv_start=kv_start, config=mgpu_cfg or mgpu.config_for_inputs(q, k_layer),
+                                   kv_start=kv_start, config=config or mgpu.config_for(q.shape[1]),
                                    interpret=impl == "mosaic_interpret", layer=layer)
     return attention_pallas(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
                             kv_start=kv_start, interpret=(impl == "pallas_interpret"),

@@ -11,13 +11,14 @@ warpgroup overlap. With ``split_keys`` the two compute warpgroups share one row 
 and take alternate key steps, then merge their (acc, max, sum) through shared memory: twice the
 warpgroups on a small tree's few row blocks.
 
-Where it runs: attention(impl="auto") takes it on compute capability 9.0 for padded tree sizes
-in AUTO_T_RANGE (DDTree-255, -256 and -1024) and at T = 72 (DDTree-64) and T = 16 (the
-drafter's block, DFlash's verify) where ONE_WAVE_CONFIGS' key split fits one wave (T = 72 at
-batch 2: over long caches, LONG_CACHE_CONFIGS); other small trees stay on Triton. The engine
-pads those verifies to a multiple of 8 rows (tree_attention.verify_rows), since the tiled TMA
-boxes of q / K / V need T % 8 == 0. The range and the configs are constants of this module,
-measured with bench/bench_mgpu.py and in rounds.
+Where it runs: dispatch.py hands it a verify on Hopper (KernelTuning.mosaic_t_range: compute
+capability 9.0) for padded tree sizes in that range (DDTree-255, -256 and -1024) and at T = 72
+(DDTree-64) and T = 16 (the drafter's block, DFlash's verify) where ONE_WAVE_CONFIGS' key split
+fits one wave (T = 72 at batch 2: over long caches, LONG_CACHE_CONFIGS); other small trees stay
+on Triton. The engine pads those verifies to a multiple of 8 rows (dispatch.verify_rows), since
+the tiled TMA boxes of q / K / V need T % 8 == 0. The configs by T are this module's tile logic,
+measured with bench/bench_mgpu.py and in rounds; the device's thresholds (SM count, the
+long-cache capacity) come in as arguments.
 
 Layout (the same contract as :func:`ddtree_jax.kernels.attention`):
 
@@ -71,9 +72,8 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed jax
     plgpu = None
 
-__all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "AUTO_T_RANGE",
-           "config_for", "config_for_inputs", "parse_config", "wanted", "takes", "row_multiple",
-           "prepare_cpu_for_interpret", "wait_if_interpreted"]
+__all__ = ["MgpuConfig", "attention_mgpu", "mgpu_unsupported", "fold_mask", "BLOCK_M", "config_for",
+           "fitted_config", "parse_config", "prepare_cpu_for_interpret", "wait_if_interpreted"]
 
 BLOCK_M = 64          # folded rows a compute warpgroup owns (one wgmma M tile)
 _LOG2E = math.log2(math.e)
@@ -165,11 +165,6 @@ class MgpuConfig:
         return q + kv + mask + merge + lse
 
 
-# Where attention(impl="auto") takes this kernel by T alone (new tokens, after the engine's
-# padding to a multiple of 8), on GPUs of compute capability 9.0 (wgmma is sm_90a only): from
-# DDTree-255 (T = 256) up, where it beat Triton in rounds (DDTree-256 9.50 against 9.65 ms a
-# call; DDTree-1024's attention 58 against 172 us a layer). Smaller T only by fitted_config.
-AUTO_T_RANGE: tuple[int, int] = (256, 1032)
 # Configs by T (None: any other T). 64x3w2s was the fastest at T = 264 and 1032, the overlap (o)
 # saves 2-7 % more at T = 264; 64x4w2k is the fastest unsplit config at T = 72. (FlashAttention-3's
 # ping-pong between the two compute warpgroups was 2-5 % slower at every T and is not built.)
@@ -193,13 +188,12 @@ ONE_WAVE_CONFIGS: dict[int, MgpuConfig] = {
                    merge_kernel=_MERGE_KERNEL),
     16: MgpuConfig(block_k=64, stages=4, compute_wgs=2, split_keys=True, key_splits=8,
                    merge_kernel=_MERGE_KERNEL)}
-# Configs by T for long caches (LONG_CACHE_MIN_SEQ positions or more), tried in order: the first
-# whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows x kv heads x
-# its CTAs a kv head, the tail split's first launch leaving out the last group), a second wave
-# at least half full (`fills_waves`); none fits: the rules above. They pay where the prefix is
+# Configs by T for long caches (KernelTuning.mosaic_long_cache_from positions or more), tried in
+# order: the first whose first launch fits LONG_CACHE_WAVES[T] waves (one unless listed; batch rows
+# x kv heads x its CTAs a kv head, the tail split's first launch leaving out the last group), a
+# second wave at least half full (`fills_waves`); none fits: the rules above. They pay where the prefix is
 # long and cost where it is short; the prefix is traced and the config static, so the rule goes
-# by the cache's size, which the engine makes bucket(prompt) + bucket(max new tokens) + nodes +
-# 2: from 5120 positions a request's prefix averages > 2k.
+# by the cache's size, which the engine makes bucket(prompt) + bucket(max new tokens) + nodes + 2.
 # - T = 264 (DDTree-256) on the 8B heads: 17 row blocks of 16 tokens a kv head, the 17th holding
 #   one real token; the tail split runs it in a second launch, its keys over 8 CTAs. At batch 1
 #   one block a CTA (the first 16 groups, 128 CTAs: DDTree-256 rounds 5-8 % faster at prompts
@@ -211,7 +205,6 @@ LONG_CACHE_CONFIGS: dict[int, tuple[MgpuConfig, ...]] = {
           MgpuConfig(block_k=64, stages=3, compute_wgs=2, skip_empty=True, overlap=True, tail_splits=8)),
     72: (ONE_WAVE_CONFIGS[72],)}
 LONG_CACHE_WAVES: dict[int, int] = {72: 2}
-LONG_CACHE_MIN_SEQ = 5120
 
 
 def parse_config(spec: str) -> MgpuConfig:
@@ -242,29 +235,28 @@ def grid_ctas(t: int, bt: int, hkv: int, g: int, cfg: MgpuConfig, groups: int | 
 
 
 def config_for(t: int, grid: tuple[int, int, int] | None = None, sms: int | None = None,
-               seq: int | None = None) -> MgpuConfig:
-    """The kernel's knobs for T new tokens: ONE_WAVE_CONFIGS' entry for T where its grid fits
-    the GPU's `sms` in one wave (grid: (Bt, Hkv, G); either unknown: it is taken); else
-    long_cache_config's pick; else AUTO_CONFIGS' entry for T; else AUTO_CONFIGS[None]."""
-    return fitted_config(t, grid, sms, seq) or AUTO_CONFIGS.get(t, AUTO_CONFIGS[None])
+               seq: int | None = None, long_cache_from: int | None = None) -> MgpuConfig:
+    """The kernel's knobs for T new tokens: fitted_config's pick; else AUTO_CONFIGS' entry for
+    T; else AUTO_CONFIGS[None]."""
+    return fitted_config(t, grid, sms, seq, long_cache_from) or AUTO_CONFIGS.get(t, AUTO_CONFIGS[None])
 
 
 def fitted_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
-                  seq: int | None) -> MgpuConfig | None:
-    """ONE_WAVE_CONFIGS' entry for T where its grid fits the GPU's `sms` in one wave (grid or
-    sms unknown: taken), else long_cache_config's pick; None where neither applies."""
+                  seq: int | None, long_cache_from: int | None = None) -> MgpuConfig | None:
+    """ONE_WAVE_CONFIGS' entry for T where its grid (Bt, Hkv, G) fits the GPU's `sms` in one
+    wave (grid or sms unknown: taken), else long_cache_config's pick; None where neither applies."""
     wave = ONE_WAVE_CONFIGS.get(t)
     if wave is not None and (grid is None or not sms or fills_waves(grid_ctas(t, *grid, wave), sms, 1)):
         return wave
-    return long_cache_config(t, grid, sms, seq)
+    return long_cache_config(t, grid, sms, seq, long_cache_from)
 
 
 def long_cache_config(t: int, grid: tuple[int, int, int] | None, sms: int | None,
-                      seq: int | None) -> MgpuConfig | None:
+                      seq: int | None, long_cache_from: int | None) -> MgpuConfig | None:
     """LONG_CACHE_CONFIGS' first entry for T whose first launch fits the GPU's `sms` in
-    LONG_CACHE_WAVES[T] waves (default one), where the cache holds `seq` >= LONG_CACHE_MIN_SEQ
-    positions (grid: (Bt, Hkv, G)); None where none does or any of the three is unknown."""
-    if grid is None or not sms or seq is None or seq < LONG_CACHE_MIN_SEQ:
+    LONG_CACHE_WAVES[T] waves (default one), where the cache holds `seq` >= `long_cache_from`
+    positions (grid: (Bt, Hkv, G)); None where none does or any of the four is unknown."""
+    if grid is None or not sms or seq is None or long_cache_from is None or seq < long_cache_from:
         return None
     bt, hkv, g = grid
     for cfg in LONG_CACHE_CONFIGS.get(t, ()):
@@ -279,62 +271,6 @@ def fills_waves(ctas: int, sms: int, waves: int) -> bool:
     CTAs on a 114-SM GPU) costs a whole CTA's time for a few CTAs' work."""
     n = -(-ctas // sms)
     return n <= waves and (n == 1 or ctas - (n - 1) * sms >= sms / 2)
-
-
-def sm_count(device=None) -> int | None:
-    """The device's SMs (jax's core_count on a GPU), None where unknown."""
-    device = device or jax.devices()[0]
-    return getattr(device, "core_count", None) if device.platform in ("gpu", "cuda") else None
-
-
-def _grid_of(q, k_cache) -> tuple[int, int, int]:
-    """(Bt, Hkv, G) of these inputs, as config_for's grid."""
-    bt, _, hq, _ = q.shape
-    hkv = k_cache.shape[1]
-    return bt, hkv, hq // hkv
-
-
-def config_for_inputs(q, k_cache, device=None) -> MgpuConfig:
-    """config_for with the grid of these inputs (shapes or jax.ShapeDtypeStructs) on `device`;
-    k_cache: one layer's [Bt, Hkv, S, Dh] (of a stacked cache, a per-layer view)."""
-    return config_for(q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2])
-
-
-def _usable(device) -> bool:
-    """This jax has Mosaic GPU and `device` is compute capability 9.0 (wgmma is sm_90a only)."""
-    return (plgpu is not None and device.platform in ("gpu", "cuda")
-            and str(getattr(device, "compute_capability", "")) == "9.0")
-
-
-def wanted(t: int, device=None) -> bool:
-    """Whether impl="auto" should run this kernel for T new tokens on `device` by AUTO_T_RANGE
-    alone (shape support is checked separately: mgpu_unsupported; smaller trees: takes)."""
-    device = device or jax.devices()[0]
-    return _usable(device) and AUTO_T_RANGE[0] <= t <= AUTO_T_RANGE[1]
-
-
-def takes(q, k_cache, kv_start=None, device=None) -> MgpuConfig | None:
-    """The config impl="auto" runs this kernel with for these inputs (shapes or
-    jax.ShapeDtypeStructs; k_cache one layer's [Bt, Hkv, S, Dh], of a stacked cache a per-layer
-    view), or None where it should not: T out of AUTO_T_RANGE (wanted) and no fitted_config for
-    it; or unsupported."""
-    device = device or jax.devices()[0]
-    t, grid, sms, seq = q.shape[1], _grid_of(q, k_cache), sm_count(device), k_cache.shape[2]
-    if not wanted(t, device) and (not _usable(device) or fitted_config(t, grid, sms, seq) is None):
-        return None
-    cfg = config_for(t, grid, sms, seq)
-    return None if mgpu_unsupported(q, k_cache, kv_start, cfg) else cfg
-
-
-def row_multiple(t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, device=None, *,
-                 cache_size: int = 8, batch: int = 1) -> int:
-    """What the verify's row count T should be rounded up to so that impl="auto" runs this
-    kernel (over a cache of `cache_size` positions, `batch` rows): 8 where it would (the kernel's
-    TMA boxes need T % 8 == 0), else 1."""
-    tp = -(-t // 8) * 8
-    q = jax.ShapeDtypeStruct((batch, tp, q_heads, head_dim), dtype)
-    kc = jax.ShapeDtypeStruct((batch, kv_heads, cache_size, head_dim), dtype)
-    return 1 if takes(q, kc, None, device) is None else 8
 
 
 def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None) -> str | None:
@@ -372,7 +308,7 @@ def mgpu_unsupported(q, k_cache, kv_start=None, config: MgpuConfig | None = None
                 "the engine's caches are multiples of 128)")
     if t < 8 or t % 8:
         return (f"T = {t} new tokens (TMA boxes of the tiled q / K / V need T to be a multiple of 8; "
-                "the engine pads a tree's verify rows to one: verify_rows)")
+                "the engine pads a tree's verify rows to one: dispatch.verify_rows)")
     return None
 
 

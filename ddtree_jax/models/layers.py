@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.models.config import RopeConfig, rope_inv_freq
+from ddtree_jax.kernels import dispatch
 from ddtree_jax.kernels.cache_write import write_cache_rows
-from ddtree_jax.kernels.matmul import Int8Weight, matmul
 from ddtree_jax.kernels.stacking import StackedRow, one_layer
-from ddtree_jax.kernels.tree_attention import takes_kernels
+from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
 
 
 def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
@@ -23,26 +23,20 @@ def rms_norm(x: jax.Array, w, eps: float) -> jax.Array:
     return w.astype(x.dtype) * y.astype(x.dtype)
 
 
-def linear(x: jax.Array, w, b: jax.Array | None = None, *, impl: str = "xla") -> jax.Array:
+def linear(x: jax.Array, w, b: jax.Array | None = None, *, kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """x [..., in] @ w [in, out] (+ b); w an array or an Int8Weight (a quantized drafter's).
-    impl: ddtree_jax.kernels.matmul's ("xla": one XLA dot)."""
-    if impl == "xla" and not isinstance(w, Int8Weight):
-        y = jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
-    else:
-        y = matmul(x, w, impl=impl)
+    kernels: how the product runs (ddtree_jax.kernels.dispatch.matmul; XLA's: one XLA dot)."""
+    y = dispatch.matmul(kernels, x, w)
     return y if b is None else y + b.astype(y.dtype)
 
 
-def mlp(p: dict, x: jax.Array, *, impl: str = "xla") -> jax.Array:
+def mlp(p: dict, x: jax.Array, *, kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """The gated MLP's output."""
     if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
-        gate_up = linear(x, p["gate_up"], impl=impl)
-        if impl != "xla":  # the kernel computes silu(gate) * up as it loads: one kernel fewer
-            return matmul(gate_up, p["down"], impl=impl, prologue="swiglu")
-        gate, up = jnp.split(gate_up, 2, axis=-1)
-    else:
-        gate, up = linear(x, p["gate"], impl=impl), linear(x, p["up"], impl=impl)
-    return linear(jax.nn.silu(gate) * up, p["down"], impl=impl)
+        # silu(gate) * up as the down product's prologue: in the kernel, as it loads (one kernel fewer)
+        return dispatch.matmul(kernels, linear(x, p["gate_up"], kernels=kernels), p["down"], prologue="swiglu")
+    gate, up = linear(x, p["gate"], kernels=kernels), linear(x, p["up"], kernels=kernels)
+    return linear(jax.nn.silu(gate) * up, p["down"], kernels=kernels)
 
 
 # The norm weights of a layer that the inference layout stacks (stack_norms), by stack name.
@@ -70,16 +64,16 @@ def stack_norms(params: dict) -> dict:
     return {**top, "norms": norms, "layers": [{k: v for k, v in p.items() if k not in stacked} for p in layers]}
 
 
-def stacks_norms_for(norm_impl: str, matmul_impl: str) -> bool:
+def stacks_norms_for(kernels: KernelTuning) -> bool:
     """Whether the inference layout should stack the norm weights (stack_norms) for a model run
-    with these impls (ddtree_jax.kernels.norms' and ddtree_jax.kernels.matmul's; "auto" takes kernels on
-    NVIDIA GPUs only): yes where a kernel reads them (a norm kernel, a product's rmsnorm
+    with these kernels (the norms' and the products'; "auto" takes kernels on NVIDIA GPUs
+    only): yes where a kernel reads them (a norm kernel, a product's rmsnorm
     prologue), which takes the stack and the layer at run time, and fewer buffers make a call's
     host work shorter; no where only XLA reads them. There a stacked weight's row is a
     constant-index read inside each layer's norm fusion, which makes every layer's fusion a new
     one to compile, where per-layer weights compile one fusion for all (a 36-layer tiny pair on
     XLA:CPU: the prefill's compilation 3.6 s stacked, 1.3 s per layer)."""
-    return takes_kernels(norm_impl) or takes_kernels(matmul_impl)
+    return dispatch.takes_kernels(kernels, "norms") or dispatch.takes_kernels(kernels, "matmul")
 
 
 def layer_view(params: dict, i: int) -> dict:
@@ -191,28 +185,30 @@ class KVCache:
 
 
 def append(cache: KVCache, new_k: list[jax.Array], new_v: list[jax.Array], start: jax.Array,
-           rows: jax.Array | None = None, *, impl: str = "xla") -> KVCache:
+           rows: jax.Array | None = None, *, kernels: KernelTuning = XLA_KERNELS) -> KVCache:
     """Write new K/V ([Bt, T, Hkv, Dh] per layer) at per-row positions start[Bt].
 
     rows [Bt, P] picks which of the T new entries to write, in order (the accepted path of a
     tree); entries past a row's accepted length may be anything, since their destinations lie
     beyond the row's new length. The verify pass never writes the cache itself, so nothing has to
-    be compacted afterwards. impl: ddtree_jax.kernels.cache_write's for a `rows` write (all layers
-    in one kernel; XLA's path: a scatter a layer into the stacked array, in place); a whole-prompt
-    write (rows None) is XLA's.
+    be compacted afterwards. kernels: how a `rows` write runs (dispatch.write_cache_rows: all
+    layers in one kernel; XLA's path: a scatter a layer into the stacked array, in place); a
+    whole-prompt write (rows None) is XLA's.
     """
-    # a prompt (rows None): every new entry, in order, through XLA's writes
-    k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, rows,
-                            impl="xla" if rows is None else impl)
+    if rows is None:  # a prompt: every new entry, in order, through XLA's writes
+        k, v = write_cache_rows([cache.k, cache.v], list(new_k) + list(new_v), start, None, impl="xla")
+    else:
+        k, v = dispatch.write_cache_rows(kernels, [cache.k, cache.v], list(new_k) + list(new_v), start, rows)
     return KVCache(k, v)
 
 
-def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *, impl: str = "xla") -> KVCache:
+def append_stacked(cache: KVCache, kv: jax.Array, start: jax.Array, *,
+                   kernels: KernelTuning = XLA_KERNELS) -> KVCache:
     """`append` of all rows of kv [Bt, T, 2 L, Hkv, Dh] (the L layers' K, then their V, as
     drafters.dflash.context_kv_stacked makes them) at start[Bt]: one cache-write kernel reading
-    the stacked array where `impl` is the kernel's, else one XLA write per layer and array."""
+    the stacked array where `kernels` takes the kernel, else one XLA write per layer and array."""
     n = cache.num_layers
     if kv.shape[2] != 2 * n:
         raise ValueError(f"append_stacked: kv holds {kv.shape[2]} arrays for a cache of {n} layers (K and V: {2 * n})")
-    k, v = write_cache_rows([cache.k, cache.v], kv, start, None, impl=impl)    # every row, in order
+    k, v = dispatch.write_cache_rows(kernels, [cache.k, cache.v], kv, start, None)    # every row, in order
     return KVCache(k, v)

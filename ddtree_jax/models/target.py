@@ -36,10 +36,8 @@ from ddtree_jax.models.layers import (
     split_heads,
     stack_norms,
 )
-from ddtree_jax.kernels import attention
-from ddtree_jax.kernels.matmul import kernel_path, matmul
-from ddtree_jax.kernels.norms import add_rms_norm, norm_impl_for, qk_norm_rope
-from ddtree_jax.kernels.norms import rms_norm as rms_norm_kernel
+from ddtree_jax.kernels import dispatch
+from ddtree_jax.tuning import CPU_KERNELS, XLA_KERNELS, KernelTuning
 
 
 def fuse_params(params: dict, *, stack: bool = True) -> dict:
@@ -51,26 +49,26 @@ def fuse_params(params: dict, *, stack: bool = True) -> dict:
     return stack_norms(fused) if stack else fused
 
 
-def _heads(p: dict, cfg: TargetConfig, qkv: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str):
+def _heads(p: dict, cfg: TargetConfig, qkv: jax.Array, cos: jax.Array, sin: jax.Array, kernels: KernelTuning):
     """The fused q/k/v projection's output split into heads, q/k-normed and RoPE'd: one kernel on
     the Pallas path."""
     norm = cfg.qk_norm
-    return qk_norm_rope(qkv, p["q_norm"] if norm else None, p["k_norm"] if norm else None, cos, sin,
-                        num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                        eps=cfg.rms_eps, impl=norm_impl)
+    return dispatch.qk_norm_rope(kernels, qkv, p["q_norm"] if norm else None, p["k_norm"] if norm else None, cos, sin,
+                                 num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                                 eps=cfg.rms_eps)
 
 
-def _attend(q, k, v, cache: KVCache | None, i: int, cache_len, new_mask, scale: float, attn_impl: str):
+def _attend(q, k, v, cache: KVCache | None, i: int, cache_len, new_mask, scale: float, kernels: KernelTuning):
     """Layer i's attention of the new tokens over the cache's prefix and each other."""
     if cache is None:
         return masked_attention(q, k, v, new_mask, scale)
-    return attention(q, k, v, cache.k, cache.v, cache_len, new_mask, scale=scale, impl=attn_impl, layer=i)
+    return dispatch.attention(kernels, q, k, v, cache.k, cache.v, cache_len, new_mask, scale=scale, layer=i)
 
 
-def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, norm_impl: str, mm: str):
+def _qkv(p: dict, cfg: TargetConfig, h: jax.Array, cos: jax.Array, sin: jax.Array, kernels: KernelTuning):
     if "qkv" in p:
-        return _heads(p, cfg, linear(h, p["qkv"], p.get("qkv_bias"), impl=mm), cos, sin, norm_impl)
-    q, k, v = (linear(h, p[n], p.get(f"{n}_bias"), impl=mm) for n in ("q", "k", "v"))
+        return _heads(p, cfg, linear(h, p["qkv"], p.get("qkv_bias"), kernels=kernels), cos, sin, kernels)
+    q, k, v = (linear(h, p[n], p.get(f"{n}_bias"), kernels=kernels) for n in ("q", "k", "v"))
     q = split_heads(q, cfg.num_heads, cfg.head_dim)
     k = split_heads(k, cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(v, cfg.num_kv_heads, cfg.head_dim)
@@ -90,9 +88,7 @@ def forward(
     new_mask: jax.Array,
     *,
     taps: tuple[int, ...] = (),
-    attn_impl: str = "auto",
-    norm_impl: str | None = None,
-    matmul_impl: str = "auto",
+    kernels: KernelTuning = CPU_KERNELS,
 ) -> tuple[jax.Array, jax.Array | None, tuple[list[jax.Array], list[jax.Array]]]:
     """Run the decoder over T new tokens.
 
@@ -103,13 +99,9 @@ def forward(
     Returns (final-normed hidden [Bt, T, H], tapped hidden states [Bt, T, len(taps)*H] or None,
     (new K per layer, new V per layer), each [Bt, T, Hkv, Dh]). Tap i is HF's hidden_states[i + 1]:
     the output of decoder layer i, final-normed for the last layer.
-    norm_impl: the norm kernels' impl (ddtree_jax.kernels.norms); None: the one that goes with
-    attn_impl, so "auto" and "xla" give the plain-XLA norms off NVIDIA GPUs.
-    matmul_impl: the projections' impl (ddtree_jax.kernels.matmul; "auto": XLA except where the
-    skinny-matmul kernel was measured faster).
+    kernels: which kernel each call runs (ddtree_jax.kernels.dispatch; the default, the CPU's, is
+    XLA's everywhere; the engine passes its DecodeSpec's).
     """
-    mm = matmul_impl
-    norm_impl = norm_impl_for(attn_impl) if norm_impl is None else norm_impl
     eps = cfg.rms_eps
     dtype = params["embed"].dtype
     x = params["embed"][tokens].astype(dtype)
@@ -122,20 +114,19 @@ def forward(
     # The residual add that ends a layer is fused with the next of them, so h always holds the
     # normed input of what comes next and x the residual stream.
     norm_ws = [p["attn_norm"] for p in layers] + [final_norm(params)]
-    if _fused_layers(params, cfg, x.shape, mm):
-        return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, attn_impl=attn_impl,
-                              norm_impl=norm_impl, mm=mm)
-    h = rms_norm_kernel(x, norm_ws[0], eps, impl=norm_impl)
+    if _fused_layers(params, cfg, x.shape, kernels):
+        return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, kernels=kernels)
+    h = dispatch.rms_norm(kernels, x, norm_ws[0], eps)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
-            q, k, v = _qkv(p, cfg, h, cos, sin, norm_impl, mm)
+            q, k, v = _qkv(p, cfg, h, cos, sin, kernels)
             new_k.append(k)
             new_v.append(v)
-            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
+            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
             o = o.reshape(*o.shape[:2], -1)
-            o = linear(o, p["o"], p.get("o_bias"), impl=mm)
-            x, h = add_rms_norm(x, o, p["mlp_norm"], eps, impl=norm_impl)
-            x, h = add_rms_norm(x, mlp(p, h, impl=mm), norm_ws[i + 1], eps, impl=norm_impl)
+            o = linear(o, p["o"], p.get("o_bias"), kernels=kernels)
+            x, h = dispatch.add_rms_norm(kernels, x, o, p["mlp_norm"], eps)
+            x, h = dispatch.add_rms_norm(kernels, x, mlp(p, h, kernels=kernels), norm_ws[i + 1], eps)
             if i in taps:
                 tapped[i] = x
     return h, _tap_states(tapped, h, taps, len(layers)), (new_k, new_v)
@@ -149,11 +140,11 @@ def _tap_states(tapped: dict, h: jax.Array, taps: tuple[int, ...], num_layers: i
     return jnp.concatenate([h if i == num_layers - 1 else tapped[i] for i in taps], axis=-1)
 
 
-def _fused_layers(params: dict, cfg: TargetConfig, x_shape, mm: str) -> bool:
+def _fused_layers(params: dict, cfg: TargetConfig, x_shape, kernels: KernelTuning) -> bool:
     """Whether the layers run the fused form (_forward_fused): every projection of a layer takes
-    the skinny-matmul kernel (ddtree_jax.kernels.matmul.kernel_path) for these rows, the weights are
-    fused (qkv, gate_up) and no o bias needs adding between the product and the residual."""
-    if mm == "xla" or not params["layers"]:
+    the skinny-matmul kernel (ddtree_jax.kernels.dispatch.matmul_path) for these rows, the weights
+    are fused (qkv, gate_up) and no o bias needs adding between the product and the residual."""
+    if kernels.matmul == "xla" or not params["layers"]:
         return False
     p = params["layers"][0]
     if "qkv" not in p or "gate_up" not in p or "o_bias" in p:
@@ -161,11 +152,10 @@ def _fused_layers(params: dict, cfg: TargetConfig, x_shape, mm: str) -> bool:
     lead = x_shape[:-1]
     calls = [((*lead, cfg.hidden_size), p["qkv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
              ((*lead, cfg.hidden_size), p["gate_up"], "rmsnorm"), ((*lead, p["gate_up"].shape[1]), p["down"], "swiglu")]
-    return all(kernel_path(shape, w, impl=mm, prologue=pro) != "xla" for shape, w, pro in calls)
+    return all(dispatch.matmul_path(kernels, shape, w, pro) != "xla" for shape, w, pro in calls)
 
 
-def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new_mask, *, taps, attn_impl, norm_impl,
-                   mm):
+def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new_mask, *, taps, kernels: KernelTuning):
     """forward's layers with the norms and residual adds inside the projections: per layer the
     q/k/v product normalises its input (attention norm) and the o product adds the residual; the
     gate/up product normalises (MLP norm) and the down product takes silu(gate)*up and adds the
@@ -179,31 +169,29 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
     for i in range(len(params["layers"])):
         p = layer_view(params, i)
         with jax.named_scope(f"layer{i}"):
-            qkv = matmul(x, p["qkv"], impl=mm, prologue="rmsnorm", norm_w=p["attn_norm"], eps=eps)
+            qkv = dispatch.matmul(kernels, x, p["qkv"], prologue="rmsnorm", norm_w=p["attn_norm"], eps=eps)
             if "qkv_bias" in p:
                 qkv = qkv + p["qkv_bias"].astype(qkv.dtype)
-            q, k, v = _heads(p, cfg, qkv, cos, sin, norm_impl)
+            q, k, v = _heads(p, cfg, qkv, cos, sin, kernels)
             new_k.append(k)
             new_v.append(v)
-            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, attn_impl)
-            x = matmul(o.reshape(*o.shape[:2], -1), p["o"], impl=mm, residual=x)
-            gate_up = matmul(x, p["gate_up"], impl=mm, prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
-            x = matmul(gate_up, p["down"], impl=mm, prologue="swiglu", residual=x)
+            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
+            x = dispatch.matmul(kernels, o.reshape(*o.shape[:2], -1), p["o"], residual=x)
+            gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
+            x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
             if i in taps:
                 tapped[i] = x
-    h = rms_norm_kernel(x, final_norm(params), eps, impl=norm_impl)
+    h = dispatch.rms_norm(kernels, x, final_norm(params), eps)
     return h, _tap_states(tapped, h, taps, len(params["layers"])), (new_k, new_v)
 
 
-def lm_head(params: dict, cfg: TargetConfig, h: jax.Array, *, impl: str = "xla") -> jax.Array:
-    """Logits in float32 for final-normed hidden states h [..., H]. impl: ddtree_jax.kernels.matmul's
-    for an untied head (a tied one multiplies by embed's transpose: always XLA)."""
+def lm_head(params: dict, cfg: TargetConfig, h: jax.Array, *, kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
+    """Logits in float32 for final-normed hidden states h [..., H]. kernels: how an untied head's
+    product runs (dispatch.matmul; a tied one multiplies by embed's transpose: always XLA)."""
     if cfg.tie_embeddings or "lm_head" not in params:
         w = params["embed"]
         return jnp.einsum("...h,vh->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
-    if impl != "xla":
-        return matmul(h, params["lm_head"], out_dtype=jnp.float32, impl=impl)
-    return jnp.einsum("...h,hv->...v", h, params["lm_head"].astype(h.dtype), preferred_element_type=jnp.float32)
+    return dispatch.matmul(kernels, h, params["lm_head"], out_dtype=jnp.float32)
 
 
 def embed(params: dict, tokens: jax.Array) -> jax.Array:
@@ -220,5 +208,5 @@ def forward_train(params: dict, cfg: TargetConfig, tokens: jax.Array, *, taps: t
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (bt, t))
     # XLA norms: training differentiates through this pass, and Pallas kernels have no VJP.
     h, tap_out, _ = forward(params, cfg, tokens, pos, None, None, causal_mask(bt, t), taps=taps,
-                            norm_impl="xla", matmul_impl="xla")
+                            kernels=XLA_KERNELS)
     return lm_head(params, cfg, h), tap_out

@@ -1,0 +1,212 @@
+"""Which kernel runs each of the model's calls, with which config: the one place that decides.
+
+The models call the functions at the bottom (`attention`, `rms_norm`, `add_rms_norm`,
+`qk_norm_rope`, `matmul`, `write_cache_rows`) with a `KernelTuning` (ddtree_jax.tuning: this
+device's choices and the user's impls) and the call's arrays. Each resolves the impl ("auto" to
+this device's choice for these shapes) and the config (the tile tables, the Mosaic GPU kernel's
+fitted configs), then calls the kernel module with them explicitly. The kernel modules read no
+device and no tuning: everything they need comes in as arguments. All choices are static (from
+shapes and the frozen KernelTuning), so they are made at trace time and cost nothing at run time.
+
+`verify_rows` is the engine's side of the same choice: how many rows a verify pass should have
+so that "auto" can take the Mosaic GPU kernel (whose TMA boxes need T % 8 == 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ddtree_jax.tuning import KernelTuning
+
+from . import cache_write as cw
+from . import matmul as mm
+from . import norms
+from . import tree_attention as ta
+from . import tree_attention_mgpu as mgpu
+from .attention_reference import attention_reference, check_attention_shapes
+
+__all__ = ["attention_choice", "mosaic_config", "verify_rows", "norm_choice", "matmul_choice", "matmul_path",
+           "cache_choice", "takes_kernels", "available_impls", "attention", "rms_norm", "add_rms_norm",
+           "qk_norm_rope", "matmul", "write_cache_rows"]
+
+FAMILIES = ("attention", "norms", "matmul", "cache")
+
+
+# ----------------------------------------------------------------------------- choices
+
+def takes_kernels(kernels: KernelTuning, family: str) -> bool:
+    """Whether `family`'s calls ("attention", "norms", "matmul", "cache") run Pallas kernels
+    where their shapes allow: every impl but "xla", and "auto" where this device's choice is
+    "pallas". Shape-free: a caller that lays out data for the kernels (stacked norm weights)
+    asks this once, before any call's shapes are known."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; choose one of {', '.join(FAMILIES)}")
+    impl = kernels.norm_impl if family == "norms" else getattr(kernels, family)
+    return impl != "xla" and (impl != "auto" or getattr(kernels, f"auto_{family}") == "pallas")
+
+
+def available_impls(kernels: KernelTuning) -> tuple[str, ...]:
+    """Attention impl names a user may pick on this device ("mosaic" is per call, not engine-wide)."""
+    names = ["auto", "xla", "pallas_interpret"]
+    if kernels.auto_attention == "pallas":
+        names[1:1] = ["pallas", "triton"]
+    return tuple(names)
+
+
+def _grid(q, k_layer) -> tuple[int, int, int]:
+    """(Bt, Hkv, G) of q [Bt, T, Hq, Dh] over one layer's k [Bt, Hkv, S, Dh]."""
+    bt, _, hq, _ = q.shape
+    hkv = k_layer.shape[1]
+    return bt, hkv, hq // hkv
+
+
+def _mosaic_fitted(kernels: KernelTuning, q, k_layer):
+    return mgpu.fitted_config(q.shape[1], _grid(q, k_layer), kernels.sm_count, k_layer.shape[2],
+                              long_cache_from=kernels.mosaic_long_cache_from)
+
+
+def _mosaic_any(kernels: KernelTuning, q, k_layer):
+    """The Mosaic GPU kernel's config for these inputs whatever the T range (mgpu.config_for)."""
+    return mgpu.config_for(q.shape[1], _grid(q, k_layer), kernels.sm_count, k_layer.shape[2],
+                           long_cache_from=kernels.mosaic_long_cache_from)
+
+
+def mosaic_config(kernels: KernelTuning, q, k_layer, kv_start=None):
+    """The config "auto" runs the Mosaic GPU kernel with for q [Bt, T, Hq, Dh] over one layer's
+    k [Bt, Hkv, S, Dh] (shapes or ShapeDtypeStructs), or None where it should not run it: no
+    Mosaic GPU kernel on this device, T outside `mosaic_t_range` with no one-wave or long-cache
+    config fitting the grid, or inputs the kernel cannot take."""
+    if kernels.mosaic_t_range is None:
+        return None
+    lo, hi = kernels.mosaic_t_range
+    if not lo <= q.shape[1] <= hi and _mosaic_fitted(kernels, q, k_layer) is None:
+        return None
+    cfg = _mosaic_any(kernels, q, k_layer)
+    return None if mgpu.mgpu_unsupported(q, k_layer, kv_start, cfg) else cfg
+
+
+def attention_choice(kernels: KernelTuning, q, k_layer, kv_start=None, k_cache=None):
+    """(impl, config) the attention runs for q [Bt, T, Hq, Dh] over one layer's k [Bt, Hkv, S, Dh]
+    (shapes or ShapeDtypeStructs; k_cache: the cache as passed, every layer's stacked, for the
+    kernel's size limits, default k_layer). impl: "xla", "pallas", "triton", "pallas_interpret",
+    "mosaic" or "mosaic_interpret"; config: the Mosaic GPU kernel's MgpuConfig, the Triton
+    kernel's tuned KernelConfig (None: its default_config), or None."""
+    k_cache = k_layer if k_cache is None else k_cache
+    impl = kernels.attention
+    if impl == "auto":
+        impl = kernels.auto_attention
+        if impl == "pallas":
+            cfg = mosaic_config(kernels, q, k_layer, kv_start)
+            if cfg is not None:
+                return "mosaic", cfg
+            if ta.unsupported(q, k_cache) or q.shape[1] > kernels.max_new_tokens:
+                return "xla", None
+    if impl in ("mosaic", "mosaic_interpret"):
+        return impl, _mosaic_any(kernels, q, k_layer)
+    if impl in ("pallas", "triton"):
+        return impl, ta.tuned_attention_config(q.shape[1], _grid(q, k_layer)[2], q.shape[3],
+                                               jnp.dtype(q.dtype).itemsize, kernels.tile_table, s=k_layer.shape[2])
+    return impl, None
+
+
+def verify_rows(kernels: KernelTuning, t: int, q_heads: int, kv_heads: int, head_dim: int, dtype, *,
+                cache_size: int = 8, batch: int = 1) -> int:
+    """How many rows a verify pass of T tree tokens should run over a cache of `cache_size`
+    positions at `batch` rows: T, or T rounded up to 8 where that lets "auto" take the Mosaic GPU
+    kernel, whose TMA boxes need T % 8 == 0 (the engine pads the tree with rows that see only
+    themselves). "mosaic" is not an engine-wide impl (the drafter's windows and decode are not
+    its shapes): "auto" picks it per call."""
+    if kernels.attention != "auto" or kernels.auto_attention != "pallas":
+        return t
+    tp = -(-t // 8) * 8
+    q = jax.ShapeDtypeStruct((batch, tp, q_heads, head_dim), dtype)
+    kc = jax.ShapeDtypeStruct((batch, kv_heads, cache_size, head_dim), dtype)
+    return t if mosaic_config(kernels, q, kc) is None else tp
+
+
+def norm_choice(kernels: KernelTuning, why_not: str | None) -> str:
+    """The norm kernels' impl for a call the kernels cannot take for reason `why_not` (None: they
+    can): "auto" falls back to XLA there; an explicit impl stays (the kernel module raises)."""
+    impl = kernels.norm_impl
+    if impl == "auto":
+        return "pallas" if kernels.auto_norms == "pallas" and not why_not else "xla"
+    return impl
+
+
+def matmul_choice(kernels: KernelTuning, x_shape, w, prologue: str | None = None):
+    """(impl, config) of a product x [..., K] @ w [K, N] (with that prologue): "auto" takes the
+    kernel only where the tile table measured it faster (for this device kind, these rows, under
+    the executable's XLA options), else XLA; an explicit "pallas" takes the table's config where
+    there is one (None: the kernel's default)."""
+    impl = kernels.matmul
+    if impl == "auto" and kernels.auto_matmul != "pallas":
+        return "xla", None
+    if impl not in ("auto", "pallas", "triton"):
+        return impl, None
+    k, n = w.shape
+    weight = "int8" if isinstance(w, mm.Int8Weight) else None
+    tuned = mm.tuned_config(math.prod(x_shape[:-1]), k, n, kernels.tile_table, prologue, weight,
+                            xla_options=dict(kernels.xla_options))
+    if impl == "auto":
+        return ("xla", None) if tuned is None else ("pallas", tuned)
+    return impl, tuned
+
+
+def matmul_path(kernels: KernelTuning, x_shape, w, prologue: str | None = None) -> str:
+    """"xla", "pallas" or "pallas_interpret": the path `matmul` takes for these arguments (the
+    models fuse norms and residual adds into the product only where it is the kernel's)."""
+    return mm.kernel_path(x_shape, w, *matmul_choice(kernels, x_shape, w, prologue), prologue=prologue)
+
+
+def cache_choice(kernels: KernelTuning) -> str:
+    """The commit's cache-write impl: "auto" is this device's choice."""
+    return kernels.auto_cache if kernels.cache == "auto" else kernels.cache
+
+
+# ----------------------------------------------------------------------------- calls
+
+def attention(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
+              kv_start=None, layer=None):
+    """ddtree_jax.kernels.tree_attention.attention's contract, the impl and config chosen by
+    `attention_choice` (over one layer's view of a stacked cache)."""
+    check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
+    k_layer = k_cache if layer is None else jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
+    impl, config = attention_choice(kernels, q, k_layer, kv_start, k_cache)
+    if impl == "xla":
+        return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
+                                   scale=scale, kv_start=kv_start, layer=layer)
+    return ta.attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale, kv_start=kv_start,
+                        impl=impl, config=config, layer=layer)
+
+
+def rms_norm(kernels: KernelTuning, x, w, eps: float, *, layer=None):
+    """ddtree_jax.kernels.norms.rms_norm with `norm_choice`'s impl."""
+    return norms.rms_norm(x, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer)
+
+
+def add_rms_norm(kernels: KernelTuning, x, delta, w, eps: float, *, layer=None):
+    """ddtree_jax.kernels.norms.add_rms_norm with `norm_choice`'s impl."""
+    return norms.add_rms_norm(x, delta, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer)
+
+
+def qk_norm_rope(kernels: KernelTuning, qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads: int, num_kv_heads: int,
+                 head_dim: int, eps: float, layer=None):
+    """ddtree_jax.kernels.norms.qk_norm_rope with `norm_choice`'s impl."""
+    impl = norm_choice(kernels, norms.qk_unsupported(qkv, head_dim))
+    return norms.qk_norm_rope(qkv, q_norm_w, k_norm_w, cos, sin, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                              head_dim=head_dim, eps=eps, impl=impl, layer=layer)
+
+
+def matmul(kernels: KernelTuning, x, w, **kw):
+    """ddtree_jax.kernels.matmul.matmul (its keyword arguments but impl and config) with
+    `matmul_choice`'s impl and config."""
+    impl, config = matmul_choice(kernels, x.shape, w, kw.get("prologue"))
+    return mm.matmul(x, w, impl=impl, config=config, **kw)
+
+
+def write_cache_rows(kernels: KernelTuning, caches, news, start, rows, **kw):
+    """ddtree_jax.kernels.cache_write.write_cache_rows with `cache_choice`'s impl."""
+    return cw.write_cache_rows(caches, news, start, rows, impl=cache_choice(kernels), **kw)
