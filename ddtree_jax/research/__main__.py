@@ -1,0 +1,261 @@
+"""`python -m ddtree_jax.research record|replay|plot`: score tree policies offline, exactly.
+
+    python -m ddtree_jax.research record --out rec.npz                  # the shipped pair, eval prompts
+    python -m ddtree_jax.research replay rec.npz --tree-policy beam:width=8 --budget 16,64,256
+    python -m ddtree_jax.research plot rec.npz --out acceptance.png    # every policy x budget
+
+Every flag and file is checked before anything is loaded or computed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ddtree_jax.errors import ArgumentParser, UserError, run_script
+
+PROG = "python -m ddtree_jax.research"
+# The eval prompts the benchmarks read (bench/prompts.py), where the repository is at hand.
+EVAL_PROMPTS = Path(__file__).resolve().parents[2] / "bench" / "data" / "eval_prompts.jsonl.xz"
+PLOT_BUDGETS = "1,2,4,8,16,32,64,128,256"
+# Budget of the DDTree decode that makes the greedy continuations (lossless: any budget gives them).
+GREEDY_BUDGET = 16
+
+
+def log(line: str) -> None:
+    print(f"[research] {line}", file=sys.stderr, flush=True)
+
+
+def build_parser() -> ArgumentParser:
+    from ddtree_jax.checkpoint import DEFAULT_CKPT
+    from ddtree_jax.trees import available_policies
+
+    ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n".join(__doc__.splitlines()[2:5]))
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+
+    rec = sub.add_parser("record", formatter_class=defaults,
+                         help="greedy continuations and the drafter's top-K log-probs at every root position")
+    rec.add_argument("--out", required=True, help="the record file (.npz)")
+    rec.add_argument("--ckpt", default=str(DEFAULT_CKPT), help="converted checkpoint with a drafter")
+    src = rec.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="one prompt's text")
+    src.add_argument("--prompt-file", help="one prompt per line (\\n escapes), or JSONL with 'prompt'/'text'")
+    src.add_argument("--data", default=None,
+                     help="a corpus (JSONL[.xz] with 'text' and 'split'): the first --prompt-tokens tokens of its "
+                          f"eval documents (default: the shipped eval prompts, {EVAL_PROMPTS.name})")
+    rec.add_argument("--num-prompts", type=int, default=32, help="prompts of the corpus or the prompt file")
+    rec.add_argument("--prompt-tokens", type=int, default=256, help="corpus prompts' length in tokens")
+    rec.add_argument("--max-new-tokens", type=int, default=256)
+    rec.add_argument("--top-k", type=int, default=256,
+                     help="tokens kept a depth; replay is exact up to budget K for ddtree (see replay --help)")
+    rec.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
+    rec.add_argument("--force", action="store_true", help="replace an existing --out")
+    rec.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    pol_help = (f"a tree policy: {', '.join(available_policies())} (options as name:key=value,...); repeatable")
+    rep = sub.add_parser("replay", formatter_class=defaults, help="a policy's greedy rounds over a record",
+                         description="Needs top-K >= the ranks a policy reads: chain 1, ddtree the budget, "
+                                     "beam:width=W min(W, budget), static its largest rank + 1.")
+    rep.add_argument("record", help="a file of python -m ddtree_jax.research record")
+    rep.add_argument("--tree-policy", action="append", default=None, help=pol_help + " (default: ddtree)")
+    rep.add_argument("--budget", default="16,64,256", help="draft nodes a round, comma-separated")
+    rep.add_argument("--max-new-tokens", type=int, default=None, help="at most the record's (default)")
+    rep.add_argument("--ignore-eos", action="store_true", help="do not stop at the record's eos tokens")
+    rep.add_argument("--ckpt", help="refuse the record unless it was made with this checkpoint")
+    rep.add_argument("--json", action="store_true", help="one JSON object per policy and budget")
+    rep.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    plot = sub.add_parser("plot", formatter_class=defaults, help="acceptance against budget, every policy")
+    plot.add_argument("record", help="a file of python -m ddtree_jax.research record")
+    plot.add_argument("--out", required=True, help="the PNG; the numbers go beside it as .csv and .json")
+    plot.add_argument("--tree-policy", action="append", default=None,
+                      help=pol_help + " (default: every registered policy that needs no option)")
+    plot.add_argument("--budgets", default=PLOT_BUDGETS, help="budgets, comma-separated")
+    plot.add_argument("--ignore-eos", action="store_true", help="do not stop at the record's eos tokens")
+    plot.add_argument("--force", action="store_true", help="replace existing outputs")
+    plot.add_argument("--debug", action="store_true", help="show tracebacks")
+    return ap
+
+
+def parse_budgets(text: str, flag: str) -> list[int]:
+    try:
+        budgets = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated whole numbers (e.g. 16,64,256); got {text!r}") from None
+    if not budgets or min(budgets) < 1:
+        raise UserError(f"{flag} needs budgets >= 1 (e.g. 16,64,256); got {text!r}")
+    return budgets
+
+
+def _policies(specs: Sequence[str] | None, default: Sequence[str]) -> list:
+    from ddtree_jax.research.simulate import policy_for
+
+    return [policy_for(s) for s in (specs or default)]
+
+
+def _load(path: str, ckpt: str | None = None):
+    from ddtree_jax.research.store import check_checkpoint, load_record
+
+    rec = load_record(path)
+    if ckpt is not None:
+        if not Path(ckpt).is_dir():
+            raise UserError(f"checkpoint {ckpt} not found; give the converted checkpoint the record was made with")
+        check_checkpoint(rec, ckpt, path)
+    return rec
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def corpus_prompts(tok, path: Path, num_prompts: int, prompt_tokens: int) -> tuple[list[list[int]], list[str]]:
+    """The first `prompt_tokens` tokens of the first `num_prompts` eval documents that are long
+    enough, and their sources: bench/prompts.py's `from_corpus` (the library may not import the
+    benchmarks), so a record sees the suite's prompts."""
+    from ddtree_jax.train.data import iter_texts
+
+    prompts, sources = [], []
+    chars, margin = 16 * prompt_tokens + 64, 8  # a generous prefix tokenises fast; no token near the cut kept
+    for i, text in enumerate(iter_texts(path, "eval")):
+        cut = len(text) > chars
+        ids = tok.encode(text[:chars] if cut else text, add_special_tokens=False)
+        if cut and len(ids) < prompt_tokens + margin:
+            ids = tok.encode(text, add_special_tokens=False)
+        if len(ids) >= prompt_tokens:
+            prompts.append(ids[:prompt_tokens])
+            sources.append(f"eval[{i}]")
+            if len(prompts) == num_prompts:
+                break
+    if not prompts:
+        raise UserError(f"no eval document of {path} has {prompt_tokens} tokens; lower --prompt-tokens")
+    return prompts, sources
+
+
+def _record_prompts(args, tok) -> tuple[list[list[int]], list[str]]:
+    import types
+
+    from ddtree_jax.cli import _encode, _load_prompts
+
+    if args.prompt is not None or args.prompt_file is not None:
+        texts = _load_prompts(args)[:args.num_prompts]
+        plain = types.SimpleNamespace(chat=False, system=None)
+        name = "prompt" if args.prompt is not None else Path(args.prompt_file).name
+        return [_encode(tok, t, plain) for t in texts], [f"{name}:{i + 1}" for i in range(len(texts))]
+    data = Path(args.data) if args.data is not None else EVAL_PROMPTS
+    if not data.is_file():
+        raise UserError(f"corpus {data} not found; give --data CORPUS, --prompt-file FILE or --prompt TEXT")
+    return corpus_prompts(tok, data, args.num_prompts, args.prompt_tokens)
+
+
+def cmd_record(args) -> int:
+    from ddtree_jax.checkpoint import read_meta, read_target_config, tokenizer_dir
+    from ddtree_jax.cli import stop_ids_for
+    from ddtree_jax.token_map import check_output
+    from ddtree_jax.tokenizer import load_tokenizer
+
+    for flag, value, low in (("--num-prompts", args.num_prompts, 1), ("--prompt-tokens", args.prompt_tokens, 1),
+                             ("--max-new-tokens", args.max_new_tokens, 2), ("--top-k", args.top_k, 1),
+                             ("--batch-size", args.batch_size, 1)):
+        if value < low:
+            raise UserError(f"{flag} must be >= {low} (got {value})")
+    check_output(args.out, args.force)
+    ckpt = Path(args.ckpt)
+    tcfg = read_target_config(ckpt)
+    drafter = read_meta(ckpt).get("drafter")
+    if drafter is None:
+        raise UserError(f"checkpoint {ckpt} has no drafter; convert one with python -m convert --draft")
+    if args.top_k > tcfg.vocab_size:
+        raise UserError(f"--top-k {args.top_k} exceeds the vocabulary ({tcfg.vocab_size} tokens)")
+    if tokenizer_dir(ckpt) is None:
+        raise UserError(f"checkpoint {ckpt} has no tokenizer; convert it with one (python -m convert ...)")
+    tok = load_tokenizer(tokenizer_dir(ckpt))
+    prompts, sources = _record_prompts(args, tok)
+    if any(not p for p in prompts):
+        raise UserError("a prompt encodes to no tokens; remove it")
+    # the greedy decode: max_new_tokens + D tokens, and a round's tree and block (Generator._slack)
+    slack = args.max_new_tokens + 2 * drafter["block_size"] + GREEDY_BUDGET
+    longest = max(map(len, prompts))
+    if longest + slack > tcfg.max_position:
+        raise UserError(f"the longest prompt ({longest} tokens) plus --max-new-tokens {args.max_new_tokens} and "
+                        f"{slack - args.max_new_tokens} positions of lookahead exceeds the model's context of "
+                        f"{tcfg.max_position}; lower --max-new-tokens or --prompt-tokens")
+
+    import jax
+
+    from ddtree_jax import compile_cache
+    from ddtree_jax.checkpoint import load_checkpoint
+    from ddtree_jax.generator import Generator
+    from ddtree_jax.research.record import make_header, record_greedy
+    from ddtree_jax.research.store import save_record
+
+    compile_cache.enable()
+    dtype = "float32" if jax.default_backend() == "cpu" else None  # as generate: XLA:CPU emulates bf16
+    gen = Generator(load_checkpoint(ckpt, dtype=dtype), method="ddtree", policy="ddtree", budget=GREEDY_BUDGET)
+    log(f"{len(prompts)} prompts x {args.max_new_tokens} new tokens, top-{args.top_k} a depth")
+    outputs, logp, ids = record_greedy(gen, prompts, args.max_new_tokens, args.top_k, batch_size=args.batch_size)
+    header = make_header(ckpt_dir=ckpt.absolute(), gen=gen, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+                         stop_ids=stop_ids_for(tok, tok.dir), sources=sources)
+    out = save_record(args.out, header, prompts, outputs, logp, ids, force=args.force)
+    log(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- replay and plot
+
+
+def cmd_replay(args) -> int:
+    budgets = parse_budgets(args.budget, "--budget")
+    policies = _policies(args.tree_policy, ["ddtree"])
+    rec = _load(args.record, args.ckpt)
+    from ddtree_jax.research.record import progress
+    from ddtree_jax.research.simulate import check_replayable, replay
+
+    for policy in policies:
+        for b in budgets:
+            check_replayable(rec, policy, b)
+    roots = rec.logp.shape[0] * rec.logp.shape[1]
+    with progress(roots * len(policies) * len(budgets), "replay", "root") as bar:
+        results = [replay(rec, p, b, max_new_tokens=args.max_new_tokens, stop=not args.ignore_eos, progress=bar)
+                   for p in policies for b in budgets]
+    sources = rec.header.get("sources") or [f"prompt {i + 1}" for i in range(rec.num_prompts)]
+    for res in results:
+        if args.json:
+            print(json.dumps({"record": args.record, **res.to_json()}), flush=True)
+            continue
+        print(f"{res.policy} budget {res.budget}: mean acceptance {res.mean_acceptance:.3f} tokens a round, "
+              f"{res.rounds} rounds, {res.mean_nodes:.1f} nodes a round")
+        for src, p in zip(sources, res.prompts):
+            print(f"  {src:<16} {p.rounds:4d} rounds  {p.mean_acceptance:.3f}")
+        print("  tokens a round: " + "  ".join(f"{n}: {c}" for n, c in enumerate(res.histogram, 1) if c))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from ddtree_jax.research.plot import default_policies, write_plot
+
+    budgets = parse_budgets(args.budgets, "--budgets")
+    policies = _policies(args.tree_policy, default_policies())
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        raise UserError(f"--out {out} must name a .png file (the .csv and .json go beside it)")
+    from ddtree_jax.token_map import check_output
+
+    for path in (out, out.with_suffix(".csv"), out.with_suffix(".json")):
+        check_output(path, args.force)
+    rec = _load(args.record)
+    for line in write_plot(rec, policies, budgets, out, stop=not args.ignore_eos, title=Path(args.record).name,
+                           force=args.force):
+        log(line)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    return {"record": cmd_record, "replay": cmd_replay, "plot": cmd_plot}[args.command](args)
+
+
+if __name__ == "__main__":
+    run_script(main, PROG)
