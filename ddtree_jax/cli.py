@@ -17,7 +17,8 @@ from typing import Sequence
 
 from ddtree_jax.checkpoint import DEFAULT_CKPT, read_meta, read_target_config
 from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file
-from ddtree_jax.generator import DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, check_budget_fits
+from ddtree_jax.cost import load_cost_model
+from ddtree_jax.generator import AUTO_BUDGETS, DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, check_budget_fits
 from ddtree_jax.token_map import check_token_map, read_token_map
 from ddtree_jax.tokenizer import load_tokenizer
 
@@ -85,7 +86,12 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--tree-policy", default="ddtree",
                     help=f"tree policy for --method ddtree: {', '.join(available_policies())} "
                          "(options as name:key=value,...)")
-    ap.add_argument("--budget", type=int, default=64, help="draft nodes verified per round (ddtree)")
+    ap.add_argument("--budget", type=_budget, default=64,
+                    help="draft nodes verified per round (ddtree), or auto: each round the candidate size with the "
+                         "most expected tokens a millisecond by the device's cost model (--cost-model)")
+    ap.add_argument("--cost-model", metavar="FILE", default=None,
+                    help="--budget auto's round costs (python -m bench fit-cost); default: the one shipped for "
+                         "this GPU and model shape")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     ap.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: off)")
     ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling's mass")
@@ -128,14 +134,25 @@ def build_parser() -> ArgumentParser:
     return ap
 
 
+def _budget(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of draft nodes or auto, got {text!r}") from None
+
+
 def _given(argv: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
 def check_flags(args, argv: Sequence[str]) -> None:
     """The cheap checks, before anything is loaded; a warning for each flag that has no effect."""
-    if args.budget < 0:
+    if args.budget != "auto" and args.budget < 0:
         raise UserError(f"--budget must be >= 0 (got {args.budget})")
+    if args.budget == "auto" and args.method != "ddtree":
+        raise UserError(f"--budget auto sizes DDTree's tree; use it with --method ddtree, not {args.method}")
     if args.temperature < 0 or args.temperature != args.temperature:
         raise UserError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
     if not 0 < args.top_p <= 1:
@@ -160,7 +177,9 @@ def check_flags(args, argv: Sequence[str]) -> None:
         raise UserError(str(e)) from None
     unused = []
     if args.method != "ddtree":
-        unused += [(f, f"with --method {args.method}") for f in ("--budget", "--tree-policy")]
+        unused += [(f, f"with --method {args.method}") for f in ("--budget", "--tree-policy", "--cost-model")]
+    elif args.budget != "auto":
+        unused.append(("--cost-model", "without --budget auto"))
     if args.temperature == 0:
         unused += [(f, "at --temperature 0 (greedy)") for f in ("--top-k", "--top-p", "--seed")]
     if args.prompt is not None:
@@ -214,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"method {args.method} needs a drafter, and this checkpoint has none; "
                         "convert one with python -m convert --draft, or use --method ar")
     if args.method == "ddtree":
-        check_budget_fits(args.budget, target_cfg.max_position)
+        check_budget_fits(max(AUTO_BUDGETS) if args.budget == "auto" else args.budget, target_cfg.max_position)
+    if args.budget == "auto" and args.cost_model is not None:  # its device and model are checked once loaded
+        load_cost_model(args.cost_model)
     draft_vocab = None
     if args.draft_vocab is not None:
         if args.method == "ar":
@@ -240,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
                     matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
-                    draft_vocab=draft_vocab, unroll=args.unroll,
+                    draft_vocab=draft_vocab, unroll=args.unroll, cost_model=args.cost_model,
                     log=lambda line: print(line, file=sys.stderr, flush=True))
     for ids in encoded:
         gen.check_request([len(ids)], args.max_new_tokens, args.temperature, args.top_p)
@@ -266,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ids = cut.kept_ids(res.token_ids)
             if args.json:
                 obj = {"prompt": prompts[i], "text": cut.text(), "method": args.method,
-                       "tree_policy": gen.policy_name, "budget": gen.budget,
+                       "tree_policy": gen.policy_name, "budget": "auto" if gen.auto else gen.budget,
                        **dict(res.to_json(), token_ids=ids, num_output_tokens=len(ids))}
                 if not args.profile:
                     obj.pop("stage_ms")

@@ -88,20 +88,21 @@ class Point:
     round_ms: float
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class CostLines:
     """The cost of each candidate at one batch as a line in the prefix length, for use inside jit:
-    `at(prefix)` -> float32[K] ms a round."""
+    `at(prefix)` -> float32[K] ms a round. Hashable: it is static configuration of a round
+    (engine.DecodeSpec.auto)."""
 
     candidates: tuple[Candidate, ...]
-    at_min: np.ndarray  # float32[K]: ms at min_prefix
-    slope: np.ndarray  # float32[K]: ms per prefix token above min_prefix
+    at_min: tuple[float, ...]  # ms at min_prefix
+    slope: tuple[float, ...]  # ms per prefix token above min_prefix
     min_prefix: float
 
     def at(self, prefix, xp=jnp):
         """ms a round of each candidate after `prefix` tokens (a scalar: the rows' mean length)."""
         extra = xp.maximum(xp.asarray(prefix, xp.float32) - np.float32(self.min_prefix), 0)
-        return xp.asarray(self.at_min) + xp.asarray(self.slope) * extra
+        return xp.asarray(np.asarray(self.at_min, np.float32)) + xp.asarray(np.asarray(self.slope, np.float32)) * extra
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +203,8 @@ class CostModel:
         """Every candidate's cost at `batch` as a line in the prefix (ConfigError for one not covered)."""
         cands = check_candidates(candidates)
         fits = [self._line_for(c, batch) for c in cands]
-        return CostLines(cands, np.asarray([f[0] for f in fits], np.float32),
-                         np.asarray([f[1] for f in fits], np.float32), float(self._min_prefix))
+        return CostLines(cands, tuple(float(np.float32(f[0])) for f in fits),
+                         tuple(float(np.float32(f[1])) for f in fits), float(self._min_prefix))
 
     def candidates(self, batch: int) -> tuple[Candidate, ...]:
         """"ar", "dflash" and the measured DDTree budgets that the model covers at `batch`."""

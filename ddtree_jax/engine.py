@@ -27,6 +27,7 @@ from ddtree_jax.models.layers import KVCache, append
 from ddtree_jax.drafters.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
+from ddtree_jax.cost import CostLines, chain_path_logp, choose_budget
 from ddtree_jax.tuning import CPU, KernelTuning, Tuning
 from ddtree_jax.walk import WalkResult, walk
 from ddtree_jax.kernels import dispatch
@@ -51,6 +52,10 @@ class DecodeSpec:
     # attention's T: the Pallas kernel unrolls its new-key steps (T = 8192 compiled for minutes
     # on the H200) and the XLA path's scores grow as T x (S + T).
     prefill_chunk: int = 1024
+    # `--budget auto`: the candidates (a DDTree budget n: the policy's tree at `budget`, the
+    # largest, cut to its first n nodes; "dflash": the drafter's top-1 chain) and their round
+    # costs; each round verifies the one with the most expected tokens a millisecond (`auto_stage`).
+    auto: CostLines | None = None
 
     @property
     def speculative(self) -> bool:
@@ -58,9 +63,13 @@ class DecodeSpec:
 
 
 def num_nodes(spec: DecodeSpec, dcfg: DrafterConfig | None) -> int:
+    """The most draft nodes a round of `spec` verifies (static)."""
     if not spec.speculative:
         return 0
-    return make_policy(spec.policy).num_nodes(spec.budget, dcfg.depth)
+    n = make_policy(spec.policy).num_nodes(spec.budget, dcfg.depth)
+    if spec.auto is not None and "dflash" in spec.auto.candidates:
+        n = max(n, dcfg.depth)
+    return n
 
 
 def round_xla_options(spec: DecodeSpec, dcfg: DrafterConfig | None) -> dict:
@@ -138,6 +147,33 @@ def tree_stage(logp: jax.Array, state: State, vocab: jax.Array | None = None, *,
     if vocab is not None:
         tree = dataclasses.replace(tree, tokens=jnp.take(vocab, tree.tokens, mode="clip"))
     return tree.with_root_token(state.root)
+
+
+def auto_stage(logp: jax.Array, state: State, vocab: jax.Array | None = None, *, spec: DecodeSpec,
+               depth: int) -> tuple[jax.Array, list[DraftTree]]:
+    """`--budget auto`: every candidate's tree and the index of the one this round verifies, the
+    candidate whose expected tokens (1 + the path probabilities of its nodes under the drafter,
+    DDTree's objective, summed over the rows still generating) per ms of `spec.auto`'s cost at
+    the rows' mean length is highest. The choice reads the drafter's log-probs only, so every
+    candidate keeps the round lossless."""
+    lines = spec.auto
+    big = make_policy(spec.policy).with_tuning(spec.tuning.tree).build(logp, spec.budget)
+    trees, chain_logp = [], None
+    for c in lines.candidates:
+        if c == "dflash":
+            tree = make_policy("chain").with_tuning(spec.tuning.tree).build(logp, depth)
+            chain_logp = chain_path_logp(logp)
+        else:
+            tree = big.first(c)
+        if vocab is not None:
+            tree = dataclasses.replace(tree, tokens=jnp.take(vocab, tree.tokens, mode="clip"))
+        trees.append(tree.with_root_token(state.root))
+    active = ~state.done
+    prefix = jnp.sum(jnp.where(active, state.length, 0)) / jnp.maximum(jnp.sum(active), 1)
+    # the policy's slot order is the order its nodes are cut in, so the first n slots count
+    k = choose_budget(big.path_logp(logp), lines.candidates, lines.at(prefix), active, chain_logp=chain_logp,
+                      presorted=True)
+    return k, trees
 
 
 def draft_vocab(dparams) -> jax.Array | None:
@@ -245,22 +281,33 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
                enabled: jax.Array | None = None) -> State:
     """One round; enabled=False (traced bool) computes it but commits nothing and keeps the key."""
     key, sub = jax.random.split(state.key)
+    depth = dcfg.depth if spec.speculative else 0
     if spec.speculative:
         with jax.named_scope("draft"):
             logp = draft_stage(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
         with jax.named_scope("tree"):
-            tree = tree_stage(logp, state, draft_vocab(dparams), spec=spec)
-        depth = dcfg.depth
+            if spec.auto is not None:
+                choice, trees = auto_stage(logp, state, draft_vocab(dparams), spec=spec, depth=depth)
+            else:
+                choice, trees = None, [tree_stage(logp, state, draft_vocab(dparams), spec=spec)]
     else:
-        tree, depth = root_tree(state), 0
-    with jax.named_scope("verify"):
-        logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
-        target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
-    with jax.named_scope("walk"):
-        result = walk(tree, target_tokens, depth)
-    with jax.named_scope("commit"):
-        state = commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec,
-                             slots=tree.tokens.shape[1], enabled=enabled)
+        choice, trees = None, [root_tree(state)]
+    slots = max(t.tokens.shape[1] for t in trees)  # the next round writes at most this many beyond length
+
+    def finish(tree: DraftTree, state: State) -> State:
+        with jax.named_scope("verify"):
+            logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
+            target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
+        with jax.named_scope("walk"):
+            result = walk(tree, target_tokens, depth)
+        with jax.named_scope("commit"):
+            return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
+                                enabled=enabled)
+
+    if choice is None:
+        state = finish(trees[0], state)
+    else:  # one verify shape a round: each candidate's stages compiled, the chosen one run
+        state = jax.lax.switch(choice, [functools.partial(finish, t) for t in trees], state)
     if enabled is not None:
         key = jnp.where(enabled, key, state.key)
     return dataclasses.replace(state, key=key)
@@ -431,5 +478,6 @@ def state_shapes(tparams, dparams, prompt: jax.Array, prompt_len: jax.Array, max
 
 def prefill_spec(spec: DecodeSpec) -> DecodeSpec:
     """The part of `spec` the prefill reads: specs that differ in the tree alone (policy, a budget
-    above 0, the loop's unroll) share one prefill executable."""
-    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll)
+    above 0, auto's candidates, the loop's unroll) share one prefill executable."""
+    return dataclasses.replace(spec, budget=min(spec.budget, 1), policy=DecodeSpec.policy, unroll=DecodeSpec.unroll,
+                               auto=None)

@@ -13,6 +13,8 @@ import math
 import os
 import threading
 import time
+import warnings
+from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
@@ -20,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import engine
+from ddtree_jax.cost import CostModel, ModelSignature, resolve_cost_model
 from ddtree_jax.profile import profiled_rounds
 from ddtree_jax.errors import UserError
 from ddtree_jax.drafters import dflash as dmodel
@@ -31,6 +34,8 @@ from ddtree_jax.tuning import Tuning, tuning_for
 from ddtree_jax.kernels import dispatch
 
 METHODS = ("ar", "dflash", "ddtree")
+AUTO_BUDGETS = (16, 32, 64, 128, 256)  # the tree sizes `--budget auto` chooses among, where its cost model covers them
+AUTO_FALLBACK = 64  # the fixed budget of `--budget auto` without a cost model for the device, model and batch
 
 
 def prng_key(seed: int) -> jax.Array:
@@ -125,12 +130,13 @@ class Generator:
     an update of the rounds' CUDA graphs each request; `release_buffers()` frees them.
     """
 
-    def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int = 64,
+    def __init__(self, ckpt, *, method: str = "ddtree", policy: str = "ddtree", budget: int | str = 64,
                  attn_impl: str = "auto", oracle: dict | None = None, unroll: int = 0,
                  compiler_options: dict | None = None, log: Callable[[str], None] | None = None,
                  executables: Executables | None = None, prefill_chunk: int = 0,
                  matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none",
-                 draft_vocab: Sequence[int] | None = None, tuning: Tuning | None = None):
+                 draft_vocab: Sequence[int] | None = None, tuning: Tuning | None = None,
+                 cost_model: str | Path | CostModel | None = None, auto_budgets: Sequence[int] = AUTO_BUDGETS):
         """oracle: params of the synthetic drafter of drafters/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks the
@@ -149,11 +155,29 @@ class Generator:
         (token_map.read_token_map): the drafter drafts over those ids only, through its own copy
         of the LM head cut to them (drafters.dflash.restrict_vocab; lossless, acceptance may drop a
         little). tuning: how kernels and the tree build run (default: `tuning.tuning_for` the
-        first device)."""
+        first device).
+        budget="auto" (method ddtree): each round verifies the candidate among `auto_budgets` (the
+        policy's tree cut to its best n nodes) and DFlash's chain with the most expected tokens a
+        millisecond (engine.auto_stage), by `cost_model` (a CostModel, or a file of one; default: the
+        one shipped for this device kind and model shape, see ddtree_jax/cost.py). Where none covers
+        a request's batch, the request runs at budget AUTO_FALLBACK, with a warning."""
         from ddtree_jax.trees import make_policy
 
         if method not in METHODS:
             raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        self.log = log
+        self.auto = budget == "auto"
+        self.cost_model: CostModel | None = None
+        if self.auto:
+            if method != "ddtree":
+                raise UserError(f"--budget auto sizes DDTree's tree; it has no effect with --method {method}")
+            if not auto_budgets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in auto_budgets):
+                raise UserError(f"auto_budgets must be budgets >= 1 (got {list(auto_budgets)})")
+            self.auto_budgets = tuple(sorted(set(auto_budgets)))
+            budget = max(self.auto_budgets)
+            self._uncovered: set[int] = set()  # batch sizes already warned about
+        elif isinstance(budget, bool) or not isinstance(budget, int):
+            raise UserError(f"--budget must be a number of draft nodes or auto (got {budget!r})")
         if budget < 0:
             raise UserError(f"--budget must be >= 0 (got {budget})")
         self.ckpt = ckpt
@@ -229,8 +253,46 @@ class Generator:
         self._kept: engine.State | None = None
         self._kept_lock = threading.Lock()
         self._limits: dict[int, jax.Array] = {}  # rounds_limit's device scalars
-        self.log = log
+        if self.auto:
+            self.cost_model = self._auto_cost_model(cost_model, ckpt)
         self._stage_warm: dict = {}
+
+    def _warn(self, message: str) -> None:
+        if self.log is not None:
+            self.log(f"warning: {message}")
+        else:
+            warnings.warn(message, stacklevel=3)
+
+    def _auto_cost_model(self, given, ckpt) -> CostModel | None:
+        """`--budget auto`'s cost model: the one given (a file must be for this device kind and
+        model shape, else ConfigError), or the shipped one, or None with a warning."""
+        if isinstance(given, CostModel):
+            return given
+        signature = ModelSignature.of(self.tcfg, self.dcfg, ckpt.target_params["embed"].dtype)
+        cm, warning = resolve_cost_model(given, jax.devices()[0].device_kind, signature)
+        if cm is None:
+            self._warn(f"--budget auto: {warning}; running at --budget {AUTO_FALLBACK}")
+        return cm
+
+    def auto_lines(self, batch: int):
+        """`--budget auto`'s candidates and their costs at `batch` rows (cost.CostLines, cheapest
+        first), or None where the cost model covers none of them: that request runs at a fixed budget."""
+        cm = self.cost_model
+        if cm is None:
+            return None
+        cands = [c for c in ("dflash", *self.auto_budgets) if cm.covers(c, batch)]
+        if not cands:
+            if batch not in self._uncovered:
+                self._uncovered.add(batch)
+                self._warn(f"--budget auto: the cost model covers none of DFlash and budgets "
+                           f"{', '.join(map(str, self.auto_budgets))} at batch {batch} ({cm.describe(one_line=True)}); "
+                           f"running at --budget {AUTO_FALLBACK}")
+            return None
+        lines = cm.lines(cands, batch)
+        order = sorted(range(len(cands)), key=lambda i: lines.at_min[i])
+        return dataclasses.replace(lines, candidates=tuple(cands[i] for i in order),
+                                   at_min=tuple(lines.at_min[i] for i in order),
+                                   slope=tuple(lines.slope[i] for i in order))
 
     def rounds_limit(self, n: int) -> jax.Array:
         """The device scalar a run_rounds call takes as its round limit, made once per value: on
@@ -250,10 +312,15 @@ class Generator:
     # ------------------------------------------------------------------ sizes and checks
 
     def spec_for(self, prompt_len: int, max_new_tokens: int, sampling: SamplingConfig,
-                 min_cache: int = 0) -> engine.DecodeSpec:
-        base = engine.DecodeSpec(budget=self.budget, policy=self.policy_name, sampling=sampling,
+                 min_cache: int = 0, batch: int = 1) -> engine.DecodeSpec:
+        budget, auto = self.budget, None
+        if self.auto:
+            auto = self.auto_lines(batch)
+            budget = AUTO_FALLBACK if auto is None else max([c for c in auto.candidates if c != "dflash"],
+                                                            default=self.dcfg.depth)
+        base = engine.DecodeSpec(budget=budget, policy=self.policy_name, sampling=sampling,
                                  drafter=self.drafter, unroll=self.unroll, tuning=self.tuning,
-                                 prefill_chunk=self.prefill_chunk)
+                                 prefill_chunk=self.prefill_chunk, auto=auto)
         depth = self.dcfg.depth if self.budget else 0
         cache, out_size = cache_positions(prompt_len, max_new_tokens, engine.num_nodes(base, self.dcfg), depth)
         return dataclasses.replace(base, cache_size=max(cache, -(-min_cache // 128) * 128), out_size=out_size)
@@ -276,7 +343,8 @@ class Generator:
         if longest + max_new_tokens + slack > ctx:
             raise UserError(f"--budget {self.budget} needs {slack} cache slots beyond prompt + new tokens, and the "
                             f"model's context is {ctx}; lower --budget or --max-new-tokens")
-        self.check_memory(len(prompt_lens), self.spec_for(longest, max_new_tokens, SamplingConfig()))
+        self.check_memory(len(prompt_lens), self.spec_for(longest, max_new_tokens, SamplingConfig(),
+                                                          batch=len(prompt_lens)))
 
     def _slack(self) -> int:
         """Cache slots a request needs beyond its prompt and new tokens: a round's tree and block."""
@@ -372,7 +440,7 @@ class Generator:
         sampling = SamplingConfig.make(temperature, top_k)
         bt = len(prompts)
         longest = max(len(p) for p in prompts)
-        spec = self.spec_for(longest, max_new_tokens, sampling, min_cache)
+        spec = self.spec_for(longest, max_new_tokens, sampling, min_cache, batch=bt)
         if start is not None:
             if bt != 1 or start < 0:
                 raise UserError("a conversation continues one prompt at a position >= 0")

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from ddtree_jax import engine
-from ddtree_jax.engine import DecodeSpec, commit_stage, draft_stage, num_nodes, tree_stage, verify_stage
+from ddtree_jax.engine import DecodeSpec, auto_stage, commit_stage, draft_stage, num_nodes, tree_stage, verify_stage
 from ddtree_jax.sampling import choose_tokens
 from ddtree_jax.walk import walk
 
@@ -42,15 +42,14 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
     their defaults."""
     default = DecodeSpec()
     tree_free = dataclasses.replace(spec, budget=int(spec.speculative), policy=default.policy, unroll=default.unroll,
-                                    sampling=default.sampling,
-                                    prefill_chunk=default.prefill_chunk)
+                                    sampling=default.sampling, prefill_chunk=default.prefill_chunk, auto=None)
     if name in ("draft", "verify"):
         return tcfg, dcfg, tree_free, None
     if name == "commit":  # extra: the tree slots (root included) the next round writes beyond `length`
         return None, dcfg, tree_free, num_nodes(spec, dcfg) + 1
-    if name == "tree":
-        return None, None, dataclasses.replace(spec, unroll=default.unroll,
-                                               sampling=default.sampling, prefill_chunk=default.prefill_chunk), None
+    if name == "tree":  # extra: the drafter's depth, which auto's chain candidate reads
+        return None, None, dataclasses.replace(spec, unroll=default.unroll, sampling=default.sampling,
+                                               prefill_chunk=default.prefill_chunk), dcfg.depth if dcfg else 0
     if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
         return None, None, DecodeSpec(sampling=spec.sampling), None
     if name == "walk":  # extra: the tree depth, all the walk reads
@@ -70,6 +69,8 @@ def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = (
     if name == "draft":
         return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "tree":
+        if spec.auto is not None:
+            return jit(functools.partial(auto_stage, spec=spec, depth=extra))
         return jit(functools.partial(tree_stage, spec=spec))
     if name == "verify":
         return jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
@@ -116,6 +117,8 @@ def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, 
         if spec.speculative:
             logp = timed("draft", fns["draft"], tparams, dparams, state)
             tree = timed("tree", fns["tree"], logp, state, engine.draft_vocab(dparams))
+            if spec.auto is not None:  # (the chosen candidate, every candidate's tree)
+                tree = tree[1][int(tree[0])]
         else:
             tree = engine.root_tree(state)
         logits, tapped, new_kv = timed("verify", fns["verify"], tparams, state, tree)

@@ -256,3 +256,23 @@ def test_replay_json_and_plot(tmp_path, small_record, capsys):
     assert len(table) == 1 + len(plotted) and {(r["policy"], r["budget"]) for r in plotted} == {
         ("beam:width=4", 1), ("beam:width=4", 16), ("chain", 1), ("chain", 16), ("ddtree", 1)}
     assert "left out" in capsys.readouterr().err
+
+
+def test_budget_auto_in_the_engine_equals_its_replay(shipped, prompts, executables, recorded):
+    """`--budget auto` at batch 1 picks, each round, what cost.budget_picker picks from the same
+    path log-probs at the same costs: the engine's rounds equal the replay's, round for round,
+    and the picks vary (the costs are close enough that no candidate always wins)."""
+    from ddtree_jax.cost import CostModel, ModelSignature, Point, budget_picker
+
+    _, rec = recorded
+    costs = {16: 8.0, 64: 9.0, 256: 10.0}  # ms a round at every prefix (flat), batch 1
+    sig = ModelSignature.of(shipped.target_cfg, shipped.drafter_cfg, shipped.target_params["embed"].dtype)
+    cm = CostModel("cpu", sig, tuple(Point("ddtree", 1, n, 64, ms) for n, ms in costs.items()))
+    gen = Generator(shipped, method="ddtree", budget="auto", cost_model=cm, auto_budgets=tuple(costs),
+                    executables=executables)
+    want = replay(rec, "ddtree", budget_picker(tuple(costs), list(costs.values())), max_budget=256, stop=False)
+    for prompt, replayed in zip(prompts, want.prompts):
+        [res] = gen.generate_ids([prompt], max_new_tokens=NEW_TOKENS)
+        assert res.acceptance_lengths == replayed.acceptance_lengths
+    picks = {n for p in want.prompts for n in p.nodes}
+    assert len(picks) >= 2, picks

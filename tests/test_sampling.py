@@ -103,6 +103,31 @@ def test_samples_follow_target_distribution(pair, method, budget, temperature, t
         assert accepted > 0.2, accepted  # drafted tokens were accepted in a good share of rounds
 
 
+def test_budget_auto_samples_follow_target_distribution(pair):
+    """--budget auto: each round's tree is one of several (a lax.switch over the candidates' verify
+    passes); the samples still follow the target's distribution."""
+    import jax
+
+    from ddtree_jax.cost import CostModel, ModelSignature, Point
+
+    v = pair.target_cfg.vocab_size
+    sig = ModelSignature.of(pair.target_cfg, pair.drafter_cfg, pair.target_params["embed"].dtype)
+    points = [Point("dflash", b, pair.drafter_cfg.depth, 4, 4.0) for b in (1, N)]
+    points += [Point("ddtree", b, n, 4, ms) for b in (1, N) for n, ms in ((4, 4.5), (16, 5.0))]
+    cm = CostModel(jax.devices()[0].device_kind, sig, tuple(points))
+    gen = Generator(pair, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(4, 16))
+    assert gen.auto_lines(N).candidates == ("dflash", 4, 16)
+    res = gen.generate_ids([PROMPT] * N, max_new_tokens=3, temperature=1.0, seed=13)
+    toks = np.array([r.token_ids for r in res])
+    joint12, joint23 = exact_pairs(pair, 1.0, 0)
+    c12 = np.zeros((v, v))
+    np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
+    c23 = np.zeros((v, v))
+    np.add.at(c23, (toks[:, 1], toks[:, 2]), 1)
+    assert gof(c12, joint12) > ALPHA
+    assert gof(c23, joint23) > ALPHA
+
+
 def test_wrong_distribution_is_detected(pair):
     """The test has power: samples at the wrong temperature fail it."""
     gen = Generator(pair, method="ar")

@@ -82,6 +82,26 @@ class DraftTree:
             ancestor_mask=ancestor_mask_from_parents(parents, max_depth, tuning=tuning),
         )
 
+    def first(self, n: int) -> "DraftTree":
+        """The tree of the first `n` nodes (static; all of them if it has fewer): a tree, since
+        parents come before children in slot order."""
+        k = min(n, self.num_nodes) + 1
+        return DraftTree(tokens=self.tokens[:, :k], parents=self.parents[:, :k], depths=self.depths[:, :k],
+                         valid=self.valid[:, :k], ancestor_mask=self.ancestor_mask[:, :k, :k])
+
+    def path_logp(self, logp: Array) -> Array:
+        """float32[Bt, N]: each node's path log-probability under the drafter's log-probs
+        float[Bt, D, V] the tree was built from (its tokens index V); a padding node's is -1e30,
+        whose probability is 0 (a finite stand-in for -inf, which would make the sum NaN)."""
+        bt, d, v = logp.shape
+        tokens, depths = self.tokens[:, 1:], self.depths[:, 1:]
+        flat = jnp.asarray(logp, jnp.float32).reshape(bt, d * v)
+        own = jnp.take_along_axis(flat, jnp.clip(depths - 1, 0, d - 1) * v + jnp.clip(tokens, 0, v - 1), axis=1)
+        own = jnp.where(self.valid[:, 1:], jnp.maximum(own, -1e30), -1e30)
+        # the ancestor mask holds each node itself and its ancestors below the root
+        return jnp.einsum("bij,bj->bi", self.ancestor_mask[:, 1:, 1:].astype(jnp.float32), own,
+                          precision=jax.lax.Precision.HIGHEST)
+
     @staticmethod
     def root_only(batch_size: int) -> "DraftTree":
         """The tree of budget 0 (plain autoregressive decoding): just the root."""
