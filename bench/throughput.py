@@ -4,6 +4,7 @@
     python -m bench throughput --num-prompts 16 --max-new-tokens 64 --batches 1,2,4,8,16 --budgets 16,64 \\
         --cli-check --out DIR                                  # + the batched CLI's wall time (issue 56)
     python -m bench throughput --record rec.npz --cost-model cost.json --out DIR
+    python -m bench throughput --record rec.npz --budgets 64,256,auto --no-measure --out DIR   # projection only
 
 Measured: every prompt is decoded in batches of each --batches size, for each method and budget,
 through `Generator.generate_ids` as `python -m ddtree_jax.generate --batch-size N` calls it
@@ -19,8 +20,11 @@ Projected: tokens/s = 1000 x batch x tokens a round / round ms (bench/projection
 times from a cost model (ddtree_jax/cost.py: by default the shipped one of --project-shape) and
 the tokens a round from the measured runs above or, with --record, from an offline replay
 (ddtree_jax.research). A projection, not a measurement: cells the cost model does not cover stay
-blank. `auto` is not projected yet: that needs its per-round choices, which neither a Result nor
-a replay of fixed budgets reports.
+blank. `auto` is projected from a record only (a measured Result does not report its per-round
+choices): per batch size b, the record's prompts replayed in lockstep batches of b with the
+engine's chooser at the cost model's batch-b costs after --project-prefix tokens; tokens/s =
+b x tokens a round / the mean modelled ms of its picks' rounds. --no-measure skips the
+measured runs (the projection then needs --record).
 
 Writes DIR/throughput.json (after every row: a cut run keeps its rows), summary.md,
 throughput_measured.png and throughput_projected.png.
@@ -265,21 +269,46 @@ def pick_cost_model(args):
     return shipped[0]
 
 
-def replayed_acceptance(path: str, configs, stop: bool) -> tuple[dict, str]:
-    """Tokens a round of each fixed speculative config, replayed from a research record (ending
-    each prompt at the record's stop ids where `stop`, as generate does without --ignore-eos)."""
+def replayed_acceptance(path: str, configs, stop: bool, model=None, batches: Sequence[int] = (),
+                        prefix: float = 512) -> tuple[dict, str]:
+    """Tokens a round of each speculative config, replayed from a research record (ending each
+    prompt at the record's stop ids where `stop`, as generate does without --ignore-eos); `auto`
+    (given the cost model) per batch size: its tokens a round and its share of rounds at each
+    candidate, replayed in lockstep batches (`auto_choices`)."""
     from ddtree_jax.research import load_record, replay
 
     rec = load_record(path)
-    acc = {}
+    acc: dict = {}
     for method, budget in configs:
         if method == "dflash":
             acc["dflash"] = replay(rec, "chain", rec.depth, stop=stop).mean_acceptance
         elif method == "ddtree" and budget != AUTO:
             acc[str(budget)] = replay(rec, "ddtree", budget, stop=stop).mean_acceptance
+        elif method == "ddtree" and model is not None:
+            acc["auto"] = auto_choices(rec, model, batches, prefix, stop)
     ck = rec.header["checkpoint"].get("path", "?")
     return acc, (f"replayed from the record {path} (checkpoint {ck}, {rec.num_prompts} prompts x "
                  f"{rec.max_new_tokens} new tokens, greedy)")
+
+
+def auto_choices(rec, model, batches: Sequence[int], prefix: float, stop: bool) -> dict:
+    """{batch: {"tokens": tokens a round, "choices": {candidate: share of rounds}}} of the
+    engine's `--budget auto` (its default candidates) replayed in lockstep batches of each size,
+    choosing at the model's costs after `prefix` tokens (those the projection charges); a batch
+    the model covers none of them at, or larger than the record's prompts, is left out (blank)."""
+    from ddtree_jax.cost import auto_lines
+    from ddtree_jax.research import auto_budget, replay
+
+    budget = auto_budget(model, prefix=prefix)
+    out = {}
+    for b in batches:
+        sizes = {b, rec.num_prompts % b} - {0}  # the last batch holds the prompts left over
+        if b > rec.num_prompts or any(auto_lines(model, ("dflash", *budget.budgets), n) is None for n in sizes):
+            continue
+        res = replay(rec, "ddtree", budget, batch=b, stop=stop)
+        out[str(b)] = {"tokens": res.mean_acceptance, "choices": {str(c): v for c, v in res.choices.items()},
+                       "mean_round_ms": res.mean_round_ms}
+    return out
 
 
 def measured_acceptance(rows: Sequence[dict]) -> dict:
@@ -354,14 +383,17 @@ def measured_table(doc: dict) -> str:
 def summary_markdown(doc: dict) -> str:
     c, env = doc["config"], doc["environment"]
     stamp = f"Command: `{c['command']}`  \nCommit: `{env.get('describe') or env.get('commit')}`"
-    out = ["# Tokens/s against batch size\n",
-           f"## Measured: end to end on {c['ckpt']} ({device_name(env)}, {c['dtype']})\n",
-           stamp + "\n",
-           f"{c['num_prompts']} prompts of {c['prompt_tokens']} tokens, {c['max_new_tokens']} new tokens, "
-           f"temperature {c['temperature']:g}, median of {c['repeats']} timed passes; tokens/s = generated "
-           f"tokens / wall time of a pass (prefill included). Tokens compared with each prompt's tokens at "
-           f"the smallest batch of the same method.\n",
-           measured_table(doc) + "\n"]
+    out = ["# Tokens/s against batch size\n"]
+    if c.get("measured") is False:
+        out.append("## Measured\n\n--no-measure: nothing decoded; the projection alone.\n")
+    else:
+        out += [f"## Measured: end to end on {c['ckpt']} ({device_name(env)}, {c['dtype']})\n",
+                stamp + "\n",
+                f"{c['num_prompts']} prompts of {c['prompt_tokens']} tokens, {c['max_new_tokens']} new tokens, "
+                f"temperature {c['temperature']:g}, median of {c['repeats']} timed passes; tokens/s = generated "
+                f"tokens / wall time of a pass (prefill included). Tokens compared with each prompt's tokens at "
+                f"the smallest batch of the same method.\n",
+                measured_table(doc) + "\n"]
     if doc.get("cli_check"):
         cc = doc["cli_check"]
         out.append(f"The CLI (`python -m ddtree_jax.generate --prompt-file F --batch-size N --json`, "
@@ -437,6 +469,7 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--record", help="research record (python -m ddtree_jax.research record) whose replay gives "
                                      "the projection's tokens a round, instead of the measured runs")
     ap.add_argument("--no-project", action="store_true", help="measure only")
+    ap.add_argument("--no-measure", action="store_true", help="project only, from --record (no decoding)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--force", action="store_true", help="write into a non-empty --out")
     ap.add_argument("--no-progress", action="store_true")
@@ -476,6 +509,11 @@ def validate(args) -> dict:
         raise UserError(f"--out {out} is not empty; give another directory or --force to write into it")
     if args.record is not None and args.no_project:
         raise UserError("--record gives the projection's acceptance; drop it or --no-project")
+    if args.no_measure and (args.record is None or args.no_project):
+        raise UserError("--no-measure projects from a record only; give --record FILE (python -m "
+                        "ddtree_jax.research record) and drop --no-project")
+    if args.no_measure and cli is not None:
+        raise UserError("--cli-check measures the CLI; drop it or --no-measure")
     cost_model = None
     if not args.no_project:
         cost_model = pick_cost_model(args)
@@ -494,50 +532,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs = v["configs"]
 
     import jax
-    from tqdm import tqdm
 
-    from bench import prompts as P
     from ddtree_jax import compile_cache
-    from ddtree_jax.checkpoint import load_checkpoint
-    from ddtree_jax.cli import stop_ids_for
-    from ddtree_jax.generator import Executables
-    from ddtree_jax.tokenizer import load_tokenizer
 
     if args.dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there (generate does the same)
         args.dtype = "float32" if jax.default_backend() == "cpu" else (v["meta"].get("dtype") or "bfloat16")
     compile_cache.enable()  # compile time is never timed; reruns start sooner
-    ckpt = load_checkpoint(args.ckpt, dtype=args.dtype, with_drafter=any(m != "ar" for m, _ in configs))
-    tok = load_tokenizer(ckpt)
-    prompts = P.from_corpus(tok, args.data, args.num_prompts, args.prompt_tokens)
-    check_context(ckpt.target_cfg, ckpt.drafter_cfg, prompts, args.max_new_tokens,
-                  [RunConfig(m, "ddtree", b) for m, b in configs if b != AUTO])
-    if any(b == AUTO for _, b in configs):
-        make_generator(ckpt, "ddtree", AUTO)  # a Generator that refuses auto says so before the long work
-    acceptance, source = None, None
-    if v["cost_model"] is not None and args.record is not None:
-        acceptance, source = replayed_acceptance(args.record, configs, stop=not args.ignore_eos)
-    stop = [] if args.ignore_eos else stop_ids_for(tok, ckpt.tokenizer_dir)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    if len(prompts) < args.num_prompts:
-        log(f"[throughput] only {len(prompts)} prompts of {args.prompt_tokens} tokens available "
-            f"(asked for {args.num_prompts})")
-    if batches[-1] > len(prompts):
-        log(f"[throughput] batch sizes above {len(prompts)} decode all {len(prompts)} prompts in one batch "
-            f"(their rows' effective_batch)")
-
     env = dict(environment(), describe=git_describe())
     doc = {"schema": SCHEMA,
            "config": {"command": "python -m bench throughput " + " ".join(argv),
                       "ckpt": str(Path(args.ckpt).absolute()), "dtype": args.dtype, "data": args.data,
-                      "num_prompts": len(prompts), "prompt_tokens": args.prompt_tokens,
+                      "num_prompts": args.num_prompts, "prompt_tokens": args.prompt_tokens,
                       "max_new_tokens": args.max_new_tokens, "batches": batches, "methods": v["methods"],
                       "budgets": v["budgets"], "temperature": args.temperature, "seed": args.seed,
-                      "repeats": args.repeats, "stop_ids": stop, "tree_policy": "ddtree"},
-           "environment": env,
-           "prompts": [{"index": p.index, "source": p.source, "num_tokens": len(p.ids)} for p in prompts],
-           "measured": [], "cli_check": None, "projection": None,
+                      "repeats": args.repeats, "stop_ids": [], "tree_policy": "ddtree",
+                      "measured": not args.no_measure},
+           "environment": env, "prompts": [], "measured": [], "cli_check": None, "projection": None,
            "notes": ["tokens_per_s: generated tokens / wall time of one pass over every prompt in batches of "
                      "`batch` (prefill and host work included), median over repeats; generate_s: the same "
                      "passes' time inside generate_ids",
@@ -546,6 +558,76 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "tokens_equal: every prompt's tokens equal its tokens at reference_batch (same method); "
                      "lossless_vs_ar: equal to AR's at AR's reference batch (greedy only)"]}
     save = lambda: write_json(out / "throughput.json", doc)  # noqa: E731
+    model = v["cost_model"]
+    acceptance, source = None, None
+    if model is not None and args.record is not None:
+        acceptance, source = replayed_acceptance(args.record, configs, stop=not args.ignore_eos, model=model,
+                                                 batches=batches, prefix=args.project_prefix)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.no_measure:
+        measure(args, v, batches, doc, save, log)
+
+    if model is None:
+        doc["projection_skipped"] = "--no-project: no projection."
+    else:
+        if acceptance is None:
+            acceptance = measured_acceptance(doc["measured"])
+            source = (f"measured above on {Path(args.ckpt).name} (batch {batches[0]} rows; no --record given, "
+                      f"so not from a replay)")
+        shape = args.project_shape if args.cost_model is None else f"the cost model's shape ({args.cost_model})"
+        doc["projection"] = projection(model, acceptance, batches, args.project_prefix, source, shape)
+        if any(b == AUTO for _, b in configs) and "auto" not in acceptance:
+            doc["projection"]["note"] += "; auto is projected from a --record only (a measured run does not " \
+                                         "report its per-round choices)"
+    save()
+    (out / "summary.md").write_text(summary_markdown(doc))
+    if doc["measured"]:
+        plot_lines(batches, measured_series(doc["measured"], batches),
+                   f"measured tokens/s, {Path(args.ckpt).name} on {device_name(env)}, {len(doc['prompts'])} prompts x "
+                   f"{args.max_new_tokens} new tokens", "tokens/s (measured)", out / "throughput_measured.png")
+    if doc["projection"]:
+        proj = doc["projection"]
+        plot_lines(batches, {k: s["tokens_per_s"] for k, s in proj["series"].items()},
+                   f"PROJECTION (not measured): tokens/s, {proj['shape']} on {proj['device']}, prefix {proj['prefix']}",
+                   "tokens/s (projected)", out / "throughput_projected.png",
+                   note=f"{proj['note']}. Cost model covers: {proj['cost_model_covers']}")
+    print(summary_markdown(doc), end="")
+    bad = [r for r in doc["measured"] if r["tokens_equal"] is False or r.get("lossless_vs_ar") is False]
+    if bad:
+        log(f"[throughput] !!! TOKENS DIFFER for {sorted({(r['label'], r['batch']) for r in bad})}: see "
+            f"'mismatches' in {out / 'throughput.json'}")
+    log(f"[throughput] wrote {out}/throughput.json, summary.md and plots")
+    return 0
+
+
+def measure(args, v: dict, batches: list[int], doc: dict, save, log) -> None:
+    """The measured rows (and the CLI check) into doc, saved after each."""
+    from tqdm import tqdm
+
+    from bench import prompts as P
+    from ddtree_jax.checkpoint import load_checkpoint
+    from ddtree_jax.cli import stop_ids_for
+    from ddtree_jax.generator import Executables
+    from ddtree_jax.tokenizer import load_tokenizer
+
+    configs = v["configs"]
+    ckpt = load_checkpoint(args.ckpt, dtype=args.dtype, with_drafter=any(m != "ar" for m, _ in configs))
+    tok = load_tokenizer(ckpt)
+    prompts = P.from_corpus(tok, args.data, args.num_prompts, args.prompt_tokens)
+    check_context(ckpt.target_cfg, ckpt.drafter_cfg, prompts, args.max_new_tokens,
+                  [RunConfig(m, "ddtree", b) for m, b in configs if b != AUTO])
+    if any(b == AUTO for _, b in configs):
+        make_generator(ckpt, "ddtree", AUTO)  # a Generator that refuses auto says so before the long work
+    stop = [] if args.ignore_eos else stop_ids_for(tok, ckpt.tokenizer_dir)
+    out = Path(args.out)
+    if len(prompts) < args.num_prompts:
+        log(f"[throughput] only {len(prompts)} prompts of {args.prompt_tokens} tokens available "
+            f"(asked for {args.num_prompts})")
+    if batches[-1] > len(prompts):
+        log(f"[throughput] batch sizes above {len(prompts)} decode all {len(prompts)} prompts in one batch "
+            f"(their rows' effective_batch)")
+    doc["config"].update(num_prompts=len(prompts), stop_ids=stop)
+    doc["prompts"] = [{"index": p.index, "source": p.source, "num_tokens": len(p.ids)} for p in prompts]
     kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, stop_ids=stop)
     greedy = args.temperature == 0
     cli_batches = batches if v["cli"] is not None else []
@@ -593,37 +675,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                       status=bar.set_postfix_str)
     finally:
         bar.close()
-
-    model = v["cost_model"]
-    if model is None:
-        doc["projection_skipped"] = "--no-project: no projection."
-    else:
-        if acceptance is None:
-            acceptance = measured_acceptance(doc["measured"])
-            source = (f"measured above on {Path(args.ckpt).name} (batch {batches[0]} rows; no --record given, "
-                      f"so not from a replay)")
-        shape = args.project_shape if args.cost_model is None else f"the cost model's shape ({args.cost_model})"
-        doc["projection"] = projection(model, acceptance, batches, args.project_prefix, source, shape)
-        if any(b == AUTO for _, b in configs):
-            doc["projection"]["note"] += "; auto is not projected (its per-round choices are not reported)"
-    save()
-    (out / "summary.md").write_text(summary_markdown(doc))
-    plot_lines(batches, measured_series(doc["measured"], batches),
-               f"measured tokens/s, {Path(args.ckpt).name} on {device_name(env)}, {len(prompts)} prompts x "
-               f"{args.max_new_tokens} new tokens", "tokens/s (measured)", out / "throughput_measured.png")
-    if doc["projection"]:
-        proj = doc["projection"]
-        plot_lines(batches, {k: s["tokens_per_s"] for k, s in proj["series"].items()},
-                   f"PROJECTION (not measured): tokens/s, {proj['shape']} on {proj['device']}, prefix {proj['prefix']}",
-                   "tokens/s (projected)", out / "throughput_projected.png",
-                   note=f"{proj['note']}. Cost model covers: {proj['cost_model_covers']}")
-    print(summary_markdown(doc), end="")
-    bad = [r for r in doc["measured"] if r["tokens_equal"] is False or r.get("lossless_vs_ar") is False]
-    if bad:
-        log(f"[throughput] !!! TOKENS DIFFER for {sorted({(r['label'], r['batch']) for r in bad})}: see "
-            f"'mismatches' in {out / 'throughput.json'}")
-    log(f"[throughput] wrote {out}/throughput.json, summary.md and plots")
-    return 0
 
 
 if __name__ == "__main__":

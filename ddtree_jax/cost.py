@@ -459,3 +459,17 @@ def budget_picker(candidates: Sequence[int | str], round_ms) -> Callable[[np.nda
         return nodes[choose_budget_np(np.asarray(path_logp, np.float32), cands, ms, per_row=True)]
 
     return pick
+
+
+def auto_lines(model: CostModel, candidates: Sequence[Candidate], batch: int) -> CostLines | None:
+    """`--budget auto`'s lines at `batch`: those of `candidates` the model covers there, cheapest
+    first at its smallest prefix (ties in the given order: choose_budget's ties go to the first),
+    or None where it covers none of them."""
+    cands = [c for c in check_candidates(candidates) if model.covers(c, batch)]
+    if not cands:
+        return None
+    lines = model.lines(cands, batch)
+    order = sorted(range(len(cands)), key=lambda i: lines.at_min[i])
+    return dataclasses.replace(lines, candidates=tuple(cands[i] for i in order),
+                               at_min=tuple(lines.at_min[i] for i in order),
+                               slope=tuple(lines.slope[i] for i in order))

@@ -13,13 +13,16 @@ import pytest
 
 from ddtree_jax.cost import CostModel, ModelSignature, Point
 from ddtree_jax.errors import ConfigError, UserError, cli_main
-from ddtree_jax.generator import AUTO_FALLBACK, Generator
+from ddtree_jax.generator import AUTO_FALLBACK, Executables, Generator
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.trees import make_policy
 from tiny import tiny_pair
 
 PROMPTS = [[5], [3, 9], [1, 2, 3, 4, 5, 6, 7]]
 MAX_NEW = 24
+
+# the module's Generators share what they compile alike (the prefill of a request shape, above all)
+SHARED = Executables()
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def ar(pair):
-    return Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    return Generator(pair, executables=SHARED, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
 
 
 def cost_model(pair, costs: dict, batches=(1, 4)) -> CostModel:
@@ -74,12 +77,12 @@ def test_path_logp_and_first_nodes():
     ({"dflash": 1.0, 16: 1000.0, 64: 1000.0}, ("dflash", 0)),
 ])
 def test_a_dominant_candidate_is_that_method_round_for_round(pair, ar, costs, fixed):
-    gen = Generator(pair, method="ddtree", budget="auto", cost_model=cost_model(pair, costs),
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget="auto", cost_model=cost_model(pair, costs),
                     auto_budgets=[c for c in costs if c != "dflash"])
     res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.token_ids for r in res] == [r.token_ids for r in ar]
     method, budget = fixed
-    want = Generator(pair, method=method, budget=budget or 64).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    want = Generator(pair, executables=SHARED, method=method, budget=budget or 64).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.acceptance_lengths for r in res] == [r.acceptance_lengths for r in want]
 
 
@@ -90,7 +93,7 @@ def test_auto_with_the_oracle_drafter_is_lossless_and_speculates(pair, ar):
 
     oracle = oracle_params(pair, PROMPTS, MAX_NEW + 8)
     cm = cost_model(pair, {"dflash": 5.0, 16: 5.0, 64: 5.5, 256: 6.0})
-    gen = Generator(pair, method="ddtree", budget="auto", cost_model=cm, oracle=oracle)
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget="auto", cost_model=cm, oracle=oracle)
     res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.token_ids for r in res] == [r.token_ids for r in ar]
     assert np.mean([a for r in res for a in r.acceptance_lengths]) > 3
@@ -98,7 +101,7 @@ def test_auto_with_the_oracle_drafter_is_lossless_and_speculates(pair, ar):
 
 def test_streaming_and_profile_take_the_same_rounds(pair, ar):
     cm = cost_model(pair, {"dflash": 3.0, 16: 3.5, 64: 4.0})
-    gen = Generator(pair, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(16, 64))
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(16, 64))
     fused = gen.generate_ids(PROMPTS[:1], max_new_tokens=MAX_NEW)
     streamed = gen.generate_ids(PROMPTS[:1], max_new_tokens=MAX_NEW, rounds_per_call=1)
     profiled = gen.generate_ids(PROMPTS[:1], max_new_tokens=MAX_NEW, profile=True)
@@ -109,10 +112,10 @@ def test_streaming_and_profile_take_the_same_rounds(pair, ar):
 
 def test_without_a_cost_model_it_warns_and_runs_at_the_fallback_budget(pair, ar):
     lines = []
-    gen = Generator(pair, method="ddtree", budget="auto", log=lines.append)  # no model ships for this CPU
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget="auto", log=lines.append)  # no model ships for this CPU
     assert gen.cost_model is None and any("no shipped cost model" in line for line in lines)
     res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
-    fixed = Generator(pair, method="ddtree", budget=AUTO_FALLBACK).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    fixed = Generator(pair, executables=SHARED, method="ddtree", budget=AUTO_FALLBACK).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.acceptance_lengths for r in res] == [r.acceptance_lengths for r in fixed]
     assert [r.token_ids for r in res] == [r.token_ids for r in ar]
 
@@ -120,7 +123,7 @@ def test_without_a_cost_model_it_warns_and_runs_at_the_fallback_budget(pair, ar)
 def test_a_batch_the_model_does_not_cover_warns_once_and_runs_fixed(pair, ar):
     lines = []
     cm = cost_model(pair, {16: 1.0, 64: 2.0}, batches=(1,))
-    gen = Generator(pair, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(16, 64), log=lines.append)
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(16, 64), log=lines.append)
     for _ in range(2):
         res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)  # batch 3: not covered
         assert [r.token_ids for r in res] == [r.token_ids for r in ar]
@@ -130,22 +133,22 @@ def test_a_batch_the_model_does_not_cover_warns_once_and_runs_fixed(pair, ar):
 
 def test_bad_uses_are_one_line(pair, tmp_path):
     with pytest.raises(UserError, match="--budget auto sizes DDTree"):
-        Generator(pair, method="dflash", budget="auto")
+        Generator(pair, executables=SHARED, method="dflash", budget="auto")
     with pytest.raises(UserError, match="--budget must be"):
-        Generator(pair, method="ddtree", budget="64")
+        Generator(pair, executables=SHARED, method="ddtree", budget="64")
     with pytest.raises(UserError, match="auto_budgets"):
-        Generator(pair, method="ddtree", budget="auto", auto_budgets=(0, 16))
+        Generator(pair, executables=SHARED, method="ddtree", budget="auto", auto_budgets=(0, 16))
     bad = tmp_path / "cost.json"
     bad.write_text("{}")
     with pytest.raises(ConfigError, match=str(bad)):
-        Generator(pair, method="ddtree", budget="auto", cost_model=bad)
+        Generator(pair, executables=SHARED, method="ddtree", budget="auto", cost_model=bad)
     other = cost_model(pair, {16: 1.0})
     path = tmp_path / "other.json"
     other_json = other.to_json()
     other_json["model"]["layers"] += 1
     path.write_text(json.dumps(other_json))
     with pytest.raises(ConfigError, match="another model shape"):
-        Generator(pair, method="ddtree", budget="auto", cost_model=path)
+        Generator(pair, executables=SHARED, method="ddtree", budget="auto", cost_model=path)
 
 
 @pytest.mark.parametrize("args, needle", [

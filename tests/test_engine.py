@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddtree_jax.generator import Generator
+from ddtree_jax.generator import Executables, Generator
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.trees import available_policies
 from tiny import oracle_params, tiny_pair
@@ -12,6 +12,9 @@ from tiny import oracle_params, tiny_pair
 PROMPTS = [[5], [3, 9], [1, 2, 3, 4, 5, 6, 7], list(range(10, 23)), list(range(2, 33))]
 MAX_NEW = 40
 POLICY_SPECS = {"ddtree": "ddtree", "chain": "chain", "beam": "beam:width=3", "static": "static:tree=0;1;2;0.0;0.1;1.0;0.0.0"}
+
+# the module's Generators share what they compile alike (the prefill of a request shape, above all)
+SHARED = Executables()
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +24,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def ar_tokens(pair):
-    return [r.token_ids for r in Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)]
+    return [r.token_ids for r in Generator(pair, executables=SHARED, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)]
 
 
 def test_policies_cover_registry():
@@ -29,14 +32,14 @@ def test_policies_cover_registry():
 
 
 def test_dflash_equals_ar(pair, ar_tokens):
-    res = Generator(pair, method="dflash").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    res = Generator(pair, executables=SHARED, method="dflash").generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.token_ids for r in res] == ar_tokens
 
 
 @pytest.mark.parametrize("policy", sorted(POLICY_SPECS))
 @pytest.mark.parametrize("budget", [1, 2, 7, 64, 256])
 def test_ddtree_equals_ar_random_drafter(pair, ar_tokens, policy, budget):
-    gen = Generator(pair, method="ddtree", policy=POLICY_SPECS[policy], budget=budget)
+    gen = Generator(pair, executables=SHARED, method="ddtree", policy=POLICY_SPECS[policy], budget=budget)
     res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.token_ids for r in res] == ar_tokens
     for r in res:
@@ -48,7 +51,7 @@ def test_ddtree_equals_ar_random_drafter(pair, ar_tokens, policy, budget):
 def test_chunked_prefill_same_tokens(pair, ar_tokens, method, chunk):
     """A prompt longer than prefill_chunk is prefilled in pieces (a scan, plus a shorter last piece
     when the padded prompt, here 32 tokens, is not a multiple): the same tokens as one piece."""
-    gen = Generator(pair, method=method, budget=7, prefill_chunk=chunk)
+    gen = Generator(pair, executables=SHARED, method=method, budget=7, prefill_chunk=chunk)
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
 
@@ -62,7 +65,7 @@ def test_gpu_vocab_top_k_inside_the_round_is_lossless(pair, ar_tokens, stage2_se
 
     topk = VocabTopK(chunks=4, keep=5, keep_from_k=8, stage2_select=stage2_select)
     tuning = Tuning(tree=TreeTuning(kernels="pallas_interpret", vocab_topk=topk))
-    gen = Generator(pair, method="ddtree", budget=budget, tuning=tuning)
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget=budget, tuning=tuning)
     assert gen.spec_for(8, 8, SamplingConfig()).tuning.tree.vocab_topk == topk
     assert [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)] == ar_tokens
 
@@ -85,7 +88,7 @@ def test_gpu_selection_kernels_inside_the_round_are_lossless(pair, ar_tokens, mo
         monkeypatch.setattr(ddtree, f"{name}_select",
                             lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
-    got = Generator(pair, method="ddtree", budget=37, oracle=oracle, tuning=Tuning(tree=tree)).generate_ids(
+    got = Generator(pair, executables=SHARED, method="ddtree", budget=37, oracle=oracle, tuning=Tuning(tree=tree)).generate_ids(
         PROMPTS, max_new_tokens=MAX_NEW)
     assert set(calls) == {"pair", "runs"}
     assert [r.token_ids for r in got] == ar_tokens
@@ -106,7 +109,7 @@ def test_padded_verify_rows_are_lossless(pair, ar_tokens, monkeypatch):
     seen = []
     monkeypatch.setattr(engine.dispatch, "verify_rows", lambda kernels, t, *a, **k: seen.append(t) or -(-t // 8) * 8)
     oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
-    got = Generator(pair, method="ddtree", budget=41, oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    got = Generator(pair, executables=SHARED, method="ddtree", budget=41, oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
     assert 42 in seen
     assert [r.token_ids for r in got] == ar_tokens
     assert max(a for r in got for a in r.acceptance_lengths) > 2
@@ -121,7 +124,7 @@ def test_oracle_drafter_accepted_to_full_depth(pair, ar_tokens):
     depth = pair.drafter_cfg.depth
     oracle = oracle_params(pair, PROMPTS, MAX_NEW)
     for method, budget in [("dflash", 0), ("ddtree", 64)]:
-        gen = Generator(pair, method=method, budget=budget or 64, oracle=oracle)
+        gen = Generator(pair, executables=SHARED, method=method, budget=budget or 64, oracle=oracle)
         res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
         assert [r.token_ids for r in res] == ar_tokens
         for r in res:
@@ -134,8 +137,8 @@ def test_oracle_drafter_accepted_to_full_depth(pair, ar_tokens):
 def test_noisy_oracle_deep_branches_lossless(pair, ar_tokens, policy):
     """A drafter whose right token is often not its top-1: acceptance runs through side branches."""
     oracle = oracle_params(pair, PROMPTS, MAX_NEW, noise=1.5)
-    chain = Generator(pair, method="dflash", oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
-    tree = Generator(pair, method="ddtree", policy=policy, budget=64, oracle=oracle).generate_ids(
+    chain = Generator(pair, executables=SHARED, method="dflash", oracle=oracle).generate_ids(PROMPTS, max_new_tokens=MAX_NEW)
+    tree = Generator(pair, executables=SHARED, method="ddtree", policy=policy, budget=64, oracle=oracle).generate_ids(
         PROMPTS, max_new_tokens=MAX_NEW)
     assert [r.token_ids for r in chain] == ar_tokens
     assert [r.token_ids for r in tree] == ar_tokens
@@ -152,9 +155,9 @@ def test_stop_token_inside_tree(pair, ar_tokens):
     stop = ar_tokens[row][12]
     cut = ar_tokens[row].index(stop) + 1
     oracle = oracle_params(pair, PROMPTS, MAX_NEW)
-    ar = Generator(pair, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW, stop_ids=[stop])
+    ar = Generator(pair, executables=SHARED, method="ar").generate_ids(PROMPTS, max_new_tokens=MAX_NEW, stop_ids=[stop])
     for method in ("dflash", "ddtree"):
-        res = Generator(pair, method=method, budget=64, oracle=oracle).generate_ids(
+        res = Generator(pair, executables=SHARED, method=method, budget=64, oracle=oracle).generate_ids(
             PROMPTS, max_new_tokens=MAX_NEW, stop_ids=[stop])
         assert [r.token_ids for r in res] == [r.token_ids for r in ar]
         assert res[row].token_ids == ar_tokens[row][:cut]
@@ -162,12 +165,12 @@ def test_stop_token_inside_tree(pair, ar_tokens):
 
 @pytest.mark.parametrize("max_new", [1, 2, 9])
 def test_short_outputs(pair, ar_tokens, max_new):
-    res = Generator(pair, method="ddtree", budget=16).generate_ids(PROMPTS, max_new_tokens=max_new)
+    res = Generator(pair, executables=SHARED, method="ddtree", budget=16).generate_ids(PROMPTS, max_new_tokens=max_new)
     assert [r.token_ids for r in res] == [t[:max_new] for t in ar_tokens]
 
 
 def test_streaming_and_profile_give_same_tokens(pair, ar_tokens):
-    gen = Generator(pair, method="ddtree", budget=16)
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget=16)
     got = {i: [] for i in range(len(PROMPTS))}
     res = gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW, on_tokens=lambda i, ids: got[i].extend(ids),
                            rounds_per_call=3)
@@ -183,7 +186,7 @@ def test_streaming_calls_grow(pair, ar_tokens):
     from ddtree_jax.generator import STREAM_MAX_ROUNDS_PER_CALL
 
     calls = []
-    res = Generator(pair, method="ar").generate_ids(
+    res = Generator(pair, executables=SHARED, method="ar").generate_ids(
         PROMPTS[:1], max_new_tokens=MAX_NEW, on_tokens=lambda i, ids: calls.append(list(ids)), rounds_per_call=1)
     sizes = [len(c) for c in calls]
     assert sum(calls, []) == res[0].token_ids == ar_tokens[0]
@@ -198,8 +201,8 @@ def test_streaming_calls_grow(pair, ar_tokens):
 def test_unrolled_loop_same_tokens_rounds_and_samples(pair, ar_tokens, method):
     """unroll=3 with 4 rounds per call (not a multiple): disabled steps commit nothing, the
     round count and acceptance history match, and sampled output keeps its key sequence."""
-    base = Generator(pair, method=method, budget=16, unroll=1)
-    unrolled = Generator(pair, method=method, budget=16, unroll=3)
+    base = Generator(pair, executables=SHARED, method=method, budget=16, unroll=1)
+    unrolled = Generator(pair, executables=SHARED, method=method, budget=16, unroll=3)
     for temperature in (0.0, 1.0):
         runs = []
         for gen in (base, unrolled):
@@ -233,7 +236,7 @@ def test_round_xla_options_by_tuning_and_rows(pair):
     h100 = tuning.tuning_for(types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3"))
     assert (h100.tree, h100.round_xla_options) == (tuning.GPU.tree, ())
     assert tuning.tuning_for(types.SimpleNamespace(platform="cpu", device_kind="cpu")) == tuning.CPU
-    gen = Generator(pair, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0}, tuning=mine)
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget=64, compiler_options={"opt_a": 5, "opt_c": 0}, tuning=mine)
     assert gen.round_options(engine.DecodeSpec(budget=64, tuning=mine)) == {"opt_a": 5, "opt_c": 0}
     assert gen.round_options(engine.DecodeSpec(budget=16, tuning=mine)) == {"opt_a": 5, "opt_b": 2, "opt_c": 0}
 
@@ -250,13 +253,13 @@ def test_requests_reuse_the_last_state_buffers(pair, ar_tokens, method):
     def ptrs(state):
         return [x.unsafe_buffer_pointer() for x in jax.tree_util.tree_leaves(state)]
 
-    gen = Generator(pair, method=method, budget=7)
+    gen = Generator(pair, executables=SHARED, method=method, budget=7)
     assert [r.token_ids for r in gen.generate_ids([PROMPTS[3]], max_new_tokens=MAX_NEW)] == [ar_tokens[3]]
     kept = ptrs(gen._kept)
     assert [r.token_ids for r in gen.generate_ids([PROMPTS[2]], max_new_tokens=MAX_NEW)] == [ar_tokens[2]]
     assert ptrs(gen._kept) == kept  # every leaf in the buffer it had
     sampled = dict(max_new_tokens=MAX_NEW, temperature=0.9, top_p=0.9, seed=3)
-    fresh = Generator(pair, method=method, budget=7).generate_ids([PROMPTS[3]], **sampled)
+    fresh = Generator(pair, executables=SHARED, method=method, budget=7).generate_ids([PROMPTS[3]], **sampled)
     assert [r.token_ids for r in gen.generate_ids([PROMPTS[3]], **sampled)] == [r.token_ids for r in fresh]
     assert ptrs(gen._kept) == kept
     out_shape = gen._kept.out.shape
@@ -281,7 +284,7 @@ def test_check_memory_counts_the_kept_state_as_reusable(pair, monkeypatch):
     from ddtree_jax import generator as generate_mod
     from ddtree_jax.errors import UserError
 
-    gen = Generator(pair, method="ar")
+    gen = Generator(pair, executables=SHARED, method="ar")
     gen.generate_ids([PROMPTS[2]], max_new_tokens=8)
     kept = gen._kept_bytes()
     weights = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(gen.tparams))
@@ -310,8 +313,8 @@ def test_a_call_takes_few_buffers(pair):
     constant-index read that makes each layer's norm fusion one more to compile."""
     import jax
 
-    gen = Generator(pair, method="ddtree", budget=7, matmul_impl="pallas_interpret")
-    plain = Generator(pair, method="ddtree", budget=7)
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget=7, matmul_impl="pallas_interpret")
+    plain = Generator(pair, executables=SHARED, method="ddtree", budget=7)
     out = gen.generate_ids([PROMPTS[1]], max_new_tokens=8)[0]
     assert plain.generate_ids([PROMPTS[1]], max_new_tokens=8)[0].token_ids == out.token_ids
     state = gen._kept
@@ -345,8 +348,8 @@ def test_a_conversation_continues_in_its_cache(pair, method):
     tokens a fresh request over the whole conversation gives, also where the first turn was cut
     by max_new_tokens mid-round (its cache then holds positions beyond what was kept), and where
     the turn rewinds into the earlier reply (a start before its end)."""
-    gen = Generator(pair, method=method, budget=16)
-    fresh = Generator(pair, method=method, budget=16)
+    gen = Generator(pair, executables=SHARED, method=method, budget=16)
+    fresh = Generator(pair, executables=SHARED, method=method, budget=16)
     first = list(range(2, 12))
     kw = dict(max_new_tokens=9, min_cache=256)
     reply = gen.generate_ids([first], **kw)[0].token_ids

@@ -20,7 +20,7 @@ from ddtree_jax.kernels.chunk_topk import top_k_total_order
 from ddtree_jax.research import store
 from ddtree_jax.research.__main__ import main as research_main
 from ddtree_jax.research.record import make_header, record_greedy
-from ddtree_jax.research.simulate import ranks_needed, replay
+from ddtree_jax.research.simulate import BatchBudget, auto_budget, ranks_needed, replay
 from ddtree_jax.research.store import Record, load_record, save_record
 from ddtree_jax.trees import available_policies, make_policy
 from ddtree_jax.tokenizer import load_tokenizer
@@ -276,3 +276,114 @@ def test_budget_auto_in_the_engine_equals_its_replay(shipped, prompts, executabl
         assert res.acceptance_lengths == replayed.acceptance_lengths
     picks = {n for p in want.prompts for n in p.nodes}
     assert len(picks) >= 2, picks
+
+
+def _close_costs(shipped, batch: int):
+    """A cost model at `batch` whose candidates cost close enough that the picks vary: DFlash and
+    DDTree-16 flat, DDTree-64 and -256 dearer as the prefix grows (the rows' mean length counts)."""
+    from ddtree_jax.cost import CostModel, ModelSignature, Point
+
+    sig = ModelSignature.of(shipped.target_cfg, shipped.drafter_cfg, shipped.target_params["embed"].dtype)
+    ms = {"dflash": (7.0, 7.0), 16: (8.0, 8.0), 64: (8.8, 9.2), 256: (9.6, 10.6)}  # at prefix 32, 128
+    return CostModel("cpu", sig, tuple(Point("dflash" if c == "dflash" else "ddtree", batch,
+                                             shipped.drafter_cfg.depth if c == "dflash" else c, prefix, v[i])
+                                       for c, v in ms.items() for i, prefix in enumerate((32, 128))))
+
+
+def test_budget_auto_at_batch_3_in_the_engine_equals_its_lockstep_replay(shipped, prompts, executables, recorded):
+    """`--budget auto` on a batch of the three prompts makes one choice a round over the rows
+    still running, at the costs of batch 3 after their mean length: the replay in lockstep at
+    batch 3 gives every row's rounds exactly, and picks DFlash's chain and several tree sizes."""
+    _, rec = recorded
+    cm = _close_costs(shipped, 3)
+    gen = Generator(shipped, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(16, 64, 256),
+                    executables=executables)
+    got = gen.generate_ids(prompts, max_new_tokens=NEW_TOKENS)
+    want = replay(rec, "ddtree", auto_budget(cm, (16, 64, 256)), batch=3, stop=False)
+    assert [r.acceptance_lengths for r in got] == [p.acceptance_lengths for p in want.prompts]
+    assert "dflash" in want.choices and len(want.choices) >= 3, want.choices
+    assert abs(sum(want.choices.values()) - 1) < 1e-9 and 7.0 <= want.mean_round_ms <= 10.6
+    # rows of one batch share each round's pick
+    for step in range(min(p.rounds for p in want.prompts)):
+        assert len({p.picks[step] for p in want.prompts}) == 1
+
+
+class _Always(BatchBudget):
+    """Picks `pick` every round; keeps what each call saw."""
+
+    def __init__(self, cands, pick):
+        self.cands, self.pick, self.calls = cands, pick, []
+
+    def candidates(self, batch):
+        return self.cands
+
+    def choose(self, path_logp, chain_logp, active, prefix):
+        self.calls.append((path_logp, chain_logp, active, prefix))
+        return self.cands.index(self.pick)
+
+
+def test_a_batch_budget_chooses_for_its_batch_rows_together():
+    """In lockstep at batch 2 over three prompts (batches [0, 1] and [2]): a batch budget that
+    always picks one candidate is that fixed budget (DFlash: the chain) round for round; each call
+    sees its batch's rows, a finished row inactive with no nodes, and the active rows' mean length
+    (prompt + outputs before the root)."""
+    rng = np.random.default_rng(3)
+    p, n, d, k = 3, 11, 3, 8
+    outputs = rng.integers(0, 50, (p, n + 1 + d)).astype(np.int32)
+    logp = -np.sort(rng.random((p, n, d, k)).astype(np.float32), axis=-1) * 5
+    ids = np.stack([rng.permutation(50)[:k] for _ in range(p * n * d)]).reshape(p, n, d, k)
+    for j in range(n):  # the drafter's top-1 is always right for prompt 0: it finishes first
+        for depth in range(d):
+            row = ids[0, j, depth]
+            true = outputs[0, j + 1 + depth]
+            ids[0, j, depth] = np.concatenate([[true], row[row != true]])[:k]
+    rec = _record(outputs, logp, ids.astype(np.uint16))
+    rec.prompts[:] = [np.arange(m, dtype=np.int32) for m in (3, 5, 7)]
+    for pick, fixed in ((2, ("ddtree", 2)), (8, ("ddtree", 8)), ("dflash", ("chain", d))):
+        budget = _Always((2, 8, "dflash"), pick)
+        got = replay(rec, "ddtree", budget, batch=2, stop=False)
+        want = replay(rec, *fixed, stop=False)
+        assert [q.acceptance_lengths for q in got.prompts] == [q.acceptance_lengths for q in want.prompts], pick
+        assert [q.nodes for q in got.prompts] == [q.nodes for q in want.prompts], pick
+        assert got.choices == {pick: 1.0} and got.budget == "auto" and got.batch == 2
+    rounds = [q.acceptance_lengths for q in want.prompts]
+    assert len(rounds[0]) < len(rounds[1])
+    expect = []
+    for step in range(max(map(len, rounds))):
+        for group in ([0, 1], [2]):
+            active = [step < len(rounds[i]) for i in group]
+            if any(active):
+                lengths = [len(rec.prompts[i]) + sum(rounds[i][:step]) for i, a in zip(group, active) if a]
+                expect.append((active, np.mean(lengths)))
+    assert len(budget.calls) == len(expect)
+    for (path, chain, active, prefix), (want_active, want_prefix) in zip(budget.calls, expect):
+        assert active.tolist() == want_active and prefix == pytest.approx(want_prefix)
+        assert path.shape == (len(active), 8) and chain.shape == (len(active), d)
+        assert np.isneginf(path[~active]).all() and np.isfinite(path[active]).all()
+        assert np.isneginf(chain[~active]).all() and np.all(np.diff(chain[active], axis=1) <= 0)
+
+
+def test_replay_budget_auto_on_the_command_line(tmp_path, small_record, capsys):
+    """--budget auto needs --cost-model (one line, exit 2); with one it reports the share of
+    rounds at each candidate and the modelled ms a round."""
+    from ddtree_jax.cost import CostModel, ModelSignature, Point
+
+    assert cli("replay", small_record, "--budget", "auto") == 2
+    _one_error_line(capsys, "--cost-model")
+    assert cli("replay", small_record, "--budget", "4", "--cost-model", tmp_path / "none.json") == 2
+    _one_error_line(capsys, "--budget auto")
+    sig = ModelSignature(1, 8, 16, 1, 1, 8, 100, "float32", 1, 4)  # block size 4: the record's depth 3 + 1
+    cm = CostModel("cpu", sig, (Point("dflash", 2, 3, 16, 5.0), Point("ddtree", 2, 4, 16, 6.0),
+                                Point("ddtree", 2, 8, 16, 7.0)))
+    cm.save(tmp_path / "cost.json")
+    assert cli("replay", small_record, "--budget", "auto", "--cost-model", tmp_path / "cost.json", "--batch", "1") == 2
+    _one_error_line(capsys, "covers none", "batch 1")
+    assert cli("replay", small_record, "--budget", "auto,4", "--cost-model", tmp_path / "cost.json",
+               "--auto-budgets", "4,8", "--batch", "2", "--json") == 0
+    auto, four = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert auto["budget"] == "auto" and auto["batch"] == 2 and set(auto["choices"]) <= {"dflash", "4", "8"}
+    assert abs(sum(auto["choices"].values()) - 1) < 1e-9 and 5.0 <= auto["mean_round_ms"] <= 7.0
+    assert four["budget"] == 4 and "choices" not in four
+    assert cli("replay", small_record, "--budget", "auto", "--cost-model", tmp_path / "cost.json",
+               "--auto-budgets", "4,8", "--batch", "2") == 0
+    assert "modelled ms a round" in capsys.readouterr().out

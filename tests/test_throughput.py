@@ -132,6 +132,7 @@ def test_auto_is_passed_to_the_generator_and_its_refusal_is_one_line(monkeypatch
     (["--cli-check", "ddtree:0"], "--cli-check ddtree:0: give ddtree:BUDGET"),
     (["--cost-model", "COST"], "COST"),
     (["--record", "nowhere.npz"], "record nowhere.npz not found"),
+    (["--no-measure"], "--no-measure projects from a record only"),
     (["--out", "FULL"], "is not empty; give another directory or --force"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
@@ -150,3 +151,49 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("bench throughput: error: ") and swap.get(message, message) in err, err
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_auto_is_projected_from_a_record_where_the_model_covers_the_batch(tmp_path):
+    """--no-measure --record: DFlash, DDTree-16 and auto from the replay alone. auto at batch b is
+    the lockstep replay in batches of b with the engine's chooser at the model's batch-b costs: b x
+    its tokens a round / its picks' mean ms; blank at batch 4, where the model covers neither
+    DFlash nor a DDTree budget."""
+    import numpy as np
+
+    from bench.throughput import main
+    from ddtree_jax.research import auto_budget, load_record, replay
+    from ddtree_jax.research.store import FORMAT, save_record
+    from ddtree_jax.cost import load_cost_model
+
+    rng = np.random.default_rng(0)
+    p, n, d, k = 4, 24, 15, 16
+    outputs = rng.integers(0, 40, (p, n + d)).astype(np.int32)
+    logp = -np.sort(rng.random((p, n - 1, d, k)).astype(np.float32), axis=-1) * 3
+    ids = np.stack([rng.permutation(40)[:k] for _ in range(p * (n - 1) * d)]).reshape(p, n - 1, d, k)
+    ids[:, :, :, 0] = np.stack([outputs[:, 1 + j:1 + j + d] for j in range(n - 1)], axis=1)  # top-1 often right
+    ids[:, :, :, 1:] = np.where(ids[:, :, :, 1:] == ids[:, :, :, :1], 40 + np.arange(k - 1), ids[:, :, :, 1:])
+    ids[:, ::3, 4:, 0] = 41 + k  # ... but not always: the chain stops early every third root
+    header = {"format": FORMAT, "checkpoint": {"path": "x", "fingerprint": "f" * 24}, "block_size": d + 1, "depth": d,
+              "vocab_size": 100, "top_k": k, "max_new_tokens": n, "stop_ids": []}
+    rec_path = save_record(tmp_path / "rec.npz", header, [np.arange(8)] * p, outputs, logp, ids.astype(np.uint16))
+    cost = cost_file(tmp_path / "cost.json", [(m, b, nodes, ms) for b, scale in ((1, 1.0), (2, 1.2))
+                                              for m, nodes, ms in (("ar", 0, 5.0), ("dflash", 15, 6.0),
+                                                                   ("ddtree", 16, 6.6))
+                                              for ms in [ms * scale]] + [("ar", 4, 0, 7.0)])
+    out = tmp_path / "proj"
+    assert main(["--record", str(rec_path), "--no-measure", "--cost-model", str(cost), "--methods", "ar,dflash,ddtree",
+                 "--budgets", "16,auto", "--batches", "1,2,4", "--no-progress", "--out", str(out)]) == 0
+    doc = json.loads((out / "throughput.json").read_text())
+    proj = doc["projection"]
+    assert doc["measured"] == [] and "nothing decoded" in (out / "summary.md").read_text()
+    assert list(proj["series"]) == ["AR", "DFlash", "DDTree-16", "auto"]
+    rates = proj["series"]["auto"]["tokens_per_s"]
+    assert rates[0] is not None and rates[1] is not None and rates[2] is None
+    model, rec = load_cost_model(cost), load_record(rec_path)
+    for i, b in enumerate((1, 2)):
+        res = replay(rec, "ddtree", auto_budget(model, prefix=512), batch=b)
+        ms = sum(share * model.round_ms(c, b, 512) for c, share in res.choices.items())
+        assert rates[i] == pytest.approx(1000 * b * res.mean_acceptance / ms)
+        assert proj["auto_over_best"][i] == pytest.approx(rates[i] / max(
+            s["tokens_per_s"][i] for name, s in proj["series"].items() if name != "auto"))
+    assert "| auto | " in (out / "summary.md").read_text()

@@ -2,6 +2,7 @@
 
     python -m ddtree_jax.research record --out rec.npz                  # the shipped pair, eval prompts
     python -m ddtree_jax.research replay rec.npz --tree-policy beam:width=8 --budget 16,64,256
+    python -m ddtree_jax.research replay rec.npz --budget auto --cost-model cost.json --batch 8
     python -m ddtree_jax.research plot rec.npz --out acceptance.png    # every policy x budget
 
 Every flag and file is checked before anything is loaded or computed.
@@ -33,7 +34,8 @@ def build_parser() -> ArgumentParser:
     from ddtree_jax.trees import available_policies
 
     ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
-                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n".join(__doc__.splitlines()[2:5]))
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="\n".join(__doc__.splitlines()[2:6]))
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     defaults = argparse.ArgumentDefaultsHelpFormatter
 
@@ -62,7 +64,16 @@ def build_parser() -> ArgumentParser:
                                      "beam:width=W min(W, budget), static its largest rank + 1.")
     rep.add_argument("record", help="a file of python -m ddtree_jax.research record")
     rep.add_argument("--tree-policy", action="append", default=None, help=pol_help + " (default: ddtree)")
-    rep.add_argument("--budget", default="16,64,256", help="draft nodes a round, comma-separated")
+    rep.add_argument("--budget", default="16,64,256",
+                     help="draft nodes a round, comma-separated; auto: the engine's --budget auto (needs --cost-model)")
+    rep.add_argument("--cost-model", help="--budget auto's cost model (a file of python -m bench fit-cost); its "
+                                          "costs at --batch rows pick each round's tree")
+    rep.add_argument("--auto-budgets", default=None,
+                     help="DDTree budgets --budget auto chooses among, with DFlash where the cost model covers it "
+                          "(default: the engine's, 16,32,64,128,256)")
+    rep.add_argument("--batch", type=int, default=1,
+                     help="prompts decoded together, as generate --batch-size: auto's one choice a round reads "
+                          "their active rows")
     rep.add_argument("--max-new-tokens", type=int, default=None, help="at most the record's (default)")
     rep.add_argument("--ignore-eos", action="store_true", help="do not stop at the record's eos tokens")
     rep.add_argument("--ckpt", help="refuse the record unless it was made with this checkpoint")
@@ -81,12 +92,15 @@ def build_parser() -> ArgumentParser:
     return ap
 
 
-def parse_budgets(text: str, flag: str) -> list[int]:
+def parse_budgets(text: str, flag: str, auto: bool = False) -> list:
+    """'16,64' -> [16, 64]; 'auto' passes through where `auto`."""
+    words = [b.strip() for b in text.split(",") if b.strip()]
     try:
-        budgets = [int(b) for b in text.split(",") if b.strip()]
+        budgets = [b if auto and b == "auto" else int(b) for b in words]
     except ValueError:
-        raise UserError(f"{flag} takes comma-separated whole numbers (e.g. 16,64,256); got {text!r}") from None
-    if not budgets or min(budgets) < 1:
+        raise UserError(f"{flag} takes comma-separated whole numbers{' or auto' * auto} (e.g. 16,64,256); "
+                        f"got {text!r}") from None
+    if not budgets or min((b for b in budgets if b != "auto"), default=1) < 1:
         raise UserError(f"{flag} needs budgets >= 1 (e.g. 16,64,256); got {text!r}")
     return budgets
 
@@ -206,19 +220,41 @@ def cmd_record(args) -> int:
 # ----------------------------------------------------------------------------- replay and plot
 
 
+def _auto_budget(args):
+    """--budget auto's BatchBudget from --cost-model and --auto-budgets (None without auto)."""
+    from ddtree_jax.cost import load_cost_model
+    from ddtree_jax.research.simulate import auto_budget
+
+    if args.cost_model is None:
+        raise UserError("--budget auto needs --cost-model FILE (python -m bench fit-cost writes one; "
+                        "ddtree_jax/cost_models/ ships some)")
+    budgets = None if args.auto_budgets is None else parse_budgets(args.auto_budgets, "--auto-budgets")
+    return auto_budget(load_cost_model(args.cost_model), budgets)
+
+
 def cmd_replay(args) -> int:
-    budgets = parse_budgets(args.budget, "--budget")
+    budgets = parse_budgets(args.budget, "--budget", auto=True)
+    if args.batch < 1:
+        raise UserError(f"--batch must be >= 1 (got {args.batch})")
+    auto = _auto_budget(args) if "auto" in budgets else None
+    if auto is None and (args.cost_model is not None or args.auto_budgets is not None):
+        raise UserError("--cost-model and --auto-budgets are --budget auto's; add auto to --budget or drop them")
     policies = _policies(args.tree_policy, ["ddtree"])
     rec = _load(args.record, args.ckpt)
+    from ddtree_jax import compile_cache
     from ddtree_jax.research.record import progress
     from ddtree_jax.research.simulate import check_replayable, replay
 
+    compile_cache.enable()  # a replay's trees compile for seconds: a second run of a policy loads them
+
     for policy in policies:
         for b in budgets:
-            check_replayable(rec, policy, b)
-    roots = rec.logp.shape[0] * rec.logp.shape[1]
-    with progress(roots * len(policies) * len(budgets), "replay", "root") as bar:
-        results = [replay(rec, p, b, max_new_tokens=args.max_new_tokens, stop=not args.ignore_eos, progress=bar)
+            if b != "auto":
+                check_replayable(rec, policy, b)
+    n_new = args.max_new_tokens or rec.max_new_tokens
+    with progress(rec.num_prompts * n_new * len(policies) * len(budgets), "replay", "token") as bar:
+        results = [replay(rec, p, auto if b == "auto" else b, batch=args.batch, max_new_tokens=args.max_new_tokens,
+                          stop=not args.ignore_eos, progress=bar)
                    for p in policies for b in budgets]
     sources = rec.header.get("sources") or [f"prompt {i + 1}" for i in range(rec.num_prompts)]
     for res in results:
@@ -227,6 +263,10 @@ def cmd_replay(args) -> int:
             continue
         print(f"{res.policy} budget {res.budget}: mean acceptance {res.mean_acceptance:.3f} tokens a round, "
               f"{res.rounds} rounds, {res.mean_nodes:.1f} nodes a round")
+        if res.choices:
+            shares = "  ".join(f"{'DFlash' if c == 'dflash' else c}: {100 * s:.1f}%" for c, s in res.choices.items())
+            ms = "" if res.mean_round_ms is None else f"; {res.mean_round_ms:.3f} modelled ms a round"
+            print(f"  batch {res.batch}, rounds at each candidate: {shares}{ms}")
         for src, p in zip(sources, res.prompts):
             print(f"  {src:<16} {p.rounds:4d} rounds  {p.mean_acceptance:.3f}")
         print("  tokens a round: " + "  ".join(f"{n}: {c}" for n, c in enumerate(res.histogram, 1) if c))
@@ -246,6 +286,9 @@ def cmd_plot(args) -> int:
     for path in (out, out.with_suffix(".csv"), out.with_suffix(".json")):
         check_output(path, args.force)
     rec = _load(args.record)
+    from ddtree_jax import compile_cache
+
+    compile_cache.enable()
     for line in write_plot(rec, policies, budgets, out, stop=not args.ignore_eos, title=Path(args.record).name,
                            force=args.force):
         log(line)

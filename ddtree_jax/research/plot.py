@@ -39,8 +39,7 @@ def sweep(rec: Record, policies: Sequence[TreePolicy], budgets: Sequence[int], *
                          f"than the record's top-{rec.top_k}; left out")
         todo += [(policy, b) for b in fits]
     rows = []
-    roots = rec.logp.shape[0] * rec.logp.shape[1]
-    with progress(roots * len(todo), "replay", "root") as bar:
+    with progress(rec.num_prompts * rec.max_new_tokens * len(todo), "replay", "token") as bar:
         for policy, budget in todo:
             res = replay(rec, policy, budget, stop=stop, progress=bar)
             rows.append({"policy": res.policy, "budget": budget, "mean_acceptance": res.mean_acceptance,

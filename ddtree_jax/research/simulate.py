@@ -13,9 +13,13 @@ rooted at output j is a function of the policy, the budget and the recorded draf
   commit   accepted + 1 tokens (the bonus), the next root j + accepted + 1; the round that
            reaches max_new_tokens or emits a stop id is the last, as in `engine.commit_stage`.
 
-Trees and walks run for every root at once (batched, jitted); the hop from root to root is a
-short numpy loop. Sampling (temperature > 0) is not replayed: acceptance there depends on the
-target's distributions off the greedy path, which a record does not hold.
+The prompts run in lockstep, as the engine runs a batch: each step builds the trees of the
+current roots of the prompts still running (one jitted call per ROWS_PER_CALL of them, padded to
+that size: one compile), walks them, and commits. A budget may be chosen per round for a whole
+batch of rows (`BatchBudget`, the engine's `--budget auto`): `replay(..., batch=b)` groups the
+prompts in consecutive batches of b whose choice reads their active rows together. Sampling
+(temperature > 0) is not replayed: acceptance there depends on the target's distributions off
+the greedy path, which a record does not hold.
 
 Exactness against the engine needs K (the record's top-K) to cover every rank a policy reads:
 `ranks_needed`. The numbers are float32 engine numbers: the record's batched drafter pass and
@@ -24,14 +28,16 @@ two candidates tie to ~1e-7 (tests/test_research.py compares them round for roun
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ddtree_jax.cost import Candidate, CostLines, CostModel, auto_lines, chain_path_logp, choose_budget_np
 from ddtree_jax.errors import UserError
 from ddtree_jax.research.store import Record
 from ddtree_jax.trees import TreePolicy, make_policy
@@ -41,12 +47,93 @@ from ddtree_jax.trees.ddtree import DDTreePolicy
 from ddtree_jax.trees.static import StaticPolicy
 from ddtree_jax.tuning import tuning_for
 
-# A budget: a node count, or a function of the path log-probs [R, N] (slot order; -inf at padding
-# slots) of a round's trees that returns how many of their first slots to keep, int [R] in 0..N.
-Budget = int | Callable[[np.ndarray], np.ndarray]
-# Roots x tree slots one jitted call takes (its tree build's selections grow with both).
-CALL_SLOTS = 1 << 20
-CALLS_IN_FLIGHT = 2
+
+class BatchBudget(abc.ABC):
+    """A budget chosen once a round for a whole batch of rows, as the engine's `--budget auto`
+    chooses one verify shape a round: a candidate is a DDTree node count n (the replayed policy's
+    tree at the largest, cut to its first n slots) or "dflash" (the drafter's top-1 chain)."""
+
+    @abc.abstractmethod
+    def candidates(self, batch: int) -> tuple[Candidate, ...]:
+        """What a batch of `batch` rows may be given (static for a replay: its largest node count
+        sizes the trees built)."""
+
+    @abc.abstractmethod
+    def choose(self, path_logp: np.ndarray, chain_logp: np.ndarray | None, active: np.ndarray,
+               prefix: np.float32) -> int:
+        """The index into candidates(batch) of this round's pick. path_logp float32 [batch, N]: each
+        row's largest tree's path log-probs in slot order (-inf at padding slots and at inactive
+        rows); chain_logp float32 [batch, D]: the chain's (None unless "dflash" is a candidate);
+        active bool [batch]: the rows still generating; prefix: their mean length (prompt +
+        outputs before the root), float32 as the engine computes it."""
+
+    def round_ms(self, candidate: Candidate, batch: int, prefix: np.float32) -> float | None:
+        """The modelled ms of a round of `candidate` (None: not modelled); reported, never chosen by."""
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoBudget(BatchBudget):
+    """The engine's `--budget auto` over a cost model: each round the candidate ("dflash" where
+    the model covers it, and the DDTree budgets `budgets` it covers) with the most expected tokens
+    a millisecond summed over the active rows, at the model's costs for the batch's size after
+    `prefix` tokens (None: the active rows' mean length, as the engine)."""
+
+    model: CostModel
+    budgets: tuple[int, ...]
+    prefix: float | None = None
+
+    def lines(self, batch: int) -> CostLines:
+        lines = _auto_lines(self.model, self.budgets, batch)
+        if lines is None:
+            raise UserError(f"the cost model covers none of DFlash and budgets {', '.join(map(str, self.budgets))} "
+                            f"at batch {batch} ({self.model.describe(one_line=True)}); pick a batch it covers (the "
+                            "last batch holds the prompts left over: its size counts too)")
+        return lines
+
+    def candidates(self, batch: int) -> tuple[Candidate, ...]:
+        return self.lines(batch).candidates
+
+    def _at(self, prefix) -> np.float32:
+        return prefix if self.prefix is None else np.float32(self.prefix)
+
+    def choose(self, path_logp, chain_logp, active, prefix) -> int:
+        lines = self.lines(len(active))
+        # the engine's chooser, in numpy: slot order is the order its nodes are cut in
+        return int(choose_budget_np(path_logp, lines.candidates, lines.at(self._at(prefix), xp=np), active,
+                                    chain_logp=chain_logp, presorted=True))
+
+    def round_ms(self, candidate, batch, prefix) -> float:
+        lines = self.lines(batch)
+        return float(lines.at(self._at(prefix), xp=np)[lines.candidates.index(candidate)])
+
+
+@functools.lru_cache(maxsize=64)
+def _auto_lines(model: CostModel, budgets: tuple[int, ...], batch: int) -> CostLines | None:
+    return auto_lines(model, ("dflash", *budgets), batch)
+
+
+def auto_budget(model: CostModel, budgets: Sequence[int] | None = None, *, prefix: float | None = None) -> AutoBudget:
+    """`--budget auto` of `Generator(budget="auto", cost_model=model, auto_budgets=budgets)` as a
+    replay budget (default budgets: the Generator's); prefix: the length its costs are read at
+    (None: each round's, as the engine)."""
+    if budgets is None:
+        from ddtree_jax.generator import AUTO_BUDGETS
+
+        budgets = AUTO_BUDGETS
+    if not budgets or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in budgets):
+        raise UserError(f"auto budgets must be DDTree budgets >= 1 (got {list(budgets)})")
+    return AutoBudget(model, tuple(sorted({int(b) for b in budgets})), prefix)
+
+
+# A budget: a node count; a function of the path log-probs [R, N] (slot order; -inf at padding
+# slots) of a round's trees that returns how many of their first slots to keep, int [R] in 0..N,
+# each row on its own; or a BatchBudget, one choice a round for a batch of rows.
+Budget = int | Callable[[np.ndarray], np.ndarray] | BatchBudget
+# Roots one jitted call takes: a step's rows go in calls of this many, the last padded (one
+# compile). Small calls pad few rows as prompts finish and a step's calls run side by side: on 2
+# CPU cores 4-8 rows a call replayed DDTree-256 fastest (32 prompts x 256 tokens).
+ROWS_PER_CALL = 8
 
 
 def ranks_needed(policy: TreePolicy, budget: int, depth: int) -> int:
@@ -75,6 +162,8 @@ def ranks_needed(policy: TreePolicy, budget: int, depth: int) -> int:
 class PromptReplay:
     acceptance_lengths: list[int]  # tokens committed by each round (accepted + the bonus)
     nodes: list[int]  # draft nodes verified by each round
+    picks: list[Candidate] = dataclasses.field(default_factory=list)  # a BatchBudget's choice each round
+    round_ms: list[float] = dataclasses.field(default_factory=list)  # its modelled ms each round, where modelled
 
     @property
     def rounds(self) -> int:
@@ -92,6 +181,7 @@ class ReplayResult:
     budget: int | str  # "auto" where a function chose it
     depth: int
     prompts: list[PromptReplay]
+    batch: int = 1  # prompts run in lockstep, a BatchBudget's choice shared
 
     @property
     def rounds(self) -> int:
@@ -114,12 +204,28 @@ class ReplayResult:
         acc = np.asarray([a for p in self.prompts for a in p.acceptance_lengths], np.int64)
         return np.bincount(acc, minlength=self.depth + 2)[1:].tolist()
 
+    @property
+    def choices(self) -> dict[Candidate, float]:
+        """A BatchBudget's share of the rows' rounds at each candidate ({} for other budgets),
+        pooled as mean_acceptance is."""
+        picks = [c for p in self.prompts for c in p.picks]
+        order = sorted(set(picks), key=lambda c: (c != "dflash", 0 if c == "dflash" else c))
+        return {c: picks.count(c) / len(picks) for c in order}
+
+    @property
+    def mean_round_ms(self) -> float | None:
+        """The modelled ms a round, over the rows' rounds (None where no round was modelled)."""
+        ms = [m for p in self.prompts for m in p.round_ms]
+        return float(np.mean(ms)) if ms else None
+
     def to_json(self) -> dict:
-        return {"policy": self.policy, "budget": self.budget, "rounds": self.rounds,
-                "mean_acceptance": self.mean_acceptance, "mean_nodes": self.mean_nodes,
-                "histogram": self.histogram,
-                "prompts": [{"rounds": p.rounds, "mean_acceptance": p.mean_acceptance,
-                             "acceptance_lengths": p.acceptance_lengths} for p in self.prompts]}
+        out = {"policy": self.policy, "budget": self.budget, "batch": self.batch, "rounds": self.rounds,
+               "mean_acceptance": self.mean_acceptance, "mean_nodes": self.mean_nodes, "histogram": self.histogram,
+               "prompts": [{"rounds": p.rounds, "mean_acceptance": p.mean_acceptance,
+                            "acceptance_lengths": p.acceptance_lengths} for p in self.prompts]}
+        if self.choices:
+            out.update(choices={str(c): s for c, s in self.choices.items()}, mean_round_ms=self.mean_round_ms)
+        return out
 
 
 def policy_for(spec: str | TreePolicy) -> TreePolicy:
@@ -142,94 +248,132 @@ def check_replayable(rec: Record, policy: TreePolicy, budget: int) -> None:
 
 
 def replay(rec: Record, policy: str | TreePolicy, budget: Budget, *, max_budget: int | None = None,
-           max_new_tokens: int | None = None, stop: bool = True, progress=None) -> ReplayResult:
+           batch: int = 1, max_new_tokens: int | None = None, stop: bool = True, progress=None) -> ReplayResult:
     """Score `policy` over the record's prompts as the engine's greedy rounds would.
 
-    budget: the nodes a round verifies (an int, as `--budget`), or a function that picks them per
-    round: it gets the path log-probs of every root's tree at `max_budget` nodes (float32 [R, N],
-    the sum of the drafter's log-probs along each node's root path, in slot order, -inf at padding
-    slots) and returns how many of the first slots to keep (int [R], 0..N). Slots are in the
-    policy's order (best first for ddtree and beam), so the kept slots are again a tree: the
-    policy's tree at that budget, for ddtree. max_budget: the tree the function prunes (required
-    with a function). max_new_tokens: at most the record's (default). stop: end a prompt at the
-    record's stop ids (its tokenizer's eos), as generate does without --ignore-eos.
-    progress: a tqdm-like bar, updated by roots."""
+    budget: the nodes a round verifies (an int, as `--budget`); a function that picks them per
+    row and round: it gets the path log-probs of each active row's tree at `max_budget` nodes
+    (float32 [R, N], the sum of the drafter's log-probs along each node's root path, in slot
+    order, -inf at padding slots) and returns how many of the first slots to keep (int [R],
+    0..N); or a `BatchBudget` (`auto_budget`: the engine's `--budget auto`), one choice a round
+    for each batch. Slots are in the policy's order (best first for ddtree and beam), so the kept
+    slots are again a tree: the policy's tree at that budget, for ddtree. max_budget: the tree the
+    function prunes (required with a function). batch: prompts decoded together, consecutive, as
+    `generate --batch-size` (only a BatchBudget's choice depends on it). max_new_tokens: at most
+    the record's (default). stop: end a prompt at the record's stop ids (its tokenizer's eos), as
+    generate does without --ignore-eos. progress: a tqdm-like bar, updated by output tokens (each
+    prompt's total is max_new_tokens)."""
     policy = policy_for(policy)
-    choose = budget if callable(budget) else None
-    if choose is not None and max_budget is None:
-        raise UserError("a budget function needs max_budget: the node count of the trees it prunes")
-    build_budget = max_budget if choose is not None else budget
-    check_replayable(rec, policy, build_budget)
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch must be an int >= 1 (got {batch!r})")
+    sizes = sorted({min(batch, rec.num_prompts - g) for g in range(0, rec.num_prompts, batch)})
+    chain = False
+    if isinstance(budget, BatchBudget):
+        cands = {c for b in sizes for c in budget.candidates(b)}
+        chain = "dflash" in cands
+        build_budget = max((c for c in cands if c != "dflash"), default=0)
+    elif callable(budget):
+        if max_budget is None:
+            raise UserError("a budget function needs max_budget: the node count of the trees it prunes")
+        build_budget = max_budget
+    else:
+        build_budget = budget
+    if build_budget or not chain:
+        check_replayable(rec, policy, build_budget)
     build_budget = int(build_budget)  # a static argument of the jitted build
     n_new = rec.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= n_new <= rec.max_new_tokens:
         raise UserError(f"max_new_tokens must be in 1..{rec.max_new_tokens} (the record's); got {n_new}")
-    accepted, nodes = root_acceptance(rec, policy, build_budget, choose, progress=progress)
-    stops = set(rec.stop_ids) if stop else set()
-    prompts = [_hop(rec.outputs[b], accepted[b], nodes[b], n_new, stops) for b in range(rec.num_prompts)]
-    return ReplayResult(policy.spec, "auto" if choose is not None else build_budget, rec.depth, prompts)
+    prompts = _lockstep(rec, policy, build_budget, budget, chain, batch, n_new, set(rec.stop_ids) if stop else set(),
+                        progress)
+    return ReplayResult(policy.spec, build_budget if isinstance(budget, (int, np.integer)) else "auto", rec.depth,
+                        prompts, batch)
 
 
-def _hop(outputs: np.ndarray, accepted: np.ndarray, nodes: np.ndarray, max_new: int, stops: set[int]) -> PromptReplay:
-    """The rounds of one prompt: from output 0 (the prefill's token), a round at root j commits
-    accepted[j] + 1 tokens; engine.commit_stage's stop rules."""
-    lengths, verified = [], []
-    if outputs[0] in stops:
-        return PromptReplay(lengths, verified)
-    j, out_len = 0, 1
-    while out_len < max_new:
-        n = int(accepted[j]) + 1
-        lengths.append(n)
-        verified.append(int(nodes[j]))
-        if stops and not stops.isdisjoint(outputs[j + 1:j + 1 + n].tolist()):
-            break
-        out_len += n
-        j += n
-    return PromptReplay(lengths, verified)
-
-
-def root_acceptance(rec: Record, policy: TreePolicy, budget: int, choose: Callable | None = None, *,
-                    progress=None) -> tuple[np.ndarray, np.ndarray]:
-    """(accepted draft nodes, verified nodes) of the round rooted at every recorded root, int32
-    [P, N - 1] each: the policy's tree at `budget` (pruned per root by `choose`, see `replay`)
-    walked along the greedy sequence."""
-    p, roots, depth, k = rec.logp.shape
-    total = p * roots
-    logp = rec.logp.reshape(total, depth, k)
-    ids = rec.ids.reshape(total, depth, k)
-    # the greedy tokens at depths 1..D below root j: outputs j + 1 .. j + D
-    follow = np.lib.stride_tricks.sliding_window_view(rec.outputs, depth, axis=1)[:, 1:roots + 1]
-    follow = follow.reshape(total, depth)
-    slots = policy.num_nodes(budget, depth) + 1
-    # at least CALLS_IN_FLIGHT calls, so that XLA:CPU runs them side by side
-    chunk = int(max(1, min(CALL_SLOTS // slots, -(-total // CALLS_IN_FLIGHT))))
-    accepted = np.zeros(total, np.int32)
-    verified = np.zeros(total, np.int32)
-    pending: list = []
-
-    def collect():
-        lo, n, acc, ver = pending.pop(0)
-        accepted[lo:lo + n], verified[lo:lo + n] = np.asarray(acc)[:n], np.asarray(ver)[:n]
-        if progress is not None:
-            progress.update(n)
-
-    for lo in range(0, total, chunk):
-        take = np.arange(lo, lo + chunk).clip(max=total - 1)  # the last call padded: one shape
-        args = jax.device_put((logp[take], ids[take].astype(np.int32), follow[take]))
-        keep = None
-        if choose is not None:
-            path_logp = np.asarray(_path_logp(args[0], policy=policy, budget=budget))
-            keep = np.clip(np.asarray(choose(path_logp)).astype(np.int32).reshape(-1), 0, slots - 1)
-            if keep.shape != (chunk,):
-                raise UserError(f"the budget function returned {keep.size} counts for {chunk} trees; it must "
+def _lockstep(rec: Record, policy: TreePolicy, build_budget: int, budget: Budget, chain: bool, batch: int,
+              max_new: int, stops: set[int], progress) -> list[PromptReplay]:
+    """Every prompt's rounds, all prompts a step at a time: from output 0 (the prefill's token), a
+    round at root j commits accepted + 1 tokens; engine.commit_stage's stop rules."""
+    p, depth = rec.num_prompts, rec.depth
+    prompt_lens = np.asarray([len(x) for x in rec.prompts], np.int64)
+    out = [PromptReplay([], []) for _ in range(p)]
+    root = np.zeros(p, np.int64)  # the root's output index; outputs so far = root + 1
+    done = np.asarray([max_new <= 1 or int(o) in stops for o in rec.outputs[:, 0]])
+    if progress is not None:
+        progress.update(int(done.sum()) * max_new)
+    need_path = bool(build_budget) and (callable(budget) or isinstance(budget, BatchBudget))
+    slots = policy.num_nodes(build_budget, depth) if build_budget else 0
+    while not done.all():
+        rows = np.flatnonzero(~done)
+        got = _trees_at(rec, policy, build_budget, chain, need_path, rows, root[rows])
+        n_keep = np.full(len(rows), slots)
+        pick = [None] * len(rows)
+        ms = [None] * len(rows)
+        if isinstance(budget, BatchBudget):
+            at = {r: i for i, r in enumerate(rows)}
+            for g in range(0, p, batch):
+                group = np.arange(g, min(g + batch, p))
+                active = ~done[group]
+                if not active.any():
+                    continue
+                mine = np.asarray([at[r] for r in group[active]])
+                path = np.full((len(group), slots), -np.inf, np.float32)
+                if need_path:
+                    path[active] = got["path_logp"][mine]
+                chain_logp = None
+                if chain:
+                    chain_logp = np.full((len(group), depth), -np.inf, np.float32)
+                    chain_logp[active] = got["chain_logp"][mine]
+                lengths = (prompt_lens[group] + root[group])[active]
+                # the engine's prefix: an int32 sum over the active rows / their count, in float32
+                prefix = np.float32(lengths.sum()) / np.float32(len(lengths))
+                cand = budget.candidates(len(group))[budget.choose(path, chain_logp, active, prefix)]
+                cost = budget.round_ms(cand, len(group), prefix)
+                for i in mine:
+                    pick[i], ms[i] = cand, cost
+                    n_keep[i] = -1 if cand == "dflash" else min(int(cand), slots)
+        elif callable(budget):
+            keep = np.asarray(budget(got["path_logp"])).astype(np.int64).reshape(-1)
+            if keep.shape != (len(rows),):
+                raise UserError(f"the budget function returned {keep.size} counts for {len(rows)} trees; it must "
                                 "return one count a tree")
-            keep = jnp.asarray(keep)
-        pending.append((lo, min(chunk, total - lo), *_walk_trees(*args, keep, policy=policy, budget=budget)))
-        if len(pending) == CALLS_IN_FLIGHT:  # dispatch is asynchronous: the next call is queued behind
-            collect()
-    while pending:
-        collect()
-    return accepted.reshape(p, roots), verified.reshape(p, roots)
+            n_keep = np.clip(keep, 0, slots)
+        for i, r in enumerate(rows):
+            k = n_keep[i]
+            accepted, verified = ((got["chain_accepted"][i], got["chain_verified"][i]) if k < 0 else
+                                  (got["accepted"][i, k], got["verified"][i, k]))
+            n = int(accepted) + 1
+            rounds = out[r]
+            rounds.acceptance_lengths.append(n)
+            rounds.nodes.append(int(verified))
+            if pick[i] is not None:
+                rounds.picks.append(pick[i])
+                if ms[i] is not None:
+                    rounds.round_ms.append(ms[i])
+            j = root[r]
+            was = j + 1
+            if stops and not stops.isdisjoint(rec.outputs[r, j + 1:j + 1 + n].tolist()):
+                done[r] = True
+            root[r] = j + n
+            if root[r] + 1 >= max_new:
+                done[r] = True
+            if progress is not None:
+                progress.update(max_new - was if done[r] else n)
+    return out
+
+
+def _trees_at(rec: Record, policy: TreePolicy, budget: int, chain: bool, need_path: bool, rows: np.ndarray,
+              roots: np.ndarray) -> dict[str, np.ndarray]:
+    """The rounds rooted at output roots[i] of prompt rows[i], in calls of ROWS_PER_CALL roots
+    (all dispatched before any is read): see `_walk_trees`."""
+    follow = np.lib.stride_tricks.sliding_window_view(rec.outputs, rec.depth, axis=1)  # outputs j + 1 .. j + D
+    calls = []
+    for lo in range(0, len(rows), ROWS_PER_CALL):
+        take = np.arange(lo, lo + ROWS_PER_CALL).clip(max=len(rows) - 1)  # the last call padded: one shape
+        r, j = rows[take], roots[take]
+        args = jax.device_put((rec.logp[r, j], rec.ids[r, j].astype(np.int32), follow[r, j + 1]))
+        calls.append(_walk_trees(*args, policy=policy, budget=budget, chain=chain, path=need_path))
+    return {k: np.concatenate([np.asarray(c[k]) for c in calls])[:len(rows)] for k in calls[0]}
 
 
 def _at_nodes(x, tree):
@@ -250,28 +394,35 @@ def _down_the_tree(tree, x, step, depth: int):
     return y
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "budget"))
-def _path_logp(logp, *, policy: TreePolicy, budget: int):
-    """Each slot's root-path log-prob [R, N], -inf at padding slots: the sum of its nodes' log-probs
-    from depth 1 down, which is the score DDTree ranks by, to the bit."""
-    tree = policy.build(logp, budget)
-    node = jnp.where(tree.valid, _at_nodes(logp, tree), 0.0).at[:, 0].set(0.0)
-    path = _down_the_tree(tree, node, lambda own, above: above + own, logp.shape[1])
-    return jnp.where(tree.valid, path, -jnp.inf)[:, 1:]
-
-
-@functools.partial(jax.jit, static_argnames=("policy", "budget"))
-def _walk_trees(logp, ids, follow, keep=None, *, policy: TreePolicy, budget: int):
-    """(accepted nodes, verified nodes) [R] of each root's tree walked along `follow` (the greedy
-    tokens at depths 1..D after the root [R, D]); keep [R]: only the first keep slots (None: all).
+@functools.partial(jax.jit, static_argnames=("policy", "budget", "chain", "path"))
+def _walk_trees(logp, ids, follow, *, policy: TreePolicy, budget: int, chain: bool, path: bool):
+    """Each root's tree at `budget` walked along `follow` (the greedy tokens at depths 1..D after
+    the root [R, D]), for every cut of it at once: accepted [R, N + 1] (the accepted nodes of its
+    first n slots at column n: a node's ancestors come before it, so a cut keeps or drops its
+    path whole) and verified [R, N + 1] (the valid nodes among them). path: also path_logp
+    [R, N], each slot's root-path log-prob (-inf at padding slots: the sum of its nodes' log-probs
+    from depth 1 down, which is the score DDTree ranks by, to the bit). chain: also the drafter's
+    top-1 chain's chain_accepted and chain_verified [R], and chain_logp [R, D] (DFlash's tree).
     The walk's rule (ddtree_jax.walk): a node is accepted where it and every node above it carry
     the greedy token of their depth."""
-    tree = policy.build(logp, budget)
-    depth = logp.shape[1]
-    valid = tree.valid
-    if keep is not None:
-        valid = valid & (jnp.arange(valid.shape[1])[None] <= keep[:, None])
-    want = jnp.take_along_axis(follow, (tree.depths - 1).clip(0, depth - 1), axis=1)
-    hit = (valid & (_at_nodes(ids, tree) == want)).at[:, 0].set(True)  # ranks -> token ids: the record's
-    accepted = _down_the_tree(tree, hit, jnp.logical_and, depth)
-    return jnp.max(jnp.where(accepted, tree.depths, 0), axis=1), valid[:, 1:].sum(-1, dtype=jnp.int32)
+    out = {}
+    trees = [("", policy, budget)] if budget else []
+    if chain:
+        trees.append(("chain_", make_policy("chain").with_tuning(policy.tuning), logp.shape[1]))
+        out["chain_logp"] = chain_path_logp(logp[..., :1])  # the top-1 per depth: ranks are by value
+    for name, pol, b in trees:
+        tree = pol.build(logp, b)
+        depth = logp.shape[1]
+        want = jnp.take_along_axis(follow, (tree.depths - 1).clip(0, depth - 1), axis=1)
+        hit = (tree.valid & (_at_nodes(ids, tree) == want)).at[:, 0].set(True)  # ranks -> token ids: the record's
+        accepted = jax.lax.cummax(jnp.where(_down_the_tree(tree, hit, jnp.logical_and, depth), tree.depths, 0), axis=1)
+        verified = jnp.cumsum(tree.valid.at[:, 0].set(False), axis=1, dtype=jnp.int32)
+        if name:
+            out[name + "accepted"], out[name + "verified"] = accepted[:, -1], verified[:, -1]
+            continue
+        out["accepted"], out["verified"] = accepted, verified
+        if path:
+            node = jnp.where(tree.valid, _at_nodes(logp, tree), 0.0).at[:, 0].set(0.0)
+            above = _down_the_tree(tree, node, lambda own, above: above + own, depth)
+            out["path_logp"] = jnp.where(tree.valid, above, -jnp.inf)[:, 1:]
+    return out

@@ -102,19 +102,32 @@ def _row_lengths(pairs: list[tuple[int, int]]) -> tuple[int, ...]:
     return tuple(np.bincount(rows).tolist())
 
 
-def select_best(scores: Array, keys: Array, n: int, tuning: TreeTuning = DEFAULT_TUNING) -> Array:
+def select_best(scores: Array, keys: Array | None, n: int, tuning: TreeTuning = DEFAULT_TUNING) -> Array:
     """Positions of the n best entries, best first, under (score desc, key asc); keys distinct.
 
-    scores float32[Bt, P], keys int32[Bt, P]. Returns int32[Bt, n] indices into P. Up to
-    `tuning.rank_by_count_max` entries by pairwise count (one fused O(P^2) reduction), else by a
-    two-key sort: the same order.
+    scores float32[Bt, P], keys int32[Bt, P] or None (each entry's own position). Returns
+    int32[Bt, n] indices into P. Up to `tuning.rank_by_count_max` entries by pairwise count (one
+    fused O(P^2) reduction), else by a two-key sort, or, for position keys compiled for the CPU,
+    by lax.top_k (`_top_by_position`): the same order.
     """
     p = scores.shape[1]
-    if p <= tuning.rank_by_count_max:
-        return _invert(_rank(scores, keys), n)
-    # 0 - x: descending by score, and -0.0 and +0.0 compare equal as in the ranked branch
     idx = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), scores.shape)
-    return jax.lax.sort((0.0 - scores, keys, idx), dimension=1, num_keys=2)[2][:, :n]
+    if p <= tuning.rank_by_count_max:
+        return _invert(_rank(scores, idx if keys is None else keys), n)
+
+    def by_sort(scores):  # 0 - x: descending by score, -0.0 and +0.0 equal as in the ranked branch
+        return jax.lax.sort((0.0 - scores, idx if keys is None else keys, idx), dimension=1, num_keys=2)[2][:, :n]
+
+    if keys is None and scores.dtype == jnp.float32:
+        return jax.lax.platform_dependent(scores, cpu=lambda s: _top_by_position(s, n), default=by_sort)
+    return by_sort(scores)
+
+
+def _top_by_position(scores: Array, n: int) -> Array:
+    """select_best's order for position keys by lax.top_k (equal values by lower index), -0.0
+    made +0.0 first: on the CPU ~10x faster than the sort (DDTree-256's selections were most of
+    a replay there)."""
+    return top_k_total_order(jnp.where(scores == 0, jnp.float32(0), scores), n)[1]
 
 
 def _vocab_top_k_settings(k: int, tuning: TreeTuning) -> tuple[int | None, int | None, str]:
@@ -326,7 +339,7 @@ def _beams(vals: Array, toks: Array, w: int, plan: list, tuning: TreeTuning) -> 
                 score, _, parent, col = select_onehot(cand, key, n_sel, rows_b, cols_b)
                 (score,) = _materialized(tuning, score)
             else:
-                sel = select_best(cand, key, n_sel, tuning)
+                sel = select_best(cand, None, n_sel, tuning)
                 (score,) = _materialized(tuning, jnp.take_along_axis(cand, sel, axis=-1))
                 parent, col = jnp.asarray(rows)[sel], jnp.asarray(cols)[sel]
             token = jnp.take_along_axis(toks[:, d], col, axis=-1)
@@ -383,8 +396,7 @@ def best_first_tree(logp: Array, budget: int, width: int, num_slots: int,
         _, sel, gparent, token = runs_select(all_scores, n, widths, parent_of, token_of, **runs)
     else:
         (all_scores,) = _materialized(tuning, all_scores)
-        positions = jnp.broadcast_to(jnp.arange(all_scores.shape[1], dtype=jnp.int32), all_scores.shape)
-        sel = select_best(all_scores, positions, n, tuning)
+        sel = select_best(all_scores, None, n, tuning)
     slot_of = jnp.zeros_like(all_scores, jnp.int32)
     slot_of = slot_of.at[jnp.arange(batch)[:, None], sel].set(jnp.arange(1, n + 1, dtype=jnp.int32))
     if gparent is None:
