@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import engine
-from ddtree_jax.cost import CostModel, ModelSignature, resolve_cost_model
+from ddtree_jax.cost import CostModel, ModelSignature, auto_lines, resolve_cost_model
 from ddtree_jax.profile import profiled_rounds
 from ddtree_jax.errors import UserError
 from ddtree_jax.drafters import dflash as dmodel
@@ -280,19 +280,13 @@ class Generator:
         cm = self.cost_model
         if cm is None:
             return None
-        cands = [c for c in ("dflash", *self.auto_budgets) if cm.covers(c, batch)]
-        if not cands:
-            if batch not in self._uncovered:
-                self._uncovered.add(batch)
-                self._warn(f"--budget auto: the cost model covers none of DFlash and budgets "
-                           f"{', '.join(map(str, self.auto_budgets))} at batch {batch} ({cm.describe(one_line=True)}); "
-                           f"running at --budget {AUTO_FALLBACK}")
-            return None
-        lines = cm.lines(cands, batch)
-        order = sorted(range(len(cands)), key=lambda i: lines.at_min[i])
-        return dataclasses.replace(lines, candidates=tuple(cands[i] for i in order),
-                                   at_min=tuple(lines.at_min[i] for i in order),
-                                   slope=tuple(lines.slope[i] for i in order))
+        lines = auto_lines(cm, ("dflash", *self.auto_budgets), batch)
+        if lines is None and batch not in self._uncovered:
+            self._uncovered.add(batch)
+            self._warn(f"--budget auto: the cost model covers none of DFlash and budgets "
+                       f"{', '.join(map(str, self.auto_budgets))} at batch {batch} ({cm.describe(one_line=True)}); "
+                       f"running at --budget {AUTO_FALLBACK}")
+        return lines
 
     def rounds_limit(self, n: int) -> jax.Array:
         """The device scalar a run_rounds call takes as its round limit, made once per value: on
