@@ -8,19 +8,37 @@ Every flag is checked here, before anything is loaded.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
+import os
 import time
-from pathlib import Path
-from typing import Sequence
 
-from ddtree_jax.checkpoint import DEFAULT_CKPT, read_meta, read_target_config
-from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file
-from ddtree_jax.cost import load_cost_model
-from ddtree_jax.generator import AUTO_BUDGETS, DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, check_budget_fits
-from ddtree_jax.token_map import check_token_map, read_token_map
-from ddtree_jax.tokenizer import load_tokenizer
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux; 0 elsewhere): the package's imports, jax's
+    among them, run before this module's, and a cold start counts them."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+STARTED = time.perf_counter() - _process_age()  # the cold start's clock
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Sequence  # noqa: E402
+
+from ddtree_jax.checkpoint import DEFAULT_CKPT, has_drafter, is_hf_model, read_target_config  # noqa: E402
+from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file  # noqa: E402
+from ddtree_jax.cost import load_cost_model  # noqa: E402
+from ddtree_jax.generator import AUTO_BUDGETS, DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, check_budget_fits  # noqa: E402
+from ddtree_jax.token_map import check_token_map, read_token_map  # noqa: E402
+from ddtree_jax.tokenizer import load_tokenizer  # noqa: E402
 
 PROG = "python -m ddtree_jax.generate"
 
@@ -80,7 +98,12 @@ def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog=PROG, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                         description="Lossless speculative generation with DDTree / DFlash, or plain decoding.")
     ap.add_argument("--version", action="version", version=f"ddtree-jax {_version()}")
-    ap.add_argument("--ckpt", default=str(DEFAULT_CKPT), help="converted checkpoint directory (python -m convert)")
+    ap.add_argument("--ckpt", default=str(DEFAULT_CKPT),
+                    help="converted checkpoint directory (python -m convert), or a Hugging Face target directory")
+    ap.add_argument("--target", metavar="HF_DIR",
+                    help="a Hugging Face target directory, read without converting (its tokenizer is used); "
+                         "instead of --ckpt")
+    ap.add_argument("--draft", metavar="HF_DIR", help="a z-lab DFlash drafter directory for --target")
     ap.add_argument("--method", default="ddtree", choices=METHODS,
                     help="ar: plain decoding; dflash: the drafter's top-1 chain; ddtree: a tree of --budget nodes")
     ap.add_argument("--tree-policy", default="ddtree",
@@ -224,14 +247,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.interactive and (args.prompt is not None or args.prompt_file is not None or args.json):
         raise UserError("--interactive reads its turns from standard input; drop --prompt / --prompt-file / --json")
     prompts = [] if args.interactive else _load_prompts(args)
-    ckpt_path = Path(args.ckpt)
-    if not ckpt_path.exists():
-        hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
-        raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
-    target_cfg = read_target_config(ckpt_path)
-    if args.method != "ar" and read_meta(ckpt_path).get("drafter") is None:
-        raise UserError(f"method {args.method} needs a drafter, and this checkpoint has none; "
-                        "convert one with python -m convert --draft, or use --method ar")
+    if args.target is not None:
+        if _given(argv, "--ckpt"):
+            raise UserError("--ckpt and --target both name the model; give one of them")
+        from ddtree_jax.checkpoint import hf
+
+        ckpt_path = Path(args.target)
+        target_cfg = hf.HFModel(ckpt_path, "--target", "target").cfg
+        drafter, get_one = args.draft is not None, "pass its drafter with --draft HF_DIR"
+    else:
+        if args.draft is not None:
+            raise UserError("--draft HF_DIR goes with --target HF_DIR; a converted --ckpt brings its own drafter")
+        ckpt_path = Path(args.ckpt)
+        if not ckpt_path.exists():
+            hint = " (the shipped model is missing: reinstall the package)" if ckpt_path == DEFAULT_CKPT else ""
+            raise UserError(f"checkpoint {ckpt_path} not found{hint}; convert one with python -m convert")
+        target_cfg = read_target_config(ckpt_path)
+        drafter = has_drafter(ckpt_path)
+        get_one = ("name it and its drafter with --target HF_DIR --draft HF_DIR (or convert them: python -m convert)"
+                   if is_hf_model(ckpt_path)
+                   else "convert one with python -m convert --draft")
+    if args.method != "ar" and not drafter:
+        raise UserError(f"method {args.method} needs a drafter, and this checkpoint has none; {get_one}, "
+                        "or use --method ar")
     if args.method == "ddtree":
         check_budget_fits(max(AUTO_BUDGETS) if args.budget == "auto" else args.budget, target_cfg.max_position)
     if args.budget == "auto" and args.cost_model is not None:  # its device and model are checked once loaded
@@ -248,38 +286,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     import jax
 
     from ddtree_jax import compile_cache
-    from ddtree_jax.checkpoint import load_checkpoint, tokenizer_dir
+    from ddtree_jax.checkpoint import load_checkpoint, load_hf
     from ddtree_jax.generator import Generator
 
-    tok = load_tokenizer(tokenizer_dir(ckpt_path))
-    stop_ids = [] if args.ignore_eos else stop_ids_for(tok, tok.dir)
-    encoded = [_encode(tok, p, args) for p in prompts]
     dtype = args.dtype
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
         dtype = "float32" if jax.default_backend() == "cpu" else None
+    # lazy: every name and shape is checked now, the weights are read one tensor at a time as
+    # the Generator puts them on the device
+    if args.target is not None:
+        ckpt = load_hf(ckpt_path, args.draft if args.method != "ar" else None, dtype=dtype, lazy=True)
+    else:
+        ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype, lazy=True)
+    tok = load_tokenizer(ckpt.tokenizer_dir)
+    stop_ids = [] if args.ignore_eos else stop_ids_for(tok, tok.dir)
+    encoded = [_encode(tok, p, args) for p in prompts]
     compile_cache.enable()  # a second run with the same shapes skips compilation
-    ckpt = load_checkpoint(ckpt_path, with_drafter=args.method != "ar", dtype=dtype)
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
                     matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
                     draft_vocab=draft_vocab, unroll=args.unroll, cost_model=args.cost_model,
                     log=lambda line: print(line, file=sys.stderr, flush=True))
+    load_s = time.perf_counter() - t0
     for ids in encoded:
         gen.check_request([len(ids)], args.max_new_tokens, args.temperature, args.top_p)
-    progress(f"loaded in {time.perf_counter() - t0:.1f}s")
+    progress(f"loaded in {load_s:.1f}s")
     if args.interactive:
         return interactive(args, gen, tok, stop_ids, sys.stdin, sys.stdout)
 
     many = len(prompts) > 1
+    first_token: list[float] = []  # seconds from the start to the first token out
+
+    def arrived(r: int, ids: list[int]) -> bool:
+        if not first_token:
+            first_token.append(time.perf_counter() - STARTED)
+        return cuts[r].add(ids)
+
     for start in range(0, len(prompts), args.batch_size):
         rows = list(range(start, min(start + args.batch_size, len(prompts))))
         stream = not args.json and len(rows) == 1
         cuts = [_StopCut(tok, args.stop, out=_Printer() if stream else None) for _ in rows]
         watch = stream or bool(args.stop)  # tokens come back between device calls
+        compiled_before = gen.compile_s
         results = gen.generate_ids([encoded[i] for i in rows], max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                    seed=args.seed + start, stop_ids=stop_ids,
-                                   on_tokens=(lambda r, ids: cuts[r].add(ids)) if watch else None,
+                                   on_tokens=arrived if watch else None,
                                    rounds_per_call=args.rounds_per_call if watch else 0, profile=args.profile)
+        cold = {"compile": gen.compile_s - compiled_before}
+        if start == 0:
+            if not first_token:  # not streamed: the tokens came out with the results
+                first_token.append(time.perf_counter() - STARTED)
+            cold = {"load": load_s, **cold, "first token": first_token[0]}
         for r, (i, res) in enumerate(zip(rows, results)):
             cut = cuts[r]
             if not watch:
@@ -299,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cut.finish()
             else:
                 print(cut.text(), flush=True)
-        log(stats_line(results, jax.devices()[0]))
+        log(stats_line(results, jax.devices()[0], cold))
     return 0
 
 
@@ -363,8 +420,9 @@ def _encode(tok, prompt: str, args) -> list[int]:
     return tok.encode(prompt, add_special_tokens=True)
 
 
-def stats_line(results, device) -> str:
-    """One closing line a batch: prompt and generated tokens with their rates, rounds, memory."""
+def stats_line(results, device, cold: dict[str, float] | None = None) -> str:
+    """One closing line a batch: prompt and generated tokens with their rates, rounds, memory, and
+    `cold`'s seconds (the first batch: loading, compiling, the first token from the command's start)."""
     prompt = sum(r.prompt_tokens for r in results)
     new = sum(r.num_output_tokens for r in results)
     prefill = max(r.prefill_s for r in results)
@@ -376,6 +434,8 @@ def stats_line(results, device) -> str:
     peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
     if peak:
         parts.append(f"peak memory {peak / 2**30:.2f} GiB")
+    if cold:
+        parts.append(", ".join(f"{k} {v:.1f} s" for k, v in cold.items()))
     line = " | ".join(parts)
     stage_ms = results[0].stage_ms
     if stage_ms:

@@ -59,6 +59,32 @@ def tree_nbytes(tree) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
+def streamed_to_device(params: dict) -> dict:
+    """A param tree (names.py's layout) for fuse_params, the weights reaching the device one
+    tensor at a time: the top-level tensors now, each layer's as fuse_params takes the layer
+    (an iterator), so fusing a layer frees its pieces before the next arrives and the device
+    never holds the weights twice. A LazyTensor (checkpoint.tensors) is read here, while the
+    tensor before it is still being copied; that copy is waited for before the next starts, so
+    the host holds at most two tensors."""
+    in_flight: list[jax.Array] = []
+
+    def put(x):
+        if isinstance(x, jax.Array):
+            return x
+        host = np.asarray(x)
+        if in_flight:
+            in_flight.pop().block_until_ready()
+        out = jax.device_put(host)
+        in_flight.append(out)
+        return out
+
+    def put_tree(tree):
+        return jax.tree_util.tree_map(put, tree)
+
+    top = {k: put_tree(v) for k, v in params.items() if k != "layers"}
+    return {**top, "layers": ({k: put_tree(v) for k, v in layer.items()} for layer in params["layers"])}
+
+
 def _same_shapes(a, b) -> bool:
     """Whether two pytrees of arrays / ShapeDtypeStructs have one structure, shapes and dtypes."""
     la, ta = jax.tree_util.tree_flatten(a)
@@ -235,11 +261,12 @@ class Generator:
         self.prefill_chunk = prefill_chunk or engine.DecodeSpec.prefill_chunk
         self.compiler_options = dict(compiler_options) if compiler_options else None
         stack = stacks_norms_for(self.tuning.kernels)
-        self.tparams = jax.device_put(tmodel.fuse_params(ckpt.target_params, stack=stack))
+        self.tparams = tmodel.fuse_params(streamed_to_device(ckpt.target_params), stack=stack)
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
         if method != "ar":
-            self.dparams = jax.device_put(oracle if oracle is not None else dmodel.fuse_params(ckpt.drafter_params, stack=stack))
+            self.dparams = (jax.device_put(oracle) if oracle is not None
+                            else dmodel.fuse_params(streamed_to_device(ckpt.drafter_params), stack=stack))
             head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
             if draft_vocab is not None:  # on the device, once
                 restrict = functools.partial(dmodel.restrict_vocab, quantize=drafter_quant == "int8")
@@ -247,6 +274,7 @@ class Generator:
             elif drafter_quant == "int8":
                 self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
         self._compiled = Executables() if executables is None else executables
+        self.compile_s = 0.0  # seconds this Generator spent compiling (the cold start's share)
         self._state_shapes: dict = {}  # request shapes -> the state's shapes (the rounds' input)
         # the last request's final state: the next request of the same shapes prefills into its
         # buffers (`_state_buffers`); `release_buffers()` drops it
@@ -394,6 +422,7 @@ class Generator:
                 if self.log is not None and spec is not None:
                     self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
                 self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=options)
+                self.compile_s += time.perf_counter() - t0
                 if self.log is not None and spec is not None:
                     self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
         return self._compiled[key]

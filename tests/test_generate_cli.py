@@ -81,7 +81,8 @@ def test_missing_checkpoint(tmp_path):
     _fails(gen("--ckpt", tmp_path / "nope", "--prompt", "x"), "not found")
 
 
-def test_hf_directory_is_not_a_converted_checkpoint(qwen3_pair):
+def test_speculation_from_an_hf_target_directory_alone_needs_its_drafter(qwen3_pair):
+    """--ckpt HF_DIR reads a target directory (no drafter in it): DDTree asks for --draft or a conversion."""
     _fails(gen("--ckpt", qwen3_pair.hf_target, "--prompt", "x"), "convert")
 
 
@@ -260,3 +261,46 @@ def test_interactive_chat_keeps_the_conversation_in_the_cache(qwen3_pair, tmp_pa
         want = tok.decode(gen.generate_ids([ids], max_new_tokens=8)[0].token_ids)
         assert reply == want
         messages.append({"role": "assistant", "content": reply})
+
+
+def test_hugging_face_directories_directly(qwen3_pair):
+    """--target/--draft (and --ckpt naming a Hugging Face directory) read the safetensors through
+    the same name table, no converted copy: the same greedy tokens as the converted checkpoint.
+    The stats line reports the cold start: loading, compiling, the first token."""
+    def tokens(*source, method="ddtree"):
+        r = gen(*source, "--method", method, "--budget", 8, "--max-new-tokens", 10, "--json", "--prompt", "def f(x):")
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"load \d+\.\d s, compile \d+\.\d s, first token \d+\.\d s", r.stderr), r.stderr
+        return json.loads(r.stdout)["token_ids"]
+
+    converted = tokens("--ckpt", qwen3_pair.out)
+    assert len(converted) == 10
+    assert tokens("--target", qwen3_pair.hf_target, "--draft", qwen3_pair.hf_draft) == converted
+    assert tokens("--ckpt", qwen3_pair.hf_target, method="ar") == converted
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--target", "{t}", "--ckpt", "{t}"), ["--ckpt and --target both name the model"]),
+    (("--draft", "{d}"), ["--draft HF_DIR goes with --target HF_DIR"]),
+    (("--target", "{t}"), ["method ddtree needs a drafter", "--draft HF_DIR", "--method ar"]),
+    (("--ckpt", "{t}"), ["method ddtree needs a drafter", "--target HF_DIR --draft HF_DIR"]),
+    (("--target", "{missing}", "--draft", "{d}"), ["--target directory", "not found"]),
+])
+def test_hugging_face_directory_flag_errors(qwen3_pair, tmp_path, args, needles):
+    fill = dict(t=qwen3_pair.hf_target, d=qwen3_pair.hf_draft, missing=tmp_path / "nope")
+    _fails(gen(*(a.format(**fill) for a in args), "--prompt", "x", timeout=120), *needles)
+
+
+def test_hugging_face_shard_missing_or_truncated(qwen2_sharded, tmp_path):
+    """A shard the index lists but the directory lacks, or one cut short: one line, exit 2."""
+    import shutil
+
+    for damage in ("missing", "truncated"):
+        hf = Path(shutil.copytree(qwen2_sharded.hf_target, tmp_path / damage))
+        shard = sorted(hf.glob("model-*.safetensors"))[1]
+        if damage == "missing":
+            shard.unlink()
+        else:
+            shard.write_bytes(shard.read_bytes()[:-64])
+        _fails(gen("--ckpt", hf, "--method", "ar", "--prompt", "x", timeout=120),
+               f"lists {shard.name}" if damage == "missing" else f"{shard} is not a valid safetensors")

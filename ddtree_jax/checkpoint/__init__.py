@@ -1,15 +1,19 @@
 """Converted checkpoints: one directory holding the target, the drafter, their configs and the tokenizer.
 
-    DIR/ddtree.json         {"format": 1, "dtype": ..., "target": {...}, "drafter": {...} | null,
-                             "tokenizer": [files] | null, ...}
-    DIR/target/config.json  the Hugging Face config, as found
-    DIR/target/params/      orbax checkpoint of the target param tree (layout: ddtree_jax/checkpoint/names.py)
-    DIR/draft/config.json   (only with a drafter)
-    DIR/draft/params/
-    DIR/tokenizer/          tokenizer files copied from the target directory (only when present)
+    DIR/ddtree.json                {"format": 2, "dtype": ..., "target": {...}, "drafter": {...} | null,
+                                    "tokenizer": [files] | null, ...}
+    DIR/target/config.json         the Hugging Face config, as found
+    DIR/target/params.safetensors  the target's params by dotted name ("layers.3.q"), in the layout of
+                                   ddtree_jax/checkpoint/names.py
+    DIR/draft/config.json          (only with a drafter)
+    DIR/draft/params.safetensors
+    DIR/tokenizer/                 tokenizer files copied from the target directory (only when present)
 
-Params are always stored as host numpy arrays, so a checkpoint written on one machine restores
-on any other (CPU or GPU, any device count): nothing is pinned to a device or a sharding.
+Params are stored as safetensors, not orbax: a safetensors file is written one tensor at a time
+(orbax saves a whole tree held in memory) and any tensor reads alone, so converting and loading
+hold one tensor at a time (ddtree_jax/checkpoint/tensors.py). Format 1 (orbax, DIR/*/params/)
+still loads. Nothing is pinned to a device or a sharding. `load_checkpoint` also takes a Hugging
+Face model directory (config.json and safetensors) and reads it through the same name table.
 Directories are written atomically (`atomic_directory`): into a temporary sibling, renamed into
 place only when complete, so an error or an interrupt never leaves a half-written checkpoint.
 """
@@ -24,7 +28,7 @@ import shutil
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import ml_dtypes
 import numpy as np
@@ -32,7 +36,9 @@ import numpy as np
 from ddtree_jax.errors import UserError, read_json_file
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)  # 1: orbax params directories
+PARAMS_FILE = "params.safetensors"
 # The small pair that ships with the package (default_model/README.md says how it was trained).
 DEFAULT_CKPT = Path(__file__).resolve().parents[1] / "default_model"
 META_FILE = "ddtree.json"
@@ -342,19 +348,36 @@ def _leaves(tree: Any) -> Iterator[Any]:
 # Checkpoint directories
 
 
-def write_model(model_dir: Path, hf_config: dict[str, Any], params: Any) -> None:
-    """model_dir/config.json (the HF config) and model_dir/params/ (orbax)."""
+def write_params(path: Path, cfg: TargetConfig | DrafterConfig, params: Any, *, dtype: Any = None,
+                 on_tensor: Callable[[], None] | None = None) -> None:
+    """Write a param tree (names.py's layout; arrays or LazyTensors) to one safetensors file, one
+    tensor at a time in the name table's order: each is read (a LazyTensor), cast to `dtype`,
+    written and released before the next, so the host holds one tensor. `path` must not exist."""
+    from ddtree_jax.checkpoint import names
+    from ddtree_jax.checkpoint.tensors import StreamWriter
+
+    dt = None if dtype is None else resolve_dtype(dtype)
+    leaves = [(e, names.get_path(params, e.path)) for e in names.entries_for(cfg)]
+    specs = [(e.key, e.shape, dt or leaf.dtype) for e, leaf in leaves]
+    with StreamWriter(path, specs, metadata={"format": "ddtree_jax", "layout": "names.py"}) as w:
+        for e, leaf in leaves:
+            w.write(e.key, np.asarray(leaf) if dt is None else np.asarray(leaf).astype(dt, copy=False))
+            if on_tensor is not None:
+                on_tensor()
+
+
+def write_model(model_dir: Path, hf_config: dict[str, Any], cfg: TargetConfig | DrafterConfig, params: Any, *,
+                dtype: Any = None, on_tensor: Callable[[], None] | None = None) -> None:
+    """model_dir/config.json (the HF config) and model_dir/params.safetensors (write_params)."""
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    save_params(model_dir / "params", params)
+    write_params(model_dir / PARAMS_FILE, cfg, params, dtype=dtype, on_tensor=on_tensor)
 
 
 def copy_tokenizer(src: Path | None, dst: Path) -> list[str] | None:
     """Copy the tokenizer files of `src` to `dst`; the copied names, or None when `src` has no tokenizer
     (none of tokenizer.json, tokenizer.model, vocab.json)."""
-    if src is None:
-        return None
-    if not any((src / n).is_file() for n in _TOKENIZER_CORE):
+    if src is None or _tokenizer_in(src) is None:
         return None
     names = [n for n in TOKENIZER_FILES if (src / n).is_file()]
     dirs = [n for n in TOKENIZER_DIRS if (src / n).is_dir()]
@@ -416,9 +439,9 @@ def save_checkpoint(path: str | Path, target_cfg_hf: dict[str, Any], target_para
         check_params(drafter_cfg, drafter_params, where="drafter params")
     src = Path(tokenizer_src) if tokenizer_src is not None else None
     with atomic_directory(path, force) as tmp:
-        write_model(tmp / "target", target_cfg_hf, target_params)
-        if drafter_cfg_hf is not None:
-            write_model(tmp / "draft", drafter_cfg_hf, drafter_params)
+        write_model(tmp / "target", target_cfg_hf, target_cfg, target_params)
+        if drafter_cfg is not None:
+            write_model(tmp / "draft", drafter_cfg_hf, drafter_cfg, drafter_params)
         files = copy_tokenizer(src, tmp / "tokenizer")
         write_meta(tmp, make_meta(
             dtype=params_dtype(target_params), target_cfg=target_cfg, target_source=None,
@@ -428,9 +451,15 @@ def save_checkpoint(path: str | Path, target_cfg_hf: dict[str, Any], target_para
 
 
 def _not_converted(path: Path, why: str) -> UserError:
-    hint = " (it looks like a Hugging Face directory)" if (path / "config.json").is_file() else ""
-    return UserError(f"{path} is not a converted checkpoint{hint}: {why}; run python -m convert --target HF_DIR "
-                     f"[--draft HF_DIR] --out {path} first")
+    return UserError(f"{path} is not a converted checkpoint or a Hugging Face model directory: {why}; run "
+                     f"python -m convert --target HF_DIR [--draft HF_DIR] --out {path} first")
+
+
+def is_hf_model(path: str | Path) -> bool:
+    """A Hugging Face model directory rather than a converted checkpoint (no ddtree.json)."""
+    from ddtree_jax.checkpoint.hf import is_hf_dir
+
+    return not (Path(path) / META_FILE).exists() and is_hf_dir(path)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -442,15 +471,17 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise _not_converted(path, "not a directory")
     mf = path / META_FILE
     if not mf.is_file():
-        raise _not_converted(path, f"no {META_FILE}")
+        why = "config.json but no model.safetensors[.index.json]" if (path / "config.json").is_file() else f"no {META_FILE}"
+        raise _not_converted(path, why)
     try:
         meta = json.loads(mf.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise _not_converted(path, f"{META_FILE} is not valid JSON") from None
     fmt = meta.get("format") if isinstance(meta, dict) else None
-    if fmt != FORMAT:
-        raise UserError(f"{path} has checkpoint format {fmt!r}, this version reads format {FORMAT}; "
-                        f"convert the model again with this version (python -m convert ...)")
+    if fmt not in READABLE_FORMATS:
+        raise UserError(f"{path} has checkpoint format {fmt!r}, this version reads formats "
+                        f"{', '.join(map(str, READABLE_FORMATS))}; convert the model again with this version "
+                        "(python -m convert ...)")
     return meta
 
 
@@ -459,38 +490,135 @@ def _read_json(p: Path) -> dict[str, Any]:
 
 
 def read_target_config(path: str | Path) -> TargetConfig:
-    """A converted checkpoint's target config alone (no weights read): cheap checks first."""
+    """A checkpoint's (or a Hugging Face directory's) target config alone, no weights read: cheap checks first."""
     path = Path(path).absolute()
+    if is_hf_model(path):
+        from ddtree_jax.checkpoint.hf import read_config
+
+        return TargetConfig.from_hf(read_config(path, "--target"), where=str(path / "config.json"))
     read_meta(path)
     return TargetConfig.from_hf(_read_json(path / "target" / "config.json"), where=str(path / "target" / "config.json"))
 
 
+def has_drafter(path: str | Path) -> bool:
+    """Whether a checkpoint holds a drafter (a Hugging Face directory is a target alone)."""
+    path = Path(path).absolute()
+    return not is_hf_model(path) and read_meta(path).get("drafter") is not None
+
+
 def tokenizer_dir(path: str | Path) -> Path | None:
-    """A converted checkpoint's tokenizer folder, or None where it has no tokenizer files."""
-    tok = Path(path).absolute() / "tokenizer"
-    return tok if any((tok / n).is_file() for n in _TOKENIZER_CORE) else None
+    """A checkpoint's tokenizer folder (a Hugging Face directory's own files), or None where it has none."""
+    path = Path(path).absolute()
+    return _tokenizer_in(path if is_hf_model(path) else path / "tokenizer")
 
 
-def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool = True) -> Checkpoint:
-    """Load a converted checkpoint as host numpy param trees; `dtype` casts every param."""
+def _tokenizer_in(d: Path) -> Path | None:
+    return d if any((d / n).is_file() for n in _TOKENIZER_CORE) else None
+
+
+def default_dtype(hf_config: dict[str, Any]) -> str:
+    """The dtype a Hugging Face model is read in unless told: its config's, else bfloat16."""
+    d = hf_config.get("torch_dtype") or hf_config.get("dtype")
+    return d if d in DTYPES else "bfloat16"
+
+
+def read_params(path: Path, cfg: TargetConfig | DrafterConfig, *, dtype: Any = None, lazy: bool = False,
+                where: str) -> dict[str, Any]:
+    """A params.safetensors file (write_params) as a param tree, every name and shape checked
+    against `cfg` from the header before any data is read. lazy: LazyTensor leaves, read when a
+    loader asks (the Generator, one at a time to the device); else host numpy arrays."""
+    from ddtree_jax.checkpoint import names
+    from ddtree_jax.checkpoint.tensors import LazyTensor, read_header
+
+    if not path.is_file():
+        raise UserError(f"{path} not found; the checkpoint is incomplete, convert it again")
+    dt = None if dtype is None else resolve_dtype(dtype)
+    params: dict[str, Any] = {"layers": []}
+    for key, info in read_header(path, fix="convert it again").items():
+        parts = key.split(".")
+        leaf = LazyTensor(info, dt)
+        if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit():
+            layers = params["layers"]
+            layers.extend({} for _ in range(int(parts[1]) + 1 - len(layers)))
+            layers[int(parts[1])][parts[2]] = leaf
+        elif len(parts) == 1 and key != "layers":
+            params[key] = leaf
+        else:
+            raise UserError(f"{where}: unexpected param {key!r} in {path}; convert it again")
+    names.check_params(cfg, params, where=where)
+    for leaf in _leaves(params):
+        leaf.src.check_dtype()
+    return params if lazy else _materialize(params)
+
+
+def _materialize(tree: Any) -> Any:
+    """LazyTensor leaves read into host numpy arrays, one at a time."""
+    if isinstance(tree, dict):
+        return {k: _materialize(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_materialize(v) for v in tree]
+    return np.asarray(tree)
+
+
+def load_hf(target: str | Path, draft: str | Path | None = None, *, dtype: Any = None,
+            lazy: bool = False) -> Checkpoint:
+    """A Hugging Face target (and z-lab DFlash drafter) directory read straight, without a converted
+    copy: the same name table and checks as python -m convert, every tensor cast to `dtype`
+    (default: the target config's, else bfloat16) and put in our layout as it is read."""
+    from ddtree_jax.checkpoint.hf import HFModel
+
+    if dtype is not None:
+        resolve_dtype(dtype)
+    tgt = HFModel(target, "--target", "target")
+    drf = HFModel(draft, "--draft", "drafter") if draft is not None else None
+    if drf is not None:
+        check_pair(tgt.cfg, drf.cfg)
+    tgt.scan()
+    if drf is not None:
+        drf.scan()
+    dtype = dtype or default_dtype(tgt.raw)
+    dt = resolve_dtype(dtype)
+    target_params = tgt.lazy_params(dt)
+    drafter_params = drf.lazy_params(dt) if drf is not None else None
+    if not lazy:
+        target_params = _materialize(target_params)
+        drafter_params = None if drafter_params is None else _materialize(drafter_params)
+    tok = _tokenizer_in(tgt.dir)
+    meta = make_meta(dtype=dtype_name(dt), target_cfg=tgt.cfg, target_source=str(tgt.dir),
+                     drafter_cfg=drf.cfg if drf else None, drafter_source=str(drf.dir) if drf else None,
+                     tokenizer=None if tok is None else [n for n in TOKENIZER_FILES if (tok / n).is_file()],
+                     tokenizer_source=str(tgt.dir))
+    return Checkpoint(tgt.cfg, target_params, drf.cfg if drf else None, drafter_params, tok, meta, tgt.dir)
+
+
+def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool = True,
+                    lazy: bool = False) -> Checkpoint:
+    """Load a converted checkpoint (or a Hugging Face target directory, `load_hf`); `dtype` casts
+    every param. Host numpy param trees, or with `lazy` trees of LazyTensors that a loader reads
+    one at a time (the Generator: the host never holds the whole model)."""
     from ddtree_jax.checkpoint.names import check_params
 
     path = Path(path).absolute()
+    if is_hf_model(path):
+        return load_hf(path, dtype=dtype, lazy=lazy)
     meta = read_meta(path)
     if dtype is not None:
         resolve_dtype(dtype)  # fail before the long read
     target_cfg = TargetConfig.from_hf(_read_json(path / "target" / "config.json"),
                                       where=str(path / "target" / "config.json"))
     drafter_cfg = None
-    has_drafter = meta.get("drafter") is not None and (path / "draft").is_dir()
-    if with_drafter and has_drafter:
+    if with_drafter and meta.get("drafter") is not None and (path / "draft").is_dir():
         drafter_cfg = DrafterConfig.from_hf(_read_json(path / "draft" / "config.json"),
                                             where=str(path / "draft" / "config.json"))
         check_pair(target_cfg, drafter_cfg)
-    target_params = load_params(path / "target" / "params", dtype)
-    check_params(target_cfg, target_params, where=f"{path} target")
-    drafter_params = None
-    if drafter_cfg is not None:
-        drafter_params = load_params(path / "draft" / "params", dtype)
-        check_params(drafter_cfg, drafter_params, where=f"{path} drafter")
+
+    def params(model: str, cfg: TargetConfig | DrafterConfig, what: str) -> Any:
+        if meta["format"] == 1:  # orbax: the whole tree at once
+            tree = load_params(path / model / "params", dtype)
+            check_params(cfg, tree, where=f"{path} {what}")
+            return tree
+        return read_params(path / model / PARAMS_FILE, cfg, dtype=dtype, lazy=lazy, where=f"{path} {what}")
+
+    target_params = params("target", target_cfg, "target")
+    drafter_params = params("draft", drafter_cfg, "drafter") if drafter_cfg is not None else None
     return Checkpoint(target_cfg, target_params, drafter_cfg, drafter_params, tokenizer_dir(path), meta, path)

@@ -1,60 +1,27 @@
-"""Reading Hugging Face model directories: config.json and safetensors weights.
+"""Reading Hugging Face model directories: config.json and safetensors weights (ddtree_jax/checkpoint/tensors.py).
 
-The safetensors format is read directly (8-byte header length, JSON header, raw little-endian
-data) rather than through `safetensors.safe_open`: its numpy backend cannot return bfloat16, and
-its flax/torch backends would pull tensors onto an accelerator or through torch. Reading the
-header ourselves also lets every name, dtype and shape be checked before any tensor data is
-touched, and a tensor is then one `np.memmap` view, so conversion holds one tensor at a time.
+`HFModel` checks a directory completely from its config and the safetensors headers (every name,
+dtype and shape, through the name table) before any data is read, and hands its tensors over as
+`LazyTensor`s in our layout: converted (python -m convert) or loaded straight (generate --target).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import struct
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from ddtree_jax.checkpoint import names
+from ddtree_jax.checkpoint.tensors import SAFETENSORS_DTYPES, LazyTensor, TensorInfo, read_header
 from ddtree_jax.errors import UserError
-from ddtree_jax.models.config import read_hf_config
+from ddtree_jax.models.config import DrafterConfig, TargetConfig, read_hf_config
+
+__all__ = ["SAFETENSORS_DTYPES", "TensorInfo", "read_header", "read_config", "weight_files", "scan", "HFModel",
+           "is_hf_dir"]
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-# A header larger than this is not a real header (safetensors itself caps it at 100 MB).
-_MAX_HEADER = 100 * 1024 * 1024
-
-SAFETENSORS_DTYPES: dict[str, np.dtype] = {
-    "F64": np.dtype("<f8"),
-    "F32": np.dtype("<f4"),
-    "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorInfo:
-    """Where one tensor lives: its file, dtype and shape (HF layout) and byte range."""
-
-    name: str
-    file: Path
-    dtype: str  # safetensors dtype code, e.g. "BF16"
-    shape: tuple[int, ...]
-    offset: int  # absolute byte offset of the data in `file`
-
-    def read(self) -> np.ndarray:
-        """A read-only memory-mapped view of the tensor; copy it before the file goes away."""
-        if self.dtype not in SAFETENSORS_DTYPES:
-            raise UserError(
-                f"{self.file}: tensor {self.name!r} has dtype {self.dtype}; only float checkpoints "
-                f"({', '.join(SAFETENSORS_DTYPES)}) are supported, not quantized ones"
-            )
-        dt = SAFETENSORS_DTYPES[self.dtype]
-        if math.prod(self.shape) == 0:
-            return np.zeros(self.shape, dt)
-        return np.memmap(self.file, dtype=dt, mode="r", offset=self.offset, shape=self.shape)
 
 
 def read_config(model_dir: str | Path, what: str) -> dict[str, Any]:
@@ -94,46 +61,6 @@ def weight_files(model_dir: str | Path) -> tuple[list[Path], dict[str, str] | No
     raise UserError(f"{d} has no {SINGLE_FILE} or {INDEX_FILE}{hint}")
 
 
-def read_header(file: Path) -> dict[str, TensorInfo]:
-    """Parse one safetensors header; any inconsistency is reported as a corrupt file."""
-
-    def corrupt(why: str) -> UserError:
-        return UserError(f"{file} is not a valid safetensors file ({why}); re-download or re-save it")
-
-    try:
-        size = file.stat().st_size
-        with open(file, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise corrupt("file too short")
-            (n,) = struct.unpack("<Q", raw)
-            if n > min(_MAX_HEADER, size - 8):
-                raise corrupt("header unreadable")
-            header = json.loads(f.read(n))
-    except OSError as e:
-        raise UserError(f"cannot read {file}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise corrupt("header unreadable") from None
-    if not isinstance(header, dict):
-        raise corrupt("header unreadable")
-    data_start, data_len = 8 + n, size - 8 - n
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], tuple(int(s) for s in entry["shape"]), entry["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise corrupt(f"bad header entry for {name!r}") from None
-        if not 0 <= begin <= end <= data_len:
-            raise corrupt(f"tensor {name!r} lies outside the file; truncated?")
-        itemsize = SAFETENSORS_DTYPES[dtype].itemsize if dtype in SAFETENSORS_DTYPES else None
-        if itemsize is not None and (end - begin) != math.prod(shape) * itemsize:
-            raise corrupt(f"tensor {name!r} has {end - begin} bytes for shape {list(shape)} {dtype}")
-        out[name] = TensorInfo(name, file, dtype, shape, data_start + begin)
-    return out
-
-
 def scan(model_dir: str | Path) -> dict[str, TensorInfo]:
     """Every tensor of a HF model directory (headers only; no data is read)."""
     files, weight_map = weight_files(model_dir)
@@ -150,3 +77,49 @@ def scan(model_dir: str | Path) -> dict[str, TensorInfo]:
                 raise UserError(f"{Path(model_dir) / INDEX_FILE} places {name!r} in {fname}, but that file "
                                 "does not hold it; re-download the checkpoint")
     return tensors
+
+
+def is_hf_dir(path: str | Path) -> bool:
+    """A Hugging Face model directory: config.json beside safetensors weights."""
+    d = Path(path)
+    return (d / "config.json").is_file() and ((d / SINGLE_FILE).is_file() or (d / INDEX_FILE).is_file())
+
+
+class HFModel:
+    """One HF model (a target or a z-lab DFlash drafter): its config, its tensors and the name
+    mapping. Construction reads config.json alone; `scan()` reads the safetensors headers and
+    checks every name, dtype and shape against the config (names.match), still no data."""
+
+    def __init__(self, model_dir: str | Path, what: str, kind: str):
+        self.dir = Path(model_dir).absolute()
+        self.what = what
+        self.kind = kind
+        self.raw = read_config(self.dir, what)
+        where = str(self.dir / "config.json")
+        self.cfg: TargetConfig | DrafterConfig = (
+            TargetConfig.from_hf(self.raw, where=where) if kind == "target" else DrafterConfig.from_hf(self.raw, where=where))
+        self.entries = names.entries_for(self.cfg)
+        self.tensors: dict[str, TensorInfo] = {}
+        self.mapping: dict[str, str] = {}
+
+    def scan(self) -> HFModel:
+        self.tensors = scan(self.dir)
+        self.mapping = names.match(
+            self.entries, {n: t.shape for n, t in self.tensors.items()}, where=str(self.dir),
+            tied=self.kind == "target" and self.cfg.tie_embeddings,
+            strip_prefix="model." if self.kind == "drafter" else None)
+        for e in self.entries:
+            self.tensors[self.mapping[e.hf_name]].check_dtype()
+        return self
+
+    def source(self, e: names.Entry, dtype: Any = None) -> LazyTensor:
+        """Entry `e`'s tensor in our layout ([in, out] matrices), cast to `dtype` (None: as stored)."""
+        return LazyTensor(self.tensors[self.mapping[e.hf_name]], None if dtype is None else np.dtype(dtype),
+                          e.transpose)
+
+    def lazy_params(self, dtype: Any = None) -> dict[str, Any]:
+        """The param tree (names.py's layout) of LazyTensors: nothing is read until a loader asks."""
+        params = names.empty_tree(self.cfg)
+        for e in self.entries:
+            names.set_path(params, e.path, self.source(e, dtype))
+        return params

@@ -63,15 +63,23 @@ def fuse_params(dparams: dict, *, stack: bool = True) -> dict:
     by XLA) and 5 slices + 5 norm kernels.
 
     The norm weights are stacked (layers.stack_norms) unless `stack` is False (where only XLA
-    reads them: layers.stacks_norms_for)."""
-    layers = dparams["layers"]
+    reads them: layers.stacks_norms_for).
+
+    One pass over dparams["layers"] (any iterable): a loader may hand the layers over one at a
+    time, each dropped once fused (Generator: no second copy of the weights on the device)."""
+    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+    layers, kv, kv_bias = [], [], []
+    for p in dparams["layers"]:
+        kv.append(jnp.concatenate([p["k"], p["v"]], axis=1))
+        if "k_bias" in p and "v_bias" in p:
+            kv_bias.append(jnp.concatenate([p["k_bias"], p["v_bias"]]))
+        layers.append(fuse_layer_weights(p, groups))
     stacked = {}
     if layers:
-        stacked["ctx_kv"] = jnp.concatenate([jnp.concatenate([p["k"], p["v"]], axis=1) for p in layers], axis=1)
-        if all("k_bias" in p and "v_bias" in p for p in layers):
-            stacked["ctx_kv_bias"] = jnp.concatenate([jnp.concatenate([p["k_bias"], p["v_bias"]]) for p in layers])
-    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
-    fused = {**dparams, **stacked, "layers": [fuse_layer_weights(p, groups) for p in layers]}
+        stacked["ctx_kv"] = jnp.concatenate(kv, axis=1)
+        if len(kv_bias) == len(layers):
+            stacked["ctx_kv_bias"] = jnp.concatenate(kv_bias)
+    fused = {**dparams, **stacked, "layers": layers}
     return stack_norms(fused) if stack else fused
 
 

@@ -43,7 +43,8 @@ from ddtree_jax.tuning import CPU_KERNELS, XLA_KERNELS, KernelTuning
 def fuse_params(params: dict, *, stack: bool = True) -> dict:
     """The inference layout: q/k/v and gate/up fused per layer (see layers.fuse_layer_weights),
     the norm weights stacked (layers.stack_norms) unless `stack` is False (where only XLA reads
-    them: layers.stacks_norms_for)."""
+    them: layers.stacks_norms_for). One pass over params["layers"] (any iterable): a loader may
+    hand the layers over one at a time, each dropped once fused."""
     groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
     fused = {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
     return stack_norms(fused) if stack else fused
