@@ -70,10 +70,10 @@ def test_transformers_logits_match_forward_train(pipeline):
 
     from ddtree_jax.checkpoint import load_params
     from ddtree_jax.models.target import forward_train
-    from ddtree_jax.train.export import load_hf
+    from ddtree_jax.train.drafter import load_target
 
     hf = pipeline / "target" / "hf"
-    cfg, params, _ = load_hf(hf, "target")
+    cfg, params = load_target(hf, "float32")
     # the export holds exactly the last training params (float32 export, --no-keep-best)
     state = load_params(pipeline / "target" / "ckpt" / "state")
     np.testing.assert_array_equal(params["embed"], state["params"]["embed"])

@@ -297,11 +297,12 @@ def check_target_dir(target_dir: str | Path) -> Path:
 
 
 def load_target(target_dir: str | Path, dtype: str):
-    """(cfg, params) of a HF Qwen3 target directory; names and shapes checked by convert's table."""
-    from ddtree_jax.train.export import load_hf
+    """(cfg, params) of a HF Qwen3 target directory, on the host; names and shapes checked by the
+    converter's table (checkpoint.load_hf)."""
+    from ddtree_jax.checkpoint import load_hf
 
-    cfg, params, _ = load_hf(check_target_dir(target_dir), "target", dtype=dtype)
-    return cfg, params
+    ck = load_hf(check_target_dir(target_dir), dtype=dtype)
+    return ck.target_cfg, ck.target_params
 
 
 def run_drafter_command(args) -> int:

@@ -217,24 +217,3 @@ def export_checkpoint(ckpt: str | Path, out: str | Path, *, dtype: str | None = 
             copy_tokenizer(ck.tokenizer_dir, d)
     out = Path(out)
     return out / "target", (out / "draft" if ck.drafter_cfg is not None else None)
-
-
-def load_hf(model_dir: str | Path, kind: str, dtype: str = "float32", what: str = "--target"):
-    """Read a HF target ("target") or DFlash drafter ("drafter") directory into (cfg, params, hf_config).
-
-    Uses convert's reader and name table, so every name and shape is checked."""
-    from ddtree_jax.checkpoint import hf, names
-
-    raw = hf.read_config(model_dir, what)
-    cfg = TargetConfig.from_hf(raw) if kind == "target" else DrafterConfig.from_hf(raw)
-    tensors = hf.scan(model_dir)
-    entries = names.entries_for(cfg)
-    mapping = names.match(entries, {n: t.shape for n, t in tensors.items()}, where=str(model_dir),
-                          tied=kind == "target" and cfg.tie_embeddings,
-                          strip_prefix="model." if kind == "drafter" else None)
-    dt = _np_dtype(dtype)
-    params = names.empty_tree(cfg)
-    for e in entries:
-        src = tensors[mapping[e.hf_name]].read()
-        names.set_path(params, e.path, np.array(src.T if e.transpose else src, dtype=dt, order="C"))
-    return cfg, params, raw
