@@ -44,12 +44,13 @@ def test_shipped_pair_exports_to_hugging_face_bit_for_bit(exported):
     in bf16, reads back as the checkpoint's param."""
     import jax
 
-    from ddtree_jax.train.export import load_hf
+    from ddtree_jax.checkpoint import load_hf
 
     ck = load_checkpoint(DEFAULT_CKPT)
     target, draft = exported
-    for kind, path, params in [("target", target, ck.target_params), ("drafter", draft, ck.drafter_params)]:
-        _, back, _ = load_hf(path, kind, dtype="bfloat16")
+    hf = load_hf(target, draft, dtype="bfloat16")
+    for kind, path, params, back in [("target", target, ck.target_params, hf.target_params),
+                                     ("drafter", draft, ck.drafter_params, hf.drafter_params)]:
         want, got = jax.tree_util.tree_leaves_with_path(params), jax.tree_util.tree_leaves_with_path(back)
         assert [p for p, _ in got] == [p for p, _ in want], kind
         for (p, a), (_, b) in zip(want, got):
