@@ -42,25 +42,10 @@ class Prompt:
 
 def from_corpus(tokenizer, path: str | Path, num_prompts: int, prompt_tokens: int) -> list[Prompt]:
     """The first `prompt_tokens` tokens of the first `num_prompts` eval files that are long enough."""
-    from ddtree_jax.train.data import iter_texts
+    from ddtree_jax.train.data import eval_prompts
 
-    prompts: list[Prompt] = []
-    # ~4 characters a token on this corpus: tokenising a generous prefix keeps this cheap. The
-    # tokens next to the cut may differ from the full text's, so a margin of them is never kept.
-    chars, margin = 16 * prompt_tokens + 64, 8
-    for i, text in enumerate(iter_texts(path, "eval")):
-        cut = len(text) > chars
-        ids = tokenizer.encode(text[:chars] if cut else text, add_special_tokens=False)
-        if cut and len(ids) < prompt_tokens + margin:
-            ids = tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) < prompt_tokens:
-            continue
-        prompts.append(Prompt(len(prompts), f"eval[{i}]", tuple(ids[:prompt_tokens])))
-        if len(prompts) == num_prompts:
-            break
-    if not prompts:
-        raise UserError(f"no eval document of {path} has {prompt_tokens} tokens; lower --prompt-tokens")
-    return prompts
+    return [Prompt(k, f"eval[{i}]", tuple(ids))
+            for k, (i, ids) in enumerate(eval_prompts(tokenizer, path, num_prompts, prompt_tokens))]
 
 
 def read_file(path: str | Path) -> list[str]:

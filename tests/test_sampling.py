@@ -70,6 +70,19 @@ def gof(counts, expected_p):
     return stats.chisquare(obs[keep], ex[keep]).pvalue
 
 
+def check_pairs(pair, toks, temperature, top_k, top_p=1.0):
+    """The counts of (x1, x2) and (x2, x3) in toks [N, 3] fit the exact joints; returns both."""
+    v = pair.target_cfg.vocab_size
+    joint12, joint23 = exact_pairs(pair, temperature, top_k, top_p)
+    c12 = np.zeros((v, v))
+    np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
+    c23 = np.zeros((v, v))
+    np.add.at(c23, (toks[:, 1], toks[:, 2]), 1)
+    assert gof(c12, joint12) > ALPHA
+    assert gof(c23, joint23) > ALPHA
+    return c12, c23, joint12, joint23
+
+
 @pytest.mark.parametrize("method,budget,temperature,top_k,top_p", [
     ("ar", 0, 1.0, 0, 1.0),
     ("ddtree", 16, 1.0, 0, 1.0),
@@ -78,7 +91,6 @@ def gof(counts, expected_p):
     ("ddtree", 16, 3.0, 0, 0.9),  # the nucleus truncates: 4 and 17 of 64 cells left
 ])
 def test_samples_follow_target_distribution(pair, method, budget, temperature, top_k, top_p):
-    v = pair.target_cfg.vocab_size
     # The random drafter's top-1 chain is rarely right; the chain gets the oracle drafter (the
     # target's greedy continuation), so that sampled tokens are accepted along it.
     oracle = oracle_params(pair, [PROMPT], 3) if method == "dflash" else None
@@ -89,13 +101,7 @@ def test_samples_follow_target_distribution(pair, method, budget, temperature, t
                            seed=11)
     toks = np.array([r.token_ids for r in res])
     assert toks.shape == (N, 3)
-    joint12, joint23 = exact_pairs(pair, temperature, top_k, top_p)
-    c12 = np.zeros((v, v))
-    np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
-    c23 = np.zeros((v, v))
-    np.add.at(c23, (toks[:, 1], toks[:, 2]), 1)
-    assert gof(c12, joint12) > ALPHA
-    assert gof(c23, joint23) > ALPHA
+    c12, c23, joint12, joint23 = check_pairs(pair, toks, temperature, top_k, top_p)
     # gof drops cells of probability 0 (top-k / top-p cut them): no sample may land there
     assert c12[joint12 == 0].sum() == 0 and c23[joint23 == 0].sum() == 0
     if method != "ar":
@@ -110,7 +116,6 @@ def test_budget_auto_samples_follow_target_distribution(pair):
 
     from ddtree_jax.cost import CostModel, ModelSignature, Point
 
-    v = pair.target_cfg.vocab_size
     sig = ModelSignature.of(pair.target_cfg, pair.drafter_cfg, pair.target_params["embed"].dtype)
     points = [Point("dflash", b, pair.drafter_cfg.depth, 4, 4.0) for b in (1, N)]
     points += [Point("ddtree", b, n, 4, ms) for b in (1, N) for n, ms in ((4, 4.5), (16, 5.0))]
@@ -118,14 +123,7 @@ def test_budget_auto_samples_follow_target_distribution(pair):
     gen = Generator(pair, method="ddtree", budget="auto", cost_model=cm, auto_budgets=(4, 16))
     assert gen.auto_lines(N).candidates == ("dflash", 4, 16)
     res = gen.generate_ids([PROMPT] * N, max_new_tokens=3, temperature=1.0, seed=13)
-    toks = np.array([r.token_ids for r in res])
-    joint12, joint23 = exact_pairs(pair, 1.0, 0)
-    c12 = np.zeros((v, v))
-    np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
-    c23 = np.zeros((v, v))
-    np.add.at(c23, (toks[:, 1], toks[:, 2]), 1)
-    assert gof(c12, joint12) > ALPHA
-    assert gof(c23, joint23) > ALPHA
+    check_pairs(pair, np.array([r.token_ids for r in res]), 1.0, 0)
 
 
 def test_wrong_distribution_is_detected(pair):

@@ -125,29 +125,6 @@ def _load(path: str, ckpt: str | None = None):
 # ----------------------------------------------------------------------------- record
 
 
-def corpus_prompts(tok, path: Path, num_prompts: int, prompt_tokens: int) -> tuple[list[list[int]], list[str]]:
-    """The first `prompt_tokens` tokens of the first `num_prompts` eval documents that are long
-    enough, and their sources: bench/prompts.py's `from_corpus` (the library may not import the
-    benchmarks), so a record sees the suite's prompts."""
-    from ddtree_jax.train.data import iter_texts
-
-    prompts, sources = [], []
-    chars, margin = 16 * prompt_tokens + 64, 8  # a generous prefix tokenises fast; no token near the cut kept
-    for i, text in enumerate(iter_texts(path, "eval")):
-        cut = len(text) > chars
-        ids = tok.encode(text[:chars] if cut else text, add_special_tokens=False)
-        if cut and len(ids) < prompt_tokens + margin:
-            ids = tok.encode(text, add_special_tokens=False)
-        if len(ids) >= prompt_tokens:
-            prompts.append(ids[:prompt_tokens])
-            sources.append(f"eval[{i}]")
-            if len(prompts) == num_prompts:
-                break
-    if not prompts:
-        raise UserError(f"no eval document of {path} has {prompt_tokens} tokens; lower --prompt-tokens")
-    return prompts, sources
-
-
 def _record_prompts(args, tok) -> tuple[list[list[int]], list[str]]:
     import types
 
@@ -161,7 +138,10 @@ def _record_prompts(args, tok) -> tuple[list[list[int]], list[str]]:
     data = Path(args.data) if args.data is not None else EVAL_PROMPTS
     if not data.is_file():
         raise UserError(f"corpus {data} not found; give --data CORPUS, --prompt-file FILE or --prompt TEXT")
-    return corpus_prompts(tok, data, args.num_prompts, args.prompt_tokens)
+    from ddtree_jax.train.data import eval_prompts
+
+    found = eval_prompts(tok, data, args.num_prompts, args.prompt_tokens)
+    return [ids for _, ids in found], [f"eval[{i}]" for i, _ in found]
 
 
 def cmd_record(args) -> int:

@@ -61,6 +61,30 @@ def iter_texts(path: str | Path, split: str | None = None) -> Iterator[str]:
         raise UserError(f"cannot read {p} ({e}); is it a (compressed) UTF-8 JSONL file?") from None
 
 
+
+def eval_prompts(tokenizer, path: str | Path, num_prompts: int,
+                 prompt_tokens: int) -> list[tuple[int, list[int]]]:
+    """(document index, its first `prompt_tokens` tokens) of the first `num_prompts` eval documents
+    of `path` that are long enough: the benchmarks' and the replay records' prompts."""
+    out: list[tuple[int, list[int]]] = []
+    # ~4 characters a token on this corpus: tokenising a generous prefix keeps this cheap. The
+    # tokens next to the cut may differ from the full text's, so a margin of them is never kept.
+    chars, margin = 16 * prompt_tokens + 64, 8
+    for i, text in enumerate(iter_texts(path, "eval")):
+        cut = len(text) > chars
+        ids = tokenizer.encode(text[:chars] if cut else text, add_special_tokens=False)
+        if cut and len(ids) < prompt_tokens + margin:
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) < prompt_tokens:
+            continue
+        out.append((i, list(ids[:prompt_tokens])))
+        if len(out) == num_prompts:
+            break
+    if not out:
+        raise UserError(f"no eval document of {path} has {prompt_tokens} tokens; lower --prompt-tokens")
+    return out
+
+
 def read_texts(path: str | Path, split: str | None = None) -> list[str]:
     texts = [t for t in iter_texts(path, split) if t]
     if not texts:
