@@ -28,6 +28,7 @@ COMMANDS = {
     "draft-vocab": "bench.draft_vocab",
     "prompts": "bench.prompts",
     "round": "bench.bench_round",
+    "checkpoint": "bench.checkpoint",
     "fit-cost": "bench.fit_cost",
     "profile": "bench.profile_round",
     "kernels": "bench.bench_kernels",

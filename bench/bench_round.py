@@ -105,7 +105,7 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: i
     args, knobs, `zeros()` (a new state of zeros) and `refill(old, max_new)`: the prefill as
     generate runs it (`engine.prefill_into`), into a finished state's buffers (or new zeros), each
     row done after max_new tokens (default: max_new_tokens). Greedy unless a temperature is given."""
-    spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig.make(temperature, top_k))
+    spec = gen.spec_for(prompt_len, max_new_tokens, engine.SamplingConfig.make(temperature, top_k), batch=batch)
     static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
     rng = np.random.default_rng(0)
     prompt = jnp.asarray(rng.integers(0, gen.tcfg.vocab_size - 2, size=(batch, prompt_len)), jnp.int32)
@@ -330,7 +330,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench round", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--prompt-len", default="512", help="prompt length(s), comma-separated")
-    ap.add_argument("--budgets", default="16,64,256,1024", help="DDTree budgets")
+    ap.add_argument("--budgets", default="16,64,256,1024",
+                    help="DDTree budgets; 'auto': generate's --budget auto (its per-round choice included)")
+    ap.add_argument("--cost-model", default=None, metavar="FILE",
+                    help="auto's cost model (default: the one shipped for the device and shape)")
+    ap.add_argument("--auto-budgets", default=None,
+                    help="the budgets auto chooses among, comma-separated (default: the Generator's)")
     ap.add_argument("--methods", default="ar,dflash,ddtree", help="subset of ar,dflash,ddtree")
     ap.add_argument("--policy", default="ddtree")
     ap.add_argument("--rounds", type=int, default=32)
@@ -378,7 +383,13 @@ def main(argv=None) -> int:
           f"{nbytes(ck.drafter_params) / 1e9:.2f} GB", flush=True)
     methods = [m for m in args.methods.split(",") if m]
     runs = [(m, 0) for m in ("ar", "dflash") if m in methods]
-    runs += [("ddtree", int(b)) for b in args.budgets.split(",") if b and "ddtree" in methods]
+    try:
+        runs += [("ddtree", b if b == "auto" else int(b)) for b in args.budgets.split(",") if b and "ddtree" in methods]
+        auto_budgets = {} if args.auto_budgets is None else {
+            "auto_budgets": tuple(int(b) for b in args.auto_budgets.split(",") if b)}
+    except ValueError:
+        ap.error(f"--budgets takes integers or auto, --auto-budgets integers (got {args.budgets!r}, "
+                 f"{args.auto_budgets!r})")
     opts = xla_options(args.xla_option)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
@@ -412,7 +423,8 @@ def main(argv=None) -> int:
                 if made != (method, budget):  # one generator a run, for all its batches
                     gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                     matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
-                                    compiler_options=opts, draft_vocab=vocab)
+                                    compiler_options=opts, draft_vocab=vocab,
+                                    **({"cost_model": args.cost_model, **auto_budgets} if budget == "auto" else {}))
                     made = (method, budget)
                 try:
                     r = measure(gen, prompt_len, args.rounds, args.repeats, args.stage_repeats, batch,
@@ -425,13 +437,13 @@ def main(argv=None) -> int:
                     print(f"[bench_round] FAILED {msg[:400]}", flush=True)
                     save()
                     continue
-                r.update(method=method, budget=gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
+                r.update(method=method, budget="auto" if gen.auto else gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
                          draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
-                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={gen.budget:5d} N={r['nodes']:5d} round "
+                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={'auto' if gen.auto else gen.budget:>5} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}, a call's fixed "
                       f"{r['call_fixed_ms']:.1f} ms"
                       + (f", verify alone {r['verify_ms_steady']:.3f} (beyond it "

@@ -51,6 +51,8 @@ def _row_points(data: dict, where: str, metric: str) -> list[tuple[tuple, float]
         fields = ("method", "batch", "nodes", "prompt_len", key)
         if not isinstance(r, dict) or any(f not in r for f in fields):
             raise UserError(f"{where}: rows[{i}] lacks one of {', '.join(fields)}; {ROUND_HINT}")
+        if r.get("budget") == "auto":
+            continue  # --budget auto mixes its candidates' costs: not one point of the model
         if r["method"] not in METHODS:
             raise UserError(f"{where}: rows[{i}] has method {r['method']!r}; bench round measures {', '.join(METHODS)}")
         for name, want in DEFAULTS.items():

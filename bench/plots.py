@@ -145,12 +145,17 @@ def _impls(r: dict, drafter: bool = True) -> str:
             + ("" if dq == "none" or not drafter else f"/{dq} drafter"))
 
 
+def _budget_key(budget) -> tuple[int, int]:
+    """Fixed budgets ascending, then auto (bench round --budgets auto)."""
+    return (1, 0) if budget == "auto" else (0, budget)
+
+
 def round_latency(rl: dict, path):
     """Two panels from bench_round rows (or the suite's round_latency part): stacked stages (each
     timed alone) with the fused round beside them; the break-even acceptance per config."""
     order = {"ar": 0, "dflash": 1}
     rows = sorted((r for r in rl["rows"] if r.get("round_ms_median")),
-                  key=lambda r: (order.get(r["method"], 2), r.get("budget", 0)))
+                  key=lambda r: (order.get(r["method"], 2), *_budget_key(r.get("budget", 0))))
     settings = sorted({(r.get("prompt_len", 0), _impls(r)) for r in rows})
     rows.sort(key=lambda r: settings.index((r.get("prompt_len", 0), _impls(r))))
     labels = [("AR" if r["method"] == "ar" else "DFlash" if r["method"] == "dflash" else f"DDTree {r['budget']}")

@@ -164,6 +164,24 @@ def test_bench_round_batch(tmp_path, capsys):
     assert "--batch must be >= 1" in capsys.readouterr().err
 
 
+def test_bench_round_times_budget_auto(tmp_path, capsys):
+    """--budgets auto times generate's --budget auto (no cost model for the CPU: its fixed
+    fallback, with the warning generate gives); the row says auto, not the tree it built."""
+    from bench import bench_round
+    from ddtree_jax.generator import AUTO_FALLBACK
+
+    with pytest.warns(UserWarning, match="--budget auto: no shipped cost model for cpu"):
+        assert bench_round.main(["--model", "tiny", "--prompt-len", "16", "--methods", "ddtree", "--budgets", "auto",
+                                 "--auto-budgets", "4,8", "--rounds", "2", "--repeats", "1", "--stage-repeats", "0",
+                                 "--out", str(tmp_path)]) == 0
+    row, = json.loads((tmp_path / "round_tiny_auto.json").read_text())["rows"]
+    assert row["budget"] == "auto" and row["nodes"] == AUTO_FALLBACK and row["round_ms_median"] > 0
+    assert "B= auto" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench_round.main(["--model", "tiny", "--budgets", "auto", "--auto-budgets", "x"])
+    assert "--budgets takes integers or auto" in capsys.readouterr().err
+
+
 def test_bench_round_stage_times_add_a_stages_calls(monkeypatch):
     """The synced breakdown (profile.profiled_rounds): the verify stage is two calls (the forward,
     then choosing the target's tokens), which add up in a round, not one list whose median mixes them."""

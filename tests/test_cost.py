@@ -352,7 +352,9 @@ def test_fit_from_bench_round_json(tmp_path, capsys):
     a = round_json(rows=[row("ar", 1, 0, 512, 5.0), row("dflash", 1, 15, 512, 7.0), row("ddtree", 1, 64, 512, 8.0),
                          row("ddtree", 1, 256, 512, 10.0), row("ddtree", 4, 64, 512, 11.0),
                          row("ddtree", 4, 256, 512, 20.0)], errors=["P=512 x8 ddtree B=256: OOM"])
-    b = round_json(rows=[row("ddtree", 1, 64, 512, 8.4), row("ddtree", 1, 64, 512, 8.2)])  # measured again
+    # measured again, and a --budgets auto row: a mix of its candidates' costs, left out
+    b = round_json(rows=[row("ddtree", 1, 64, 512, 8.4), row("ddtree", 1, 64, 512, 8.2),
+                         dict(row("ddtree", 1, 256, 512, 1.0), budget="auto")])
     fa, fb = tmp_path / "a.json", tmp_path / "b.json"
     fa.write_text(json.dumps(a))
     fb.write_text(json.dumps(b))

@@ -1,0 +1,51 @@
+"""`python -m bench checkpoint` in its CPU smoke mode (--model tiny), and its parser of generate's stats line."""
+from __future__ import annotations
+
+import json
+import types
+
+from bench import checkpoint
+
+
+def test_checkpoint_tiny_measures_every_command_and_cleans_up(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    assert checkpoint.main(["--model", "tiny", "--work", str(work), "--out", str(out), "--shard-gb", "0.001",
+                            "--max-new-tokens", "4"]) == 0
+    doc = json.loads((out / "checkpoint_tiny.json").read_text())
+    assert doc["create"]["target"]["shards"] >= 2  # sharded, with an index, as the hub has them
+    assert doc["bytes"]["converted"] > 0 and doc["disk"]["copy_bytes_per_s"] > 0
+    cmds = doc["commands"]
+    assert list(cmds) == ["convert", "generate_cold", "generate_warm", "generate_hf"]
+    for name, c in cmds.items():
+        assert c["rc"] == 0 and c["peak_rss_mb"] > 0 and c["wall_s"] > 0, (name, c)
+        assert (out / c["log"]).is_file()
+    for name in ("generate_cold", "generate_warm", "generate_hf"):
+        c = cmds[name]
+        assert c["first_token_s"] > 0 and c["load_s"] is not None and c["compile_s"] is not None, (name, c)
+        assert c["device_peak_gib"] is None  # the CPU backend reports no memory stats
+    assert {"convert_peak_rss", "convert_time", "generate_warm_peak_rss", "warm_first_token"} <= set(doc["targets"])
+    assert not work.exists()  # HF dirs, converted checkpoint and compile cache deleted without --keep
+    assert "warm_first_token" in (out / "checkpoint_tiny.md").read_text()
+
+
+def test_checkpoint_bad_input_exits_2_before_any_work(tmp_path, capsys):
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    (out / "x").write_text("")
+    assert checkpoint.main(["--model", "tiny", "--work", str(work), "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert checkpoint.main(["--model", "qwen3-9b", "--work", str(work), "--out", str(tmp_path / "o2")]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+    assert not work.exists() and not (tmp_path / "o2").exists()
+
+
+def test_parse_generate_reads_the_stats_line_with_device_memory():
+    from ddtree_jax.cli import stats_line
+
+    res = types.SimpleNamespace(prompt_tokens=5, num_output_tokens=8, prefill_s=0.1, time_s=0.5,
+                                acceptance_lengths=[2, 3], rounds=2, stage_ms=None)
+    gpu = types.SimpleNamespace(memory_stats=lambda: {"peak_bytes_in_use": 3 * 2**30})
+    line = stats_line([res], gpu, {"load": 1.3, "compile": 2.0, "first token": 4.5})
+    got = checkpoint.parse_generate("[ddtree] prefill compiled in 1.5s\n[ddtree] " + line + "\n")
+    assert got["load_s"] == 1.3 and got["compile_s"] == 2.0 and got["first_token_s"] == 4.5
+    assert got["device_peak_gib"] == 3.0 and got["generation_tokens_per_s"] == 20.0 and got["compiled_in_s"] == 1.5
