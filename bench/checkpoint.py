@@ -111,8 +111,8 @@ def tensor_list(target_cfg: dict, drafter_cfg: dict) -> tuple[list, list]:
 
     tc, dc = TargetConfig.from_hf(target_cfg), DrafterConfig.from_hf(drafter_cfg)
     check_pair(tc, dc)
-    return ([(e.hf_name, e.hf_shape) for e in names.entries_for(tc)],
-            [(e.hf_name, e.hf_shape) for e in names.entries_for(dc)])
+    return ([t for e in names.entries_for(tc) for t in e.hf_tensors.items()],
+            [t for e in names.entries_for(dc) for t in e.hf_tensors.items()])
 
 
 def nbytes(shape) -> int:

@@ -7,7 +7,8 @@ Every input is validated before the long work: directories, configs, the target/
 output path, and the name, dtype and shape of every tensor (from the safetensors headers). Then
 tensors stream one at a time: read, cast, transposed to our [in, out] layout, written to the
 output's safetensors file and released, so the host holds about one tensor (its raw bytes and its
-converted copy). The output is written into a temporary directory renamed into place at the end.
+converted copy; for a mixture-of-experts layer, one [E, in, out] expert param filled one expert at
+a time). The output is written into a temporary directory renamed into place at the end.
 """
 from __future__ import annotations
 

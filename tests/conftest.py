@@ -87,6 +87,25 @@ def qwen2_sharded(tmp_path_factory) -> Converted:
 
 
 @pytest.fixture(scope="session")
+def qwen3_moe_pair(tmp_path_factory) -> Converted:
+    """A Qwen3-MoE target (8 experts, top 2, renormalised; layer 1 dense) with a DFlash drafter."""
+    d = tmp_path_factory.mktemp("qwen3_moe_pair")
+    target = make_target(d / "hf_target", "qwen3_moe", vocab=384, norm_topk_prob=True, mlp_only_layers=[1])
+    draft = make_drafter(d / "hf_draft", target, layers=2, block_size=8, target_layer_ids=[1, 2])
+    convert_cli("--target", target, "--draft", draft, "--out", d / "converted", "--dtype", "float32")
+    return Converted(target, draft, d / "converted")
+
+
+@pytest.fixture(scope="session")
+def qwen2_moe_sharded(tmp_path_factory) -> Converted:
+    """A Qwen2-MoE target with a shared expert, sharded, its experts fused 3-D."""
+    d = tmp_path_factory.mktemp("qwen2_moe")
+    target = make_target(d / "hf_target", "qwen2_moe", sharded=True, expert_layout="fused")
+    convert_cli("--target", target, "--out", d / "converted", "--dtype", "float32")
+    return Converted(target, None, d / "converted")
+
+
+@pytest.fixture(scope="session")
 def qwen3_last_tap(tmp_path_factory) -> Converted:
     d = tmp_path_factory.mktemp("qwen3_last_tap")
     target = make_target(d / "hf_target", "qwen3", vocab=384, final_norm_noise=1.0)

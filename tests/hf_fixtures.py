@@ -1,6 +1,9 @@
 """Tiny random Hugging Face checkpoints for tests (no downloads are possible here).
 
     make_target(dir, "qwen3" | "llama" | "qwen2", ...)  a transformers model, save_pretrained'ed
+    make_target(dir, "qwen3_moe" | "qwen2_moe", ...)     a mixture-of-experts one (experts=, top_k=, ...;
+                                                         expert_layout= "per_expert" | "fused" rewrites
+                                                         the saved experts into that layout)
     make_drafter(dir, target, ...)                       a z-lab DFlash drafter (config + safetensors)
     make_copy_drafter(dir, target, ...)                  a DFlash drafter that proposes what the target's
                                                          last-layer tap predicts (long acceptances)
@@ -9,7 +12,9 @@
 Weights are re-drawn with a fixed torch seed at scales that keep activations O(1) and give
 logits with a few units of spread (the default 0.02 init makes near-uniform logits, where a
 parity test cannot tell a bug from a tie). Norm weights are 1 + noise, so a norm applied in the
-wrong place shows up too. Everything is float32 unless `dtype` says otherwise.
+wrong place shows up too. Experts have unit gain over their fan-in like every matrix; routers
+give logits of std ~3, so that the top-k choice is decisive (not a near-tie a rounding flips).
+Everything is float32 unless `dtype` says otherwise.
 """
 from __future__ import annotations
 
@@ -23,7 +28,11 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
 }
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
+EXPERT_LAYOUTS = ("per_expert", "fused")
 EOS = "<|endoftext|>"
 
 
@@ -44,8 +53,12 @@ def _draw(name: str, shape: tuple[int, ...], gen, *, hidden: int):
         return 0.1 * x
     if "embed_tokens" in name or name.startswith("lm_head"):
         return x * (3.0 / math.sqrt(hidden))  # logits of std ~3 through the final norm
+    if name.endswith(".mlp.gate.weight"):
+        return x * (3.0 / math.sqrt(shape[1]))  # router [E, H]: logits of std ~3, decisive routing
     if len(shape) == 2:
         return x / math.sqrt(shape[1])  # [out, in]: unit gain
+    if len(shape) == 3:
+        return x / math.sqrt(shape[2])  # experts [E, out, in]: unit gain
     return x
 
 
@@ -69,6 +82,14 @@ def make_target(
     max_position: int = 512,
     rms_eps: float = 1e-6,
     final_norm_noise: float | None = None,
+    experts: int = 8,
+    top_k: int = 2,
+    expert_intermediate: int = 32,
+    shared_intermediate: int = 48,
+    norm_topk_prob: bool = False,
+    decoder_sparse_step: int = 1,
+    mlp_only_layers: list[int] | None = None,
+    expert_layout: str | None = None,
 ) -> Path:
     """Build and save a tiny random `family` model in `dir`; returns `dir`.
 
@@ -77,6 +98,13 @@ def make_target(
     `final_norm_noise`: the final norm's weights are 1 + this x N(0, 1) (default: 0.1, as every
     norm's); near 1 or above, some turn negative, so the final-normed state points far from the
     last layer's raw output.
+
+    MoE families: `experts` experts of width `expert_intermediate`, `top_k` a token, a shared expert
+    of width `shared_intermediate` (qwen2_moe only); `decoder_sparse_step` and `mlp_only_layers`
+    choose the sparse layers as transformers does (the others are dense, of width `intermediate`).
+    `expert_layout`: None keeps what save_pretrained writes; "per_expert" (the hub's
+    mlp.experts.{e}.{gate,up,down}_proj.weight) or "fused" (mlp.experts.gate_up_proj [E, 2*Ie, H]
+    and down_proj [E, H, Ie]) rewrites the saved files into that layout, shards and index included.
     """
     import torch
     import transformers
@@ -88,10 +116,18 @@ def make_target(
         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_position,
         tie_word_embeddings=tie, rope_theta=rope_theta, rms_norm_eps=rms_eps, hidden_act="silu",
     )
-    if family == "qwen2" and head_dim != hidden // heads:
-        raise ValueError(f"qwen2 has no head_dim field: head_dim must be hidden // heads = {hidden // heads}")
-    if family != "qwen2":
+    if family in ("qwen2", "qwen2_moe") and head_dim != hidden // heads:
+        raise ValueError(f"{family} has no head_dim field: head_dim must be hidden // heads = {hidden // heads}")
+    if family not in ("qwen2", "qwen2_moe"):
         kwargs["head_dim"] = head_dim
+    if family in MOE_FAMILIES:
+        kwargs.update(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=expert_intermediate,
+                      norm_topk_prob=norm_topk_prob, decoder_sparse_step=decoder_sparse_step,
+                      mlp_only_layers=list(mlp_only_layers or []))
+        if family == "qwen2_moe":
+            kwargs["shared_expert_intermediate_size"] = shared_intermediate
+    elif expert_layout is not None:
+        raise ValueError(f"expert_layout is for the MoE families {MOE_FAMILIES}, not {family}")
     if rope_scaling is not None:
         kwargs["rope_scaling"] = dict(rope_scaling)
     config = getattr(transformers, cls_name)(**kwargs)
@@ -114,10 +150,64 @@ def make_target(
     cfg = json.loads(cfg_path.read_text())
     cfg["torch_dtype"] = cfg["dtype"] = dtype  # transformers 4 and 5 spell it differently
     cfg_path.write_text(json.dumps(cfg, indent=2))
+    if expert_layout is not None:
+        rewrite_experts(dir, expert_layout)
     if sharded:
         n = len(list(dir.glob("*.safetensors")))
         assert n >= 3, f"expected >= 3 shards, got {n}"
     return dir
+
+
+def rewrite_experts(dir: str | Path, layout: str) -> None:
+    """Rewrite the MoE experts of HF directory `dir` into `layout` ("per_expert" or "fused"), each
+    layer's new tensors in the file that held its expert 0 (or its fused tensor); the index follows."""
+    import re
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    if layout not in EXPERT_LAYOUTS:
+        raise ValueError(f"expert_layout {layout!r}: one of {EXPERT_LAYOUTS}")
+    dir = Path(dir)
+    files = {f.name: load_file(str(f)) for f in sorted(dir.glob("*.safetensors"))}
+    per_expert = re.compile(r"(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight")
+    fused = re.compile(r"(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)")
+    for tensors in files.values():
+        for name in sorted(tensors):
+            if layout == "fused" and (m := per_expert.fullmatch(name)) and m[2] == "0" and m[3] == "gate":
+                pre = m[1]
+                n = sum(1 for t in files.values() for k in t if per_expert.fullmatch(k) and k.startswith(pre + ".")
+                        and k.endswith(".gate_proj.weight"))
+
+                def take(proj: str) -> list:
+                    out = []
+                    for e in range(n):
+                        key = f"{pre}.{e}.{proj}_proj.weight"
+                        out.append(next(t.pop(key) for t in files.values() if key in t))
+                    return out
+
+                gate, up, down = take("gate"), take("up"), take("down")
+                tensors[pre + ".gate_up_proj"] = torch.stack([torch.cat([g, u]) for g, u in zip(gate, up)])
+                tensors[pre + ".down_proj"] = torch.stack(down)
+            elif layout == "per_expert" and (m := fused.fullmatch(name)):
+                t = tensors.pop(name)
+                for e in range(t.shape[0]):
+                    if m[2] == "down_proj":
+                        tensors[f"{m[1]}.{e}.down_proj.weight"] = t[e].clone()
+                    else:
+                        gate, up = t[e].chunk(2, dim=0)
+                        tensors[f"{m[1]}.{e}.gate_proj.weight"] = gate.clone()
+                        tensors[f"{m[1]}.{e}.up_proj.weight"] = up.clone()
+    for fname, tensors in files.items():
+        if not tensors:  # every tensor of this shard moved to another
+            (dir / fname).unlink()
+            continue
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(dir / fname), metadata={"format": "pt"})
+    index = dir / "model.safetensors.index.json"
+    if index.is_file():
+        data = json.loads(index.read_text())
+        data["weight_map"] = {k: fname for fname, tensors in files.items() for k in sorted(tensors)}
+        index.write_text(json.dumps(data, indent=2))
 
 
 def make_tokenizer(dir: str | Path, vocab_size: int = 320) -> int:

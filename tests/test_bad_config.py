@@ -47,6 +47,8 @@ MASK = ["x", 1.5, True, None, [3]]                        # its range is the pai
 LAYER_IDS = ["1,2", 5, [], [1, "2"], [1.5], [True], [-1], {"0": 1}]
 LAYER_TYPES = ["full_attention", 5, {}, [5, 5], ["banana", "full_attention"], ["full_attention"]]
 WINDOW = ["12", 12.5, True, 0, -4, None, [12], 3]        # 3: shorter than the block
+LAYER_LIST = ["1", 5, [1.5], [True], [-1], [9], {"0": 1}, True]   # [9]: past the last layer
+INT_OR_ZERO = [v for v in INT if v != 0]                 # shared_expert_intermediate_size: 0 is none
 
 ROPE_FIELDS = {"factor": NUM, "low_freq_factor": NUM, "high_freq_factor": NUM, "beta_fast": NUM, "beta_slow": NUM,
                "original_max_position_embeddings": INT, "attention_factor": NUM_OR_NULL}
@@ -58,14 +60,19 @@ COMMON = {"architectures": ARCH, "hidden_size": INT, "num_attention_heads": INT,
           "rope_scaling.rope_type": ROPE_TYPE + [None], "rope_scaling.type": ROPE_TYPE + [None],
           **{f"{p}.{k}": v for p in ("rope_parameters", "rope_scaling") for k, v in ROPE_FIELDS.items()}}
 FIELDS = {
-    "target": {**COMMON, "tie_word_embeddings": BOOL},
+    "target": {**COMMON, "tie_word_embeddings": BOOL, "num_experts": INT_OR_NULL, "num_local_experts": INT,
+               "num_experts_per_tok": INT, "moe_intermediate_size": INT, "norm_topk_prob": BOOL,
+               "decoder_sparse_step": INT, "mlp_only_layers": LAYER_LIST,
+               "shared_expert_intermediate_size": INT_OR_ZERO, "qkv_bias": BOOL},
     "drafter": {**COMMON, "num_target_layers": INT, "block_size": BLOCK, "layer_types": LAYER_TYPES,
                 "sliding_window": WINDOW, "mask_token_id": MASK, "dflash_config": OBJECT,
                 "dflash_config.mask_token_id": MASK, "dflash_config.target_layer_ids": LAYER_IDS,
                 "dflash_config.block_size": BLOCK},
 }
 # the one line names these instead of the field
-NEEDLES = {"layer_types": {json.dumps(["banana", "full_attention"]): "layer type", json.dumps([5, 5]): "layer type"}}
+NEEDLES = {"layer_types": {json.dumps(["banana", "full_attention"]): "layer type", json.dumps([5, 5]): "layer type"},
+           # a null num_local_experts leaves num_experts, which that config lacks
+           "num_local_experts": {json.dumps(None): "num_experts"}}
 # where the pair's check (or the weights) answer: values the parser lets through, the CLIs refuse
 PAIR = {"drafter": {"mask_token_id": [(-1, "mask token id"), (384, "mask token id")],
                     "dflash_config.mask_token_id": [(-1, "mask token id"), (10**6, "mask token id")],
@@ -110,6 +117,13 @@ VARIANTS: dict[str, dict[str, Callable[[dict], dict]]] = {
                                       rope_theta=10000.0, rope_scaling=dict(YARN)),
         "llama_linear": lambda d: _edit(d, architectures=["LlamaForCausalLM"], rope_parameters=..., rope_theta=1e6,
                                         rope_scaling={"rope_type": "linear", "factor": 2.0}),
+        "qwen3_moe": lambda d: _edit(d, architectures=["Qwen3MoeForCausalLM"], num_experts=8, num_experts_per_tok=2,
+                                     moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                                     mlp_only_layers=[1]),
+        # transformers 5's spelling of the expert count; every layer sparse, so intermediate_size sizes nothing
+        "qwen2_moe": lambda d: _edit(d, architectures=["Qwen2MoeForCausalLM"], head_dim=..., num_local_experts=8,
+                                     num_experts_per_tok=2, moe_intermediate_size=32,
+                                     shared_expert_intermediate_size=48, qkv_bias=True),
     },
     "drafter": {
         "zlab": lambda d: copy.deepcopy(d),
@@ -220,6 +234,8 @@ def test_every_bad_value_of_every_field_is_one_line_naming_it(kind):
     ("target", "qwen3", {"architectures": ["MambaForCausalLM"]},
      "architecture 'MambaForCausalLM' is not supported"),
     ("target", "qwen3", {"architectures": []}, "architecture None is not supported"),
+    ("target", "qwen3_moe", {"num_experts_per_tok": 9}, "num_experts_per_tok is 9; it must be at most num_experts (8)"),
+    ("target", "qwen2_moe", {"num_local_experts": 1}, "num_experts_per_tok is 2; it must be at most num_experts (1)"),
     ("drafter", "zlab", {"num_key_value_heads": 3}, "num_key_value_heads (3)"),
     ("drafter", "sliding", {"hidden_size": 62}, "hidden_size (62) is not a multiple"),
     ("drafter", "sliding", {"sliding_window": 7}, "sliding_window 7 is shorter than block_size 8"),

@@ -197,7 +197,7 @@ def test_shipped_h100_model_is_the_results_rows_at_the_8b_shape():
     # every shipped number is in RESULTS.md's H100 rows that the source names: batch 1 from the A/B
     # row (its head side), batches 4 and 16 from the by-batch row
     lines = (ROOT / "bench" / "RESULTS.md").read_text().splitlines()
-    ab = next(line for line in lines if "the layout's restructure against the code before it" in line)
+    ab = next(line for line in lines if "the shipped cost model's batch-1 points" in line)
     by_batch = next(line for line in lines if "rounds by batch, 1 / 4 / 16 rows" in line)
     assert "4dc328d" in ab and "96c1c4d" in by_batch and "96c1c4d" in cm.source
     column = {4: 1, 16: 2}

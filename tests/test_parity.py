@@ -1,6 +1,7 @@
 """Parity with Hugging Face transformers (PyTorch, float32) on tiny random checkpoints.
 
-Targets: logits and every tapped hidden state of the converted checkpoint match transformers'
+Targets (dense, and MoE: Qwen3-MoE, Qwen2-MoE with its shared expert): logits and every tapped
+hidden state of the converted checkpoint match transformers'
 (tap i is hidden_states[i + 1], for the last layer the final-normed state); greedy generation is
 token-identical. Drafter: an independent PyTorch DFlash implementation, written here from
 DESIGN.md's description, matches our drafter (incremental context cache, sliding windows
@@ -42,7 +43,10 @@ def _close(ours, ref, what):
     assert err <= 1e-4 * np.max(np.abs(ref)), f"{what}: max abs diff {err:.3g} vs max |ref| {np.max(np.abs(ref)):.3g}"
 
 
-@pytest.mark.parametrize("name", ["qwen3_pair", "llama_target", "qwen2_sharded"])
+TARGETS = ["qwen3_pair", "llama_target", "qwen2_sharded", "qwen3_moe_pair", "qwen2_moe_sharded"]
+
+
+@pytest.mark.parametrize("name", TARGETS)
 def test_logits_and_hidden_states_match_transformers(name, request):
     conv = request.getfixturevalue(name)
     ck = load_checkpoint(conv.out, with_drafter=False)
@@ -59,7 +63,7 @@ def test_logits_and_hidden_states_match_transformers(name, request):
         _close(hidden[..., i * h:(i + 1) * h], out.hidden_states[i + 1].numpy(), f"{name} hidden state of layer {i}")
 
 
-@pytest.mark.parametrize("name", ["qwen3_pair", "llama_target", "qwen2_sharded"])
+@pytest.mark.parametrize("name", TARGETS)
 def test_greedy_generation_matches_transformers(name, request):
     conv = request.getfixturevalue(name)
     ck = load_checkpoint(conv.out, with_drafter=False)
@@ -73,9 +77,11 @@ def test_greedy_generation_matches_transformers(name, request):
     assert ours == ref
 
 
-def test_speculative_on_converted_pair_matches_transformers(qwen3_pair):
-    ck = load_checkpoint(qwen3_pair.out)
-    hf = _hf(qwen3_pair.hf_target)
+@pytest.mark.parametrize("name", ["qwen3_pair", "qwen3_moe_pair"])
+def test_speculative_on_converted_pair_matches_transformers(name, request):
+    pair = request.getfixturevalue(name)
+    ck = load_checkpoint(pair.out)
+    hf = _hf(pair.hf_target)
     prompt = [11, 12, 13, 200, 201, 5]
     with torch.no_grad():
         ref = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),

@@ -352,7 +352,11 @@ def write_params(path: Path, cfg: TargetConfig | DrafterConfig, params: Any, *, 
                  on_tensor: Callable[[], None] | None = None) -> None:
     """Write a param tree (names.py's layout; arrays or LazyTensors) to one safetensors file, one
     tensor at a time in the name table's order: each is read (a LazyTensor), cast to `dtype`,
-    written and released before the next, so the host holds one tensor. `path` must not exist."""
+    written and released before the next, so the host holds one tensor. `path` must not exist.
+
+    An MoE layer's experts are stored stacked, [E, in, out] per param (a StackedTensor fills it
+    one expert at a time): the file keeps one tensor per param, which loads with one read and one
+    device copy, at the price of holding one such array (one layer's gate, up or down experts)."""
     from ddtree_jax.checkpoint import names
     from ddtree_jax.checkpoint.tensors import StreamWriter
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ddtree_jax.checkpoint import names
-from ddtree_jax.checkpoint.tensors import SAFETENSORS_DTYPES, LazyTensor, TensorInfo, read_header
+from ddtree_jax.checkpoint.tensors import (SAFETENSORS_DTYPES, LazyTensor, StackedTensor, TensorInfo, TensorPart,
+                                          read_header)
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, read_hf_config
 
@@ -104,18 +105,24 @@ class HFModel:
 
     def scan(self) -> HFModel:
         self.tensors = scan(self.dir)
+        if self.kind == "target" and self.cfg.moe is not None:  # each MoE layer's experts: per expert or fused
+            self.entries = names.target_entries(self.cfg, fused=names.fused_expert_layers(self.tensors))
         self.mapping = names.match(
             self.entries, {n: t.shape for n, t in self.tensors.items()}, where=str(self.dir),
             tied=self.kind == "target" and self.cfg.tie_embeddings,
             strip_prefix="model." if self.kind == "drafter" else None)
-        for e in self.entries:
-            self.tensors[self.mapping[e.hf_name]].check_dtype()
+        for stored in self.mapping.values():
+            self.tensors[stored].check_dtype()
         return self
 
-    def source(self, e: names.Entry, dtype: Any = None) -> LazyTensor:
-        """Entry `e`'s tensor in our layout ([in, out] matrices), cast to `dtype` (None: as stored)."""
-        return LazyTensor(self.tensors[self.mapping[e.hf_name]], None if dtype is None else np.dtype(dtype),
-                          e.transpose)
+    def source(self, e: names.Entry, dtype: Any = None) -> LazyTensor | StackedTensor:
+        """Entry `e`'s tensor in our layout ([in, out] matrices), cast to `dtype` (None: as stored);
+        an expert param is stacked from its E blocks as it is read."""
+        dt = None if dtype is None else np.dtype(dtype)
+        if e.parts:
+            return StackedTensor(tuple(TensorPart(self.tensors[self.mapping[p.hf_name]], p.index, p.rows)
+                                       for p in e.parts), dt, e.transpose)
+        return LazyTensor(self.tensors[self.mapping[e.hf_name]], dt, e.transpose)
 
     def lazy_params(self, dtype: Any = None) -> dict[str, Any]:
         """The param tree (names.py's layout) of LazyTensors: nothing is read until a loader asks."""

@@ -11,15 +11,27 @@ Our layout (weight matrices are [in, out], the transpose of a HF `Linear.weight`
               "q_bias", "k_bias", "v_bias": [..] (qkv_bias), "o_bias": [H] (attention_bias_o),
               "q_norm", "k_norm": [Dh] (qk_norm; always in the drafter),
               "mlp_norm": [H], "gate": [H, I], "up": [H, I], "down": [I, H]}
+    MoE layer (TargetConfig.is_moe_layer; Qwen3-MoE, Qwen2-MoE): instead of gate/up/down,
+             {"router": [H, E], "experts_gate": [E, H, Ie], "experts_up": [E, H, Ie], "experts_down": [E, Ie, H],
+              and with a shared expert (Qwen2-MoE) "shared_gate": [H, Is], "shared_up": [H, Is],
+              "shared_down": [Is, H], "shared_expert_gate": [H, 1]}
+
+A HF MoE checkpoint holds each layer's experts in one of two layouts, told apart by the names present
+(`fused_expert_layers`), layer by layer:
+    per expert (the hub's):  mlp.experts.{e}.{gate,up,down}_proj.weight   [Ie, H], [Ie, H], [H, Ie]
+    fused (transformers 5 in memory): mlp.experts.gate_up_proj [E, 2*Ie, H] (gate rows, then up rows),
+                                      mlp.experts.down_proj   [E, H, Ie]
+Either way an expert param's Entry lists E `Part`s, one block per expert, which the loader stacks
+into one preallocated [E, in, out] array (checkpoint.tensors.StackedTensor).
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Container, Iterable, Mapping
 
 from ddtree_jax.errors import UserError
-from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models.config import DrafterConfig, MoeConfig, TargetConfig
 
 Path_ = tuple[Any, ...]  # a path into the param tree, e.g. ("layers", 3, "q")
 
@@ -28,15 +40,37 @@ IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
 @dataclasses.dataclass(frozen=True)
-class Entry:
+class Part:
+    """One expert's block of a stacked param: HF tensor `hf_name` (of shape `hf_shape`), at `index`
+    on its first axis (None: the whole tensor), rows [rows[0], rows[1]) of what remains (None: all)."""
+
     hf_name: str
+    hf_shape: tuple[int, ...]
+    index: int | None = None
+    rows: tuple[int, int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    hf_name: str  # for a stacked param: the per-expert name with "{e}", or the fused tensor's
     path: Path_
     shape: tuple[int, ...]  # our layout
-    transpose: bool  # HF stores it as [out, in]
+    transpose: bool  # HF stores it as [out, in] (our last two axes swapped)
+    parts: tuple[Part, ...] = ()  # an expert param: slice e of ours is parts[e] (transposed if `transpose`)
 
     @property
     def hf_shape(self) -> tuple[int, ...]:
-        return self.shape[::-1] if self.transpose else self.shape
+        """The shape of the HF tensor (each one, for a stacked param)."""
+        if self.parts:
+            return self.parts[0].hf_shape
+        return _swap_last(self.shape) if self.transpose else self.shape
+
+    @property
+    def hf_tensors(self) -> dict[str, tuple[int, ...]]:
+        """Every HF tensor this param is read from, with its shape (one, or E for per-expert experts)."""
+        if not self.parts:
+            return {self.hf_name: self.hf_shape}
+        return {p.hf_name: p.hf_shape for p in self.parts}
 
     @property
     def key(self) -> str:
@@ -44,8 +78,13 @@ class Entry:
         return ".".join(str(p) for p in self.path)
 
 
+def _swap_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (*shape[:-2], shape[-1], shape[-2]) if len(shape) >= 2 else shape
+
+
 def _layer(prefix: str, i: int, *, hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int,
-           qk_norm: bool, qkv_bias: bool, o_bias: bool) -> list[Entry]:
+           qk_norm: bool, qkv_bias: bool, o_bias: bool, moe: MoeConfig | None = None,
+           fused: bool = False) -> list[Entry]:
     p, q, kv = f"{prefix}layers.{i}.", heads * head_dim, kv_heads * head_dim
 
     def mat(name: str, key: str, n_in: int, n_out: int) -> Entry:
@@ -68,8 +107,10 @@ def _layer(prefix: str, i: int, *, hidden: int, inter: int, heads: int, kv_heads
         out.append(vec("self_attn.o_proj.bias", "o_bias", hidden))
     if qk_norm:
         out += [vec("self_attn.q_norm.weight", "q_norm", head_dim), vec("self_attn.k_norm.weight", "k_norm", head_dim)]
+    out.append(vec("post_attention_layernorm.weight", "mlp_norm", hidden))
+    if moe is not None:
+        return out + _moe(p, i, hidden, moe, fused)
     out += [
-        vec("post_attention_layernorm.weight", "mlp_norm", hidden),
         mat("mlp.gate_proj.weight", "gate", hidden, inter),
         mat("mlp.up_proj.weight", "up", hidden, inter),
         mat("mlp.down_proj.weight", "down", inter, hidden),
@@ -77,14 +118,60 @@ def _layer(prefix: str, i: int, *, hidden: int, inter: int, heads: int, kv_heads
     return out
 
 
-def target_entries(cfg: TargetConfig) -> list[Entry]:
-    """Every tensor a target checkpoint must hold, in file-independent order."""
+def _moe(p: str, i: int, hidden: int, moe: MoeConfig, fused: bool) -> list[Entry]:
+    """The MLP entries of an MoE layer: router, the stacked experts, the shared expert."""
+    n, ie, si = moe.num_experts, moe.expert_intermediate, moe.shared_intermediate
+
+    def mat(name: str, key: str, n_in: int, n_out: int) -> Entry:
+        return Entry(p + name, ("layers", i, key), (n_in, n_out), True)
+
+    def experts(key: str, proj: str, n_in: int, n_out: int) -> Entry:
+        if fused:  # one expert's rows of gate_up_proj [E, 2*Ie, H] (gate first) or all of down_proj [E, H, Ie]
+            name = p + ("mlp.experts.down_proj" if proj == "down" else "mlp.experts.gate_up_proj")
+            shape = (n, hidden, ie) if proj == "down" else (n, 2 * ie, hidden)
+            rows = {"gate": (0, ie), "up": (ie, 2 * ie), "down": None}[proj]
+            parts = tuple(Part(name, shape, e, rows) for e in range(n))
+        else:
+            name = p + f"mlp.experts.{{e}}.{proj}_proj.weight"
+            parts = tuple(Part(name.format(e=e), (n_out, n_in)) for e in range(n))
+        return Entry(name, ("layers", i, key), (n, n_in, n_out), True, parts)
+
+    out = [
+        mat("mlp.gate.weight", "router", hidden, n),
+        experts("experts_gate", "gate", hidden, ie),
+        experts("experts_up", "up", hidden, ie),
+        experts("experts_down", "down", ie, hidden),
+    ]
+    if si:
+        out += [
+            mat("mlp.shared_expert.gate_proj.weight", "shared_gate", hidden, si),
+            mat("mlp.shared_expert.up_proj.weight", "shared_up", hidden, si),
+            mat("mlp.shared_expert.down_proj.weight", "shared_down", si, hidden),
+            mat("mlp.shared_expert_gate.weight", "shared_expert_gate", hidden, 1),
+        ]
+    return out
+
+
+FUSED_EXPERTS = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+
+
+def fused_expert_layers(found: Iterable[str]) -> frozenset[int]:
+    """The layers whose experts a checkpoint holds fused (transformers 5's gate_up_proj /
+    down_proj); every other MoE layer is read per expert, as published on the hub."""
+    return frozenset(int(m[1]) for m in map(FUSED_EXPERTS.match, found) if m)
+
+
+def target_entries(cfg: TargetConfig, fused: Container[int] = ()) -> list[Entry]:
+    """Every tensor a target checkpoint must hold, in file-independent order. `fused`: the MoE
+    layers whose experts are stored fused (fused_expert_layers); the others, per expert. Our
+    layout, and so every Entry's path and shape, is the same either way."""
     h, v = cfg.hidden_size, cfg.vocab_size
     out = [Entry("model.embed_tokens.weight", ("embed",), (v, h), False)]
     for i in range(cfg.num_layers):
         out += _layer("model.", i, hidden=h, inter=cfg.intermediate_size, heads=cfg.num_heads,
                       kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, qk_norm=cfg.qk_norm,
-                      qkv_bias=cfg.qkv_bias, o_bias=cfg.attention_bias_o)
+                      qkv_bias=cfg.qkv_bias, o_bias=cfg.attention_bias_o,
+                      moe=cfg.moe if cfg.is_moe_layer(i) else None, fused=i in fused)
     out.append(Entry("model.norm.weight", ("norm",), (h,), False))
     if not cfg.tie_embeddings:
         out.append(Entry("lm_head.weight", ("lm_head",), (h, v), True))
@@ -121,7 +208,8 @@ def _few(names: Iterable[str], n: int = 3) -> str:
 
 def match(entries: list[Entry], found: Mapping[str, tuple[int, ...]], *, where: str, tied: bool = False,
           strip_prefix: str | None = None) -> dict[str, str]:
-    """Map each entry's HF name to the name in the checkpoint, checking the sets and every shape.
+    """Map every HF tensor the entries read (each expert's, for stacked params) to its name in the
+    checkpoint, checking the sets and every shape.
 
     `found`: checkpoint name -> shape. `strip_prefix`: an optional prefix on checkpoint names
     (the drafter's "model."). With `tied`, a stored lm_head.weight is allowed and ignored.
@@ -131,20 +219,20 @@ def match(entries: list[Entry], found: Mapping[str, tuple[int, ...]], *, where: 
     for name in found:
         key = name[len(strip_prefix):] if strip_prefix and name.startswith(strip_prefix) else name
         by_name[key] = name
-    want = {e.hf_name for e in entries}
-    missing = [e for e in entries if e.hf_name not in by_name]
-    if missing:
-        e = missing[0]
-        raise UserError(
-            f"{where}: tensor {_few(m.hf_name for m in missing)} {'is' if len(missing) == 1 else 'are'} missing "
-            f"(expected shape {list(e.hf_shape)}); the weights do not match config.json"
-        )
+    want: dict[str, tuple[int, ...]] = {}
     for e in entries:
-        got = tuple(found[by_name[e.hf_name]])
-        if got != e.hf_shape:
+        want.update(e.hf_tensors)
+    missing = [n for n in want if n not in by_name]
+    if missing:
+        raise UserError(
+            f"{where}: tensor {_few(missing)} {'is' if len(missing) == 1 else 'are'} missing "
+            f"(expected shape {list(want[missing[0]])}); the weights do not match config.json"
+        )
+    for n, shape in want.items():
+        got = tuple(found[by_name[n]])
+        if got != shape:
             raise UserError(
-                f"{where}: tensor {by_name[e.hf_name]!r} has shape {list(got)}, expected {list(e.hf_shape)} "
-                f"from config.json"
+                f"{where}: tensor {by_name[n]!r} has shape {list(got)}, expected {list(shape)} from config.json"
             )
     extra = [n for k, n in by_name.items() if k not in want and not IGNORED.search(k)
              and not (tied and k == "lm_head.weight")]
@@ -153,7 +241,7 @@ def match(entries: list[Entry], found: Mapping[str, tuple[int, ...]], *, where: 
             f"{where}: unexpected tensor {_few(extra)} (shape {list(found[extra[0]])}); the weights do not match "
             f"config.json"
         )
-    return {e.hf_name: by_name[e.hf_name] for e in entries}
+    return {n: by_name[n] for n in want}
 
 
 def empty_tree(cfg: TargetConfig | DrafterConfig) -> dict[str, Any]:

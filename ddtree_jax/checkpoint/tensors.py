@@ -8,6 +8,10 @@ from the headers before any data is read, and a tensor is read alone into a fres
 
 `StreamWriter` writes one: every tensor's shape and dtype are known before the first byte, so the
 header goes first and the tensors follow one at a time, each released once written.
+
+`StackedTensor` is a mixture-of-experts param ([E, in, out]) gathered from E stored blocks (one
+tensor per expert, or one expert's rows of a fused 3-D tensor): it fills a preallocated array one
+expert at a time, so the host holds that array and one expert's block.
 """
 from __future__ import annotations
 
@@ -23,6 +27,35 @@ import ml_dtypes
 import numpy as np
 
 from ddtree_jax.errors import UserError
+
+_TILE = 128  # a 128 x 128 tile of the source and of the result stay in cache while it is copied
+_TILED_FROM = 1 << 20  # elements: below this numpy's one strided copy is as fast
+
+
+def swap_last_into(out: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """out[...] = raw with its last two axes swapped, cast to out's dtype. Without a cast numpy's
+    strided copy of a whole matrix runs ~3x slower than tile by tile (it misses the cache on every
+    element written); its casting loop is fast as it is. Bands of tiles go to threads."""
+    *_, r, c = raw.shape
+    if raw.size < _TILED_FROM or out.dtype != raw.dtype:
+        out[...] = np.swapaxes(raw, -1, -2)
+        return out
+
+    def band(i: int) -> None:
+        for j in range(0, c, _TILE):
+            out[..., j:j + _TILE, i:i + _TILE] = np.swapaxes(raw[..., i:i + _TILE, j:j + _TILE], -1, -2)
+
+    starts = range(0, r, _TILE)
+    workers = min(8, os.cpu_count() or 1, len(starts))
+    if workers <= 1:
+        for i in starts:
+            band(i)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(band, starts))  # numpy's copies release the GIL
+    return out
 
 # A header larger than this is not a real header (safetensors itself caps it at 100 MB).
 MAX_HEADER = 100 * 1024 * 1024
@@ -71,25 +104,43 @@ class TensorInfo:
         return np.memmap(self.file, dtype=dt, mode="r", offset=self.offset, shape=self.shape)
 
     def load(self, dtype: Any = None, transpose: bool = False) -> np.ndarray:
-        """The tensor as a fresh C-contiguous array, cast to `dtype` and transposed (2-D) if asked.
+        """The tensor as a fresh C-contiguous array, cast to `dtype` and its last two axes swapped
+        (a 2-D transpose) if asked.
 
         Read with plain reads, not a memory map: a file cut short since its header was read is a
         one-line error here, where a mapped page past its end would kill the process (SIGBUS).
         Holds at most the raw bytes and the result at once."""
-        raw = np.empty(self.shape, self.np_dtype)
+        raw = self.read_block()
+        dt = raw.dtype if dtype is None else np.dtype(dtype)
+        if not transpose:
+            return raw if dt == raw.dtype else raw.astype(dt)
+        return swap_last_into(np.empty(_swap_last(raw.shape), dt), raw)
+
+    def read_block(self, index: int | None = None, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """The stored bytes of `tensor[index][rows[0]:rows[1]]` (None: all), a contiguous block
+        read alone into a fresh array: one expert of a fused [E, ...] tensor without the others."""
+        shape, start = self.shape, 0
+        if index is not None:
+            if not 0 <= index < shape[0]:
+                raise IndexError(f"{self.name}: index {index} outside [0, {shape[0]})")
+            shape, start = shape[1:], index * math.prod(shape[1:])
+        if rows is not None:
+            r0, r1 = rows
+            if not 0 <= r0 <= r1 <= shape[0]:
+                raise IndexError(f"{self.name}: rows {rows} outside [0, {shape[0]}]")
+            start += r0 * math.prod(shape[1:])
+            shape = (r1 - r0, *shape[1:])
+        raw = np.empty(shape, self.np_dtype)
         try:
             with open(self.file, "rb") as f:
-                f.seek(self.offset)
+                f.seek(self.offset + start * raw.itemsize)
                 got = f.readinto(raw.reshape(-1).view(np.uint8)) if raw.size else 0
         except OSError as e:
             raise UserError(f"cannot read {self.file}: {e.strerror or e}") from None
         if got != raw.nbytes:
             raise UserError(f"{self.file} is not a valid safetensors file (tensor {self.name!r} is cut short; "
                             "truncated?); re-download or re-save it")
-        dt = raw.dtype if dtype is None else np.dtype(dtype)
-        if not transpose and dt == raw.dtype:
-            return raw
-        return np.array(raw.T if transpose else raw, dtype=dt, order="C")
+        return raw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +156,7 @@ class LazyTensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.src.shape[::-1] if self.transpose else self.src.shape
+        return _swap_last(self.src.shape) if self.transpose else self.src.shape
 
     @property
     def dtype(self) -> np.dtype:
@@ -121,6 +172,69 @@ class LazyTensor:
 
     def load(self) -> np.ndarray:
         return self.src.load(self.to_dtype, self.transpose)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        a = self.load()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def _swap_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (*shape[:-2], shape[-1], shape[-2]) if len(shape) >= 2 else shape
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorPart:
+    """One expert's block of a stacked param: `src[index][rows[0]:rows[1]]` (None: all of it)."""
+
+    src: TensorInfo
+    index: int | None = None
+    rows: tuple[int, int] | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape = self.src.shape if self.index is None else self.src.shape[1:]
+        return shape if self.rows is None else (self.rows[1] - self.rows[0], *shape[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class StackedTensor:
+    """A mixture-of-experts param not read yet: `parts[e]` (cast, its last two axes swapped if
+    `transpose`) becomes slice e of one [E, ...] array. Answers like a LazyTensor.
+
+    `load()` preallocates the result and reads one part at a time into its slice, so the host
+    holds the result and one expert's block, never the experts twice."""
+
+    parts: tuple[TensorPart, ...]
+    to_dtype: np.dtype | None = None
+    transpose: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        one = self.parts[0].shape
+        return (len(self.parts), *(_swap_last(one) if self.transpose else one))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.parts[0].src.np_dtype if self.to_dtype is None else np.dtype(self.to_dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def load(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        for e, part in enumerate(self.parts):
+            raw = part.src.read_block(part.index, part.rows)
+            if self.transpose:
+                swap_last_into(out[e], raw)
+            else:
+                out[e] = raw  # the assignment casts
+            del raw
+        return out
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         a = self.load()

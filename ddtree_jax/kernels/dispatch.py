@@ -29,7 +29,7 @@ from . import tree_attention_mgpu as mgpu
 from .attention_reference import attention_reference, check_attention_shapes
 
 __all__ = ["attention_choice", "mosaic_config", "verify_rows", "norm_choice", "matmul_choice", "matmul_path",
-           "cache_choice", "takes_kernels", "available_impls", "attention", "rms_norm", "add_rms_norm",
+           "cache_choice", "moe_choice", "takes_kernels", "available_impls", "attention", "rms_norm", "add_rms_norm",
            "qk_norm_rope", "matmul", "write_cache_rows"]
 
 FAMILIES = ("attention", "norms", "matmul", "cache")
@@ -159,6 +159,12 @@ def matmul_path(kernels: KernelTuning, x_shape, w, prologue: str | None = None) 
     """"xla", "pallas" or "pallas_interpret": the path `matmul` takes for these arguments (the
     models fuse norms and residual adds into the product only where it is the kernel's)."""
     return mm.kernel_path(x_shape, w, *matmul_choice(kernels, x_shape, w, prologue), prologue=prologue)
+
+
+def moe_choice(kernels: KernelTuning, tokens: int) -> str:
+    """How an MoE block over `tokens` tokens runs its experts (models.moe.experts): "gather" up to
+    the tuning's moe_gather_max tokens, else its moe_experts ("ragged", "dense")."""
+    return "gather" if tokens <= kernels.moe_gather_max else kernels.moe_experts
 
 
 def cache_choice(kernels: KernelTuning) -> str:

@@ -19,7 +19,10 @@ SUPPORTED_TARGETS = {
     "Qwen3ForCausalLM": ("qwen3", True, False),
     "LlamaForCausalLM": ("llama", False, False),
     "Qwen2ForCausalLM": ("qwen2", False, True),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", True, False),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", False, True),
 }
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
 SUPPORTED_DRAFTERS = ("DFlashDraftModel",)
 
 
@@ -186,6 +189,56 @@ class RopeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MoeConfig:
+    """A mixture-of-experts MLP (Qwen3-MoE, Qwen2-MoE): softmax top-k routing over `num_experts`
+    experts of width `expert_intermediate`, optionally renormalised over the k chosen, plus an
+    optional shared expert of width `shared_intermediate` (0: none) behind a sigmoid gate."""
+
+    num_experts: int
+    top_k: int
+    expert_intermediate: int
+    norm_topk_prob: bool
+    shared_intermediate: int = 0
+    # per target layer: True for an MoE block, False for a dense MLP of the target's intermediate_size
+    sparse_layers: tuple[bool, ...] = ()
+
+    @staticmethod
+    def from_hf(f: "_Fields", family: str, num_layers: int) -> "MoeConfig":
+        """The MoE fields of a Qwen3-MoE / Qwen2-MoE config.json; decoder_sparse_step and
+        mlp_only_layers choose the sparse layers as transformers does."""
+        # transformers 5 writes num_local_experts where the published configs have num_experts (a null one: unset)
+        experts = f.integer("num_experts") if f.d.get("num_experts") is not None or f.d.get("num_local_experts") is None \
+            else f.integer("num_local_experts")
+        top_k = f.integer("num_experts_per_tok")
+        if top_k > experts:
+            raise f.bad("num_experts_per_tok", top_k, f"at most num_experts ({experts})")
+        step = f.integer("decoder_sparse_step", 1)
+        only = f.d.get("mlp_only_layers")
+        if only is None:
+            only = []
+        if not isinstance(only, list) or not all(type(i) is int and 0 <= i < num_layers for i in only):
+            raise f.bad("mlp_only_layers", only, f"a list of layer indices in [0, {num_layers})")
+        # transformers builds a shared expert of its default width where the field is absent
+        shared = f.integer("shared_expert_intermediate_size", 5632, minimum=0) if family == "qwen2_moe" else 0
+        return MoeConfig(
+            num_experts=experts,
+            top_k=top_k,
+            expert_intermediate=f.integer("moe_intermediate_size"),
+            norm_topk_prob=f.flag("norm_topk_prob", False),
+            shared_intermediate=shared,
+            sparse_layers=tuple(i not in only and (i + 1) % step == 0 for i in range(num_layers)),
+        )
+
+    def is_sparse(self, layer: int) -> bool:
+        return self.sparse_layers[layer]
+
+    def block_params(self, hidden: int) -> int:
+        """Weights of one MoE block: router, experts, and the shared expert with its gate."""
+        shared = 3 * hidden * self.shared_intermediate + hidden if self.shared_intermediate else 0
+        return hidden * self.num_experts + 3 * hidden * self.expert_intermediate * self.num_experts + shared
+
+
+@dataclasses.dataclass(frozen=True)
 class TargetConfig:
     """A decoder-only target: Qwen3, Qwen2 or Llama family."""
 
@@ -205,6 +258,7 @@ class TargetConfig:
     rope: RopeConfig = RopeConfig()
     attention_bias_o: bool = False
     architecture: str = "Qwen3ForCausalLM"
+    moe: MoeConfig | None = None  # None: every layer a dense MLP
 
     @staticmethod
     def from_hf(d: dict[str, Any], where: str = "config.json") -> "TargetConfig":
@@ -222,13 +276,17 @@ class TargetConfig:
         heads, kv_heads, head_dim = f.heads()
         if d.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"{where}: hidden_act {_show(d.get('hidden_act'))} is not supported; only silu")
-        bias = f.flag("attention_bias", qkv_bias) if family != "qwen2" else False
+        bias = f.flag("attention_bias", qkv_bias) if family not in ("qwen2", "qwen2_moe") else False
+        num_layers = f.integer("num_hidden_layers")
+        moe = MoeConfig.from_hf(f, family, num_layers) if family in MOE_FAMILIES else None
+        dense = moe is None or not all(moe.sparse_layers)
         return TargetConfig(
             family=family,
             vocab_size=f.integer("vocab_size"),
             hidden_size=hidden,
-            intermediate_size=f.integer("intermediate_size"),
-            num_layers=f.integer("num_hidden_layers"),
+            # an all-MoE model's intermediate_size sizes nothing
+            intermediate_size=f.integer("intermediate_size") if dense else f.integer("intermediate_size", 1),
+            num_layers=num_layers,
             num_heads=heads,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
@@ -236,18 +294,24 @@ class TargetConfig:
             max_position=f.integer("max_position_embeddings", 32768),
             tie_embeddings=f.flag("tie_word_embeddings", False),
             qk_norm=qk_norm,
-            qkv_bias=bias if family != "qwen2" else True,
+            qkv_bias=True if family == "qwen2" else f.flag("qkv_bias", True) if family == "qwen2_moe" else bias,
             attention_bias_o=bias,
             rope=RopeConfig.from_hf(d, where),
             architecture=arch,
+            moe=moe,
         )
 
     @property
     def num_params(self) -> int:
         h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
         attn = h * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
-        per_layer = attn + 3 * h * i + 2 * h
-        return self.num_layers * per_layer + v * h * (1 if self.tie_embeddings else 2) + h
+        mlps = sum(self.moe.block_params(h) if self.moe is not None and self.moe.is_sparse(layer) else 3 * h * i
+                   for layer in range(self.num_layers))
+        return self.num_layers * (attn + 2 * h) + mlps + v * h * (1 if self.tie_embeddings else 2) + h
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether target layer `layer` has an MoE block (else a dense MLP)."""
+        return self.moe is not None and self.moe.is_sparse(layer)
 
 
 @dataclasses.dataclass(frozen=True)

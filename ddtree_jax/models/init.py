@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models.config import DrafterConfig, MoeConfig, TargetConfig
 
 
 def _dense(key, shape, dtype, scale=None):
@@ -35,6 +35,34 @@ def _layer(key, h, i, hq, hkv, dh, *, qk_norm, qkv_bias, dtype):
     return p
 
 
+def _moe_layer(key, h, hq, hkv, dh, moe: MoeConfig, *, qk_norm, qkv_bias, dtype, fused: bool):
+    """An MoE layer: the attention of _layer, then the router, the experts (and a shared expert);
+    fused: the experts' and shared expert's gate/up drawn as one "*_gate_up" (fuse_params's layout,
+    which then copies nothing: a 30B-A3B-shaped model's experts fit a device once, not twice)."""
+    k_attn, k_router, k_gate, k_up, k_down, k_sg, k_su, k_sd, k_sgate = jax.random.split(key, 9)
+    p = _layer(k_attn, h, 1, hq, hkv, dh, qk_norm=qk_norm, qkv_bias=qkv_bias, dtype=dtype)
+    for name in ("gate", "up", "down"):
+        del p[name]
+    e, ie = moe.num_experts, moe.expert_intermediate
+    p["router"] = _dense(k_router, (h, e), dtype)
+    if fused:
+        p["experts_gate_up"] = _dense(k_gate, (e, h, 2 * ie), dtype, h**-0.5)
+    else:
+        p["experts_gate"] = _dense(k_gate, (e, h, ie), dtype, h**-0.5)
+        p["experts_up"] = _dense(k_up, (e, h, ie), dtype, h**-0.5)
+    p["experts_down"] = _dense(k_down, (e, ie, h), dtype, ie**-0.5)
+    if moe.shared_intermediate:
+        s = moe.shared_intermediate
+        if fused:
+            p["shared_gate_up"] = _dense(k_sg, (h, 2 * s), dtype)
+        else:
+            p["shared_gate"] = _dense(k_sg, (h, s), dtype)
+            p["shared_up"] = _dense(k_su, (h, s), dtype)
+        p["shared_down"] = _dense(k_sd, (s, h), dtype)
+        p["shared_expert_gate"] = _dense(k_sgate, (h, 1), dtype)
+    return p
+
+
 def _jitted(fn, jit: bool):
     # One program per piece, reused for every layer of the same shapes: jitting the whole init as
     # one program compiled for 60-90 s for the Qwen3-8B shape on the H200 (its ~330 random draws
@@ -42,19 +70,26 @@ def _jitted(fn, jit: bool):
     return jax.jit(fn, static_argnums=(1, 2)) if jit else fn
 
 
-def init_target(cfg: TargetConfig, key: jax.Array, dtype=jnp.float32, *, jit: bool = False) -> dict:
+def init_target(cfg: TargetConfig, key: jax.Array, dtype=jnp.float32, *, jit: bool = False,
+                fused_experts: bool = False) -> dict:
     """jit=True: each piece (one layer, the embedding, the head) is a jitted program run on the
-    device, the layers sharing one (benchmarks: the 8B shape's weights in seconds); the values can
-    differ from jit=False's in the last bit (XLA fuses the scaling into the draw)."""
+    device, the layers of a kind sharing one (benchmarks: the 8B shape's weights in seconds); the
+    values can differ from jit=False's in the last bit (XLA fuses the scaling into the draw).
+    MoE layers (cfg.is_moe_layer) get the MoE block's params (models.moe), their gate/up already
+    fused where fused_experts (see _moe_layer)."""
     keys = jax.random.split(key, cfg.num_layers + 2)
     dense = _jitted(lambda k, shape, scale: _dense(k, shape, dtype, scale), jit)
     layer = _jitted(lambda k, _a, _b: _layer(k, cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
                                              cfg.num_kv_heads, cfg.head_dim, qk_norm=cfg.qk_norm,
                                              qkv_bias=cfg.qkv_bias, dtype=dtype), jit)
+    moe_layer = _jitted(lambda k, _a, _b: _moe_layer(k, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads,
+                                                     cfg.head_dim, cfg.moe, qk_norm=cfg.qk_norm,
+                                                     qkv_bias=cfg.qkv_bias, dtype=dtype, fused=fused_experts), jit)
     params = {
         "embed": dense(keys[0], (cfg.vocab_size, cfg.hidden_size), 1.0),
         "norm": jnp.ones((cfg.hidden_size,), dtype),
-        "layers": [layer(keys[2 + n], None, None) for n in range(cfg.num_layers)],
+        "layers": [(moe_layer if cfg.is_moe_layer(n) else layer)(keys[2 + n], None, None)
+                   for n in range(cfg.num_layers)],
     }
     if cfg.attention_bias_o:
         for p in params["layers"]:

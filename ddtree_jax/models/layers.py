@@ -94,16 +94,25 @@ def final_norm(params: dict):
 
 
 def fuse_layer_weights(p: dict, groups: dict[str, tuple[str, ...]]) -> dict:
-    """Concatenate projections that read the same input into one matrix, e.g. {"qkv": ("q","k","v")}.
+    """Concatenate projections that read the same input into one matrix, e.g. {"qkv": ("q","k","v")},
+    along the output (last) axis, so stacked expert weights [E, H, I] fuse as well as [H, I].
 
     At batch 1 a decoder step is a chain of small matmuls whose launches cost as much as their
-    bytes; fewer, wider matmuls read the same bytes with fewer launches. Biases follow.
+    bytes; fewer, wider matmuls read the same bytes with fewer launches. Biases follow. A group
+    none of whose names the layer has is skipped (an MoE layer has no dense gate/up, a dense
+    layer no experts; a layer may come already fused); one with some of them is an error.
     """
     p = dict(p)
     for fused, names in groups.items():
-        p[fused] = jnp.concatenate([p.pop(n) for n in names], axis=1)
+        have = [n in p for n in names]
+        if not any(have):
+            continue
+        if not all(have):
+            raise ValueError(f"cannot fuse {fused!r}: the layer has {[n for n in names if n in p]} "
+                             f"but not {[n for n in names if n not in p]}")
+        p[fused] = jnp.concatenate([p.pop(n) for n in names], axis=-1)
         if all(f"{n}_bias" in p for n in names):
-            p[f"{fused}_bias"] = jnp.concatenate([p.pop(f"{n}_bias") for n in names], axis=0)
+            p[f"{fused}_bias"] = jnp.concatenate([p.pop(f"{n}_bias") for n in names], axis=-1)
     return p
 
 

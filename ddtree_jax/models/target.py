@@ -1,14 +1,18 @@
-"""The target model: Qwen3 / Qwen2 / Llama-family decoder as pure functions over a param pytree.
+"""The target model: Qwen3 / Qwen2 / Llama-family decoder (and their MoE variants, Qwen3-MoE and
+Qwen2-MoE) as pure functions over a param pytree.
 
 Param layout (weight matrices are [in, out]):
     {"embed": [V, H], "norm": [H], "lm_head": [H, V] (absent when tied),
      "layers": [{"attn_norm", "q", "k", "v", "o", "q_norm"?, "k_norm"?, "q_bias"?, "k_bias"?,
                  "v_bias"?, "o_bias"?, "mlp_norm", "gate", "up", "down"}, ...]}
+An MoE layer (cfg.is_moe_layer) has the MoE block's params (ddtree_jax.models.moe: "router",
+"experts_gate", "experts_up", "experts_down", a shared expert's "shared_*") instead of gate/up/down.
 
-The inference layout (`fuse_params`) fuses q/k/v and gate/up per layer and stacks the norm
-weights into "norms" (layers.stack_norms: the final "norm" is the last row of "norms"["in"]), which
-the norm kernels read a layer of by an index given at run time (where only XLA reads them, the
-Generator keeps them per layer: layers.stacks_norms_for).
+The inference layout (`fuse_params`) fuses q/k/v and gate/up (experts' and the shared expert's
+gate/up too) per layer and stacks the norm weights into "norms" (layers.stack_norms: the final
+"norm" is the last row of "norms"["in"]), which the norm kernels read a layer of by an index
+given at run time (where only XLA reads them, the Generator keeps them per layer:
+layers.stacks_norms_for).
 
 Layers are an unrolled Python loop over per-layer arrays: measured on the H200 it runs about twice
 as fast as `lax.scan` over stacked weights for one-token steps (DESIGN.md). Each residual add is
@@ -21,6 +25,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ddtree_jax.models import moe as moe_block
 from ddtree_jax.models.config import TargetConfig
 from ddtree_jax.models.layers import (
     KVCache,
@@ -41,11 +46,13 @@ from ddtree_jax.tuning import CPU_KERNELS, XLA_KERNELS, KernelTuning
 
 
 def fuse_params(params: dict, *, stack: bool = True) -> dict:
-    """The inference layout: q/k/v and gate/up fused per layer (see layers.fuse_layer_weights),
-    the norm weights stacked (layers.stack_norms) unless `stack` is False (where only XLA reads
+    """The inference layout: q/k/v and gate/up fused per layer (see layers.fuse_layer_weights;
+    an MoE layer's experts_gate/up into "experts_gate_up" [E, H, 2 Ie], its shared expert's into
+    "shared_gate_up"), the norm weights stacked (layers.stack_norms) unless `stack` is False (where only XLA reads
     them: layers.stacks_norms_for). One pass over params["layers"] (any iterable): a loader may
     hand the layers over one at a time, each dropped once fused."""
-    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+    groups = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up"), "experts_gate_up": ("experts_gate", "experts_up"),
+              "shared_gate_up": ("shared_gate", "shared_up")}
     fused = {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
     return stack_norms(fused) if stack else fused
 
@@ -90,7 +97,8 @@ def forward(
     *,
     taps: tuple[int, ...] = (),
     kernels: KernelTuning = CPU_KERNELS,
-) -> tuple[jax.Array, jax.Array | None, tuple[list[jax.Array], list[jax.Array]]]:
+    moe_stats: bool = False,
+):
     """Run the decoder over T new tokens.
 
     tokens, positions: int32 [Bt, T]. new_mask: bool [Bt, T, T], which new tokens each new token
@@ -102,7 +110,13 @@ def forward(
     the output of decoder layer i, final-normed for the last layer.
     kernels: which kernel each call runs (ddtree_jax.kernels.dispatch; the default, the CPU's, is
     XLA's everywhere; the engine passes its DecodeSpec's).
+    moe_stats (an MoE target only; off the hot path): also return, fourth, int32 [L, E]: per layer
+    how many of the pass's (token, expert) assignments each expert got, over every row given (a
+    dense layer's row zeros); `moe.distinct_experts` counts the experts a pass read.
     """
+    if moe_stats and cfg.moe is None:
+        raise ValueError("moe_stats: the target has no mixture-of-experts layers")
+    counts = [] if moe_stats else None
     eps = cfg.rms_eps
     dtype = params["embed"].dtype
     x = params["embed"][tokens].astype(dtype)
@@ -116,7 +130,9 @@ def forward(
     # normed input of what comes next and x the residual stream.
     norm_ws = [p["attn_norm"] for p in layers] + [final_norm(params)]
     if _fused_layers(params, cfg, x.shape, kernels):
-        return _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, kernels=kernels)
+        out = _forward_fused(params, cfg, x, cos, sin, cache, cache_len, new_mask, taps=taps, kernels=kernels,
+                             counts=counts)
+        return out if counts is None else (*out, jnp.stack(counts))
     h = dispatch.rms_norm(kernels, x, norm_ws[0], eps)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
@@ -127,10 +143,25 @@ def forward(
             o = o.reshape(*o.shape[:2], -1)
             o = linear(o, p["o"], p.get("o_bias"), kernels=kernels)
             x, h = dispatch.add_rms_norm(kernels, x, o, p["mlp_norm"], eps)
-            x, h = dispatch.add_rms_norm(kernels, x, mlp(p, h, kernels=kernels), norm_ws[i + 1], eps)
+            x, h = dispatch.add_rms_norm(kernels, x, _mlp(p, cfg, i, h, kernels, counts), norm_ws[i + 1], eps)
             if i in taps:
                 tapped[i] = x
-    return h, _tap_states(tapped, h, taps, len(layers)), (new_k, new_v)
+    out = h, _tap_states(tapped, h, taps, len(layers)), (new_k, new_v)
+    return out if counts is None else (*out, jnp.stack(counts))
+
+
+def _mlp(p: dict, cfg: TargetConfig, i: int, h: jax.Array, kernels: KernelTuning, counts: list | None):
+    """Layer i's MLP of the normed h: the dense gated MLP or the MoE block (its expert counts
+    appended to `counts` where given; a dense layer's as zeros)."""
+    if not cfg.is_moe_layer(i):
+        if counts is not None:
+            counts.append(jnp.zeros((cfg.moe.num_experts,), jnp.int32))
+        return mlp(p, h, kernels=kernels)
+    if counts is None:
+        return moe_block.block(p, h, cfg.moe, kernels=kernels)
+    out, c = moe_block.block(p, h, cfg.moe, kernels=kernels, counts=True)
+    counts.append(c)
+    return out
 
 
 def _tap_states(tapped: dict, h: jax.Array, taps: tuple[int, ...], num_layers: int) -> jax.Array | None:
@@ -144,26 +175,35 @@ def _tap_states(tapped: dict, h: jax.Array, taps: tuple[int, ...], num_layers: i
 def _fused_layers(params: dict, cfg: TargetConfig, x_shape, kernels: KernelTuning) -> bool:
     """Whether the layers run the fused form (_forward_fused): every projection of a layer takes
     the skinny-matmul kernel (ddtree_jax.kernels.dispatch.matmul_path) for these rows, the weights
-    are fused (qkv, gate_up) and no o bias needs adding between the product and the residual."""
+    are fused (qkv, gate_up) and no o bias needs adding between the product and the residual.
+    An MoE layer's block is no such projection: only its attention's (and the dense layers') count."""
     if kernels.matmul == "xla" or not params["layers"]:
         return False
     p = params["layers"][0]
-    if "qkv" not in p or "gate_up" not in p or "o_bias" in p:
+    if "qkv" not in p or "o_bias" in p:
         return False
     lead = x_shape[:-1]
-    calls = [((*lead, cfg.hidden_size), p["qkv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None),
-             ((*lead, cfg.hidden_size), p["gate_up"], "rmsnorm"), ((*lead, p["gate_up"].shape[1]), p["down"], "swiglu")]
+    calls = [((*lead, cfg.hidden_size), p["qkv"], "rmsnorm"), ((*lead, p["o"].shape[0]), p["o"], None)]
+    dense = [q for i, q in enumerate(params["layers"]) if not cfg.is_moe_layer(i)]
+    if dense:   # every dense MLP has one shape: the first stands for all
+        d = dense[0]
+        if "gate_up" not in d:
+            return False
+        calls += [((*lead, cfg.hidden_size), d["gate_up"], "rmsnorm"),
+                  ((*lead, d["gate_up"].shape[1]), d["down"], "swiglu")]
     return all(dispatch.matmul_path(kernels, shape, w, pro) != "xla" for shape, w, pro in calls)
 
 
-def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new_mask, *, taps, kernels: KernelTuning):
+def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new_mask, *, taps, kernels: KernelTuning,
+                   counts: list | None = None):
     """forward's layers with the norms and residual adds inside the projections: per layer the
     q/k/v product normalises its input (attention norm) and the o product adds the residual; the
     gate/up product normalises (MLP norm) and the down product takes silu(gate)*up and adds the
     residual: 6 kernels a layer (q/k/v, q/k norm + RoPE, attention, o, gate/up, down) instead of
     9, and no normed activation is written. The same math as the unfused layers; the kernel
     scales a row by its RMS after the product, not before, so bf16 results can differ in the
-    last bit."""
+    last bit. An MoE layer keeps the fused attention; its MLP norm is the norm kernel and its
+    block (moe.block) adds to the residual after."""
     eps = cfg.rms_eps
     scale = cfg.head_dim**-0.5
     tapped, new_k, new_v = {}, [], []
@@ -178,8 +218,13 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
             new_v.append(v)
             o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
             x = dispatch.matmul(kernels, o.reshape(*o.shape[:2], -1), p["o"], residual=x)
-            gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
-            x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
+            if cfg.is_moe_layer(i):
+                x = x + _mlp(p, cfg, i, dispatch.rms_norm(kernels, x, p["mlp_norm"], eps), kernels, counts)
+            else:
+                if counts is not None:
+                    counts.append(jnp.zeros((cfg.moe.num_experts,), jnp.int32))
+                gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
+                x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
             if i in taps:
                 tapped[i] = x
     h = dispatch.rms_norm(kernels, x, final_norm(params), eps)

@@ -109,6 +109,10 @@ def hf_tensors(cfg: TargetConfig | DrafterConfig, params: Any, dtype: str) -> di
     out = {}
     for e in entries_for(cfg):
         a = np.asarray(get_path(params, e.path), np.float32)
+        if e.parts:  # stacked experts go out one tensor per expert, the hub's layout
+            for part, x in zip(e.parts, a):
+                out[part.hf_name] = np.ascontiguousarray((x.T if e.transpose else x).astype(dt))
+            continue
         out[e.hf_name] = np.ascontiguousarray((a.T if e.transpose else a).astype(dt))
     return out
 
