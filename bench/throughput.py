@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -530,6 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     v = validate(args)
     batches = sorted(set(args.batches))
     configs = v["configs"]
+    if v["cli"] is not None:  # the generate subprocesses need the GPU's memory that JAX would preallocate here
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
     import jax
 
