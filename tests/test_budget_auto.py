@@ -181,3 +181,23 @@ def test_the_choice_inside_jit_sums_the_active_rows():
     f = jax.jit(lambda active: choose_budget(path, (1, 4), jnp.array([1.0, 1.6]), active, presorted=True))
     assert int(f(jnp.array([True, True]))) == 1   # (1.9 + 1.05) / 1 < (4.6 + 1.06) / 1.6
     assert int(f(jnp.array([False, True]))) == 0  # 1.05 / 1 > 1.06 / 1.6
+
+
+def test_the_compiled_round_copies_no_cache(pair):
+    """The candidates' verify passes sit in one lax.switch whose branches return only the accepted
+    path: with the caches through the switch XLA copied each cache around it every round."""
+    from ddtree_jax import engine
+
+    gen = Generator(pair, executables=SHARED, method="ddtree", budget="auto",
+                    cost_model=cost_model(pair, {"dflash": 4.0, 8: 4.5, 32: 5.0}), auto_budgets=(8, 32))
+    spec = gen.spec_for(8, MAX_NEW, SamplingConfig(), batch=1)
+    assert spec.auto is not None and len(spec.auto.candidates) == 3
+    static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
+    args = (jnp.ones((1, 8), jnp.int32), jnp.full((1,), 8, jnp.int32), jnp.full((1,), MAX_NEW, jnp.int32),
+            engine.make_knobs(0.0, 1.0), jax.random.PRNGKey(0))
+    state = engine.state_shapes(gen.tparams, gen.dparams, *args, **static)
+    hlo = engine.run_rounds.lower(gen.tparams, gen.dparams, state, args[3], jnp.int32(2), **static).compile().as_text()
+    assert "conditional(" in hlo
+    caches = {"[" + ",".join(map(str, x.shape)) + "]" for x in (state.cache.k, state.dcache.k)}
+    copied = [line for line in hlo.splitlines() if " copy(" in line and any(c in line.split("copy(")[0] for c in caches)]
+    assert not copied, copied[:2]
