@@ -45,6 +45,9 @@ REFIT = "python -m bench fit-cost --measure --out FILE"
 Candidate = int | str  # "ar", "dflash", or a DDTree budget >= 1
 
 
+MOE_FIELDS = ("experts", "top_k", "expert_intermediate")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSignature:
     """What a round's cost depends on besides batch, rows and prefix: the target's and the
@@ -60,15 +63,26 @@ class ModelSignature:
     dtype: str
     drafter_layers: int
     block_size: int
+    # a mixture-of-experts target's experts (0: dense); a file without them is for a dense target
+    experts: int = 0
+    top_k: int = 0
+    expert_intermediate: int = 0
 
     @classmethod
     def of(cls, tcfg: Any, dcfg: Any, dtype: Any) -> "ModelSignature":
         """From a TargetConfig, a DrafterConfig and the compute dtype (read by attribute: this
         module imports no model code)."""
+        moe = getattr(tcfg, "moe", None)
         return cls(layers=tcfg.num_layers, hidden=tcfg.hidden_size, intermediate=tcfg.intermediate_size,
                    heads=tcfg.num_heads, kv_heads=tcfg.num_kv_heads, head_dim=tcfg.head_dim,
                    vocab=tcfg.vocab_size, dtype=jnp.dtype(dtype).name, drafter_layers=dcfg.num_layers,
-                   block_size=dcfg.block_size)
+                   block_size=dcfg.block_size, experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
+                   expert_intermediate=moe.expert_intermediate if moe else 0)
+
+    def to_json(self) -> dict:
+        """The fields, the MoE ones only for an MoE target (a dense model's file reads as before)."""
+        d = dataclasses.asdict(self)
+        return d if self.experts else {k: v for k, v in d.items() if k not in MOE_FIELDS}
 
     def differences(self, other: "ModelSignature") -> str:
         """'layers 36 against 28, ...': the fields where self differs from other ('' if none)."""
@@ -236,7 +250,7 @@ class CostModel:
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "device_kind": self.device_kind,
-                "model": dataclasses.asdict(self.model), "metric": self.metric, "source": self.source,
+                "model": self.model.to_json(), "metric": self.metric, "source": self.source,
                 "points": [dataclasses.asdict(p) for p in self.points]}
 
     def save(self, path: str | Path) -> Path:
@@ -267,8 +281,8 @@ class CostModel:
         if not isinstance(model, dict):
             raise bad(f"model is {_show(model)}; it must be an object of the model's shape")
         names = {f.name for f in dataclasses.fields(ModelSignature)}
-        _keys(model, names, "model.", bad)
-        for key in names - {"dtype"}:
+        _keys(model, names, "model.", bad, optional=set(MOE_FIELDS))
+        for key in (names - {"dtype"}) & model.keys():
             if not _posint(model[key]):
                 raise bad(f"model.{key} is {_show(model[key])}; it must be an integer >= 1")
         if not isinstance(model["dtype"], str) or not _is_dtype(model["dtype"]):
@@ -315,9 +329,10 @@ def _is_dtype(name: str) -> bool:
         return False
 
 
-def _keys(obj: dict, want: set[str], prefix: str, bad: Callable[[str], ConfigError]) -> None:
-    """One error for the first missing or unknown key of obj."""
-    missing, unknown = sorted(want - obj.keys()), sorted(obj.keys() - want)
+def _keys(obj: dict, want: set[str], prefix: str, bad: Callable[[str], ConfigError],
+          optional: set[str] = frozenset()) -> None:
+    """One error for the first missing (and not optional) or unknown key of obj."""
+    missing, unknown = sorted(want - optional - obj.keys()), sorted(obj.keys() - want)
     if missing:
         raise bad(f"{prefix}{missing[0]} is missing")
     if unknown:

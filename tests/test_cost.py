@@ -89,6 +89,26 @@ def test_json_round_trip(tmp_path):
     assert not list(tmp_path.glob("sub/*.tmp"))
 
 
+def test_an_moe_targets_signature_is_its_experts_too(tmp_path):
+    """A dense model's file carries no expert fields (files from before them read the same); an
+    MoE target's carries its experts, and a dense model is not taken for it."""
+    from ddtree_jax.models.config import MoeConfig
+
+    from tiny import tiny_pair
+
+    pair = tiny_pair()
+    dense = ModelSignature.of(pair.target_cfg, pair.drafter_cfg, "float32")
+    moe_cfg = dataclasses.replace(pair.target_cfg, moe=MoeConfig(num_experts=8, top_k=2, expert_intermediate=32,
+                                                                 norm_topk_prob=True, sparse_layers=(True, True)))
+    moe = ModelSignature.of(moe_cfg, pair.drafter_cfg, "float32")
+    assert "experts" not in dense.to_json() and (moe.experts, moe.top_k, moe.expert_intermediate) == (8, 2, 32)
+    cm = cost.CostModel(H100, moe, (cost.Point("ar", 1, 0, 512, 5.0),))
+    back = cost.load_cost_model(cm.save(tmp_path / "moe.json"), device_kind=H100, model=moe)
+    assert back.model == moe
+    with pytest.raises(ConfigError, match="experts 8 against 0, top_k 2 against 0"):
+        cost.load_cost_model(tmp_path / "moe.json", device_kind=H100, model=dense)
+
+
 def _good() -> dict:
     return synthetic().to_json()
 
