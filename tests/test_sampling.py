@@ -109,6 +109,16 @@ def test_samples_follow_target_distribution(pair, method, budget, temperature, t
         assert accepted > 0.2, accepted  # drafted tokens were accepted in a good share of rounds
 
 
+def test_an_moe_targets_samples_follow_its_distribution():
+    """The same law with a mixture-of-experts target: the verify routes every tree node's token
+    through the experts, and DDTree's samples still follow the target's distribution."""
+    pair = tiny_pair(vocab=8, layers=2, block_size=4, seed=5, moe=True)
+    res = Generator(pair, method="ddtree", budget=16).generate_ids([PROMPT] * N, max_new_tokens=3, temperature=1.0,
+                                                                   seed=17)
+    check_pairs(pair, np.array([r.token_ids for r in res]), 1.0, 0)
+    assert np.mean([a > 1 for r in res for a in r.acceptance_lengths]) > 0.2
+
+
 def test_budget_auto_samples_follow_target_distribution(pair):
     """--budget auto: each round's tree is one of several (a lax.switch over the candidates' verify
     passes); the samples still follow the target's distribution."""

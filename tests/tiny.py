@@ -8,14 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.generator import Generator
-from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models.config import DrafterConfig, MoeConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
 
 
-def tiny_pair(vocab=64, layers=2, block_size=8, seed=0, draft_layers=1, window=None):
-    tc = TargetConfig(family="qwen3", vocab_size=vocab, hidden_size=32, intermediate_size=64, num_layers=layers,
-                      num_heads=4, num_kv_heads=2, head_dim=8, rms_eps=1e-6, max_position=4096,
-                      tie_embeddings=False, qk_norm=True, qkv_bias=False)
+def tiny_pair(vocab=64, layers=2, block_size=8, seed=0, draft_layers=1, window=None, moe=False):
+    """moe=True: a Qwen3-MoE target (8 experts of width 16, top 2, renormalised; every layer sparse)."""
+    moe_cfg = MoeConfig(num_experts=8, top_k=2, expert_intermediate=16, norm_topk_prob=True,
+                        sparse_layers=(True,) * layers) if moe else None
+    tc = TargetConfig(family="qwen3_moe" if moe else "qwen3", vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                      num_layers=layers, num_heads=4, num_kv_heads=2, head_dim=8, rms_eps=1e-6, max_position=4096,
+                      tie_embeddings=False, qk_norm=True, qkv_bias=False, moe=moe_cfg)
     dc = DrafterConfig(hidden_size=32, intermediate_size=64, num_layers=draft_layers, num_heads=4, num_kv_heads=2,
                        head_dim=8, rms_eps=1e-6, block_size=block_size, target_layer_ids=tuple(range(min(2, layers))),
                        mask_token_id=vocab - 1, num_target_layers=layers, vocab_size=vocab,
