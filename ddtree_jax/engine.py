@@ -121,6 +121,22 @@ def round_kernels(spec: DecodeSpec, dcfg: DrafterConfig | None) -> KernelTuning:
     return spec.tuning.kernels.compiled_with(round_xla_options(spec, dcfg))
 
 
+def float32_exact(fn):
+    """fn traced with full-precision float32 products where its first argument (the target's or
+    the drafter's params) holds float32 weights: JAX's default on NVIDIA GPUs is TF32, which cannot
+    resolve logit gaps of 1e-4 and rounds a many-row verify differently from a one-row step.
+    Other dtypes keep their default."""
+    @functools.wraps(fn)
+    def wrapped(params, *args, **kw):
+        weight = (params.get("embed", params.get("fc")) if isinstance(params, dict) else None)
+        if getattr(weight, "dtype", None) == jnp.float32:
+            with jax.default_matmul_precision("highest"):
+                return fn(params, *args, **kw)
+        return fn(params, *args, **kw)
+
+    return wrapped
+
+
 def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: DrafterConfig, spec: DecodeSpec):
     """Drafter pass over [root, MASK x D]: log-probs [Bt, D, V] for the D future positions (V' of
     a token map's ids, in its order, for a drafter restricted to one: see `tree_stage`)."""
@@ -355,7 +371,7 @@ def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Ar
     return state
 
 
-run_rounds = jax.jit(_run_rounds, static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("state",))
+run_rounds = jax.jit(float32_exact(_run_rounds), static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("state",))
 
 
 def new_caches(tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec, batch: int, dtype):
@@ -367,6 +383,7 @@ def new_caches(tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec,
     return cache, dcache
 
 
+@float32_exact
 def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: jax.Array, prompt_len: jax.Array,
              max_new: jax.Array, knobs: Knobs, key: jax.Array, start: jax.Array | None = None, *,
              tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec) -> State:

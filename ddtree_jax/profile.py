@@ -14,7 +14,8 @@ import jax
 import numpy as np
 
 from ddtree_jax import engine
-from ddtree_jax.engine import DecodeSpec, auto_stage, commit_stage, draft_stage, num_nodes, tree_stage, verify_stage
+from ddtree_jax.engine import (DecodeSpec, auto_stage, commit_stage, draft_stage, float32_exact, num_nodes,
+                               tree_stage, verify_stage)
 from ddtree_jax.sampling import choose_tokens
 from ddtree_jax.walk import walk
 
@@ -67,13 +68,13 @@ def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = (
     def jit(fn, **kw):
         return jax.jit(fn, compiler_options=dict(options) or None, **kw)
     if name == "draft":
-        return jit(functools.partial(draft_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+        return jit(functools.partial(float32_exact(draft_stage), tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "tree":
         if spec.auto is not None:
             return jit(functools.partial(auto_stage, spec=spec, depth=extra))
         return jit(functools.partial(tree_stage, spec=spec))
     if name == "verify":
-        return jit(functools.partial(verify_stage, tcfg=tcfg, dcfg=dcfg, spec=spec))
+        return jit(functools.partial(float32_exact(verify_stage), tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "choose":
         def _choose(logits, key, knobs):
             return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
@@ -85,6 +86,7 @@ def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = (
 
         return jit(_walk)
     if name == "commit":
+        @float32_exact
         def _commit(dparams, state, new_kv, tapped, result, knobs):
             return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=extra)
 

@@ -1,9 +1,12 @@
 """Losslessness of the round engine: every method, policy and budget gives the AR tokens."""
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ddtree_jax import engine
 from ddtree_jax.generator import Executables, Generator
 from ddtree_jax.sampling import SamplingConfig
 from ddtree_jax.trees import available_policies
@@ -365,3 +368,25 @@ def test_a_conversation_continues_in_its_cache(pair, method):
 
     with pytest.raises(UserError, match="no longer fits"):
         gen.generate_ids([convo[-1:]], start=len(convo) + 300, **kw)
+
+
+@pytest.mark.parametrize("dtype, want", [(jnp.float32, "HIGHEST, HIGHEST"), (jnp.bfloat16, "DEFAULT, DEFAULT")])
+def test_float32_products_run_at_full_precision(dtype, want):
+    """Every product of a float32 model's round and prefill asks for full float32 precision (JAX's
+    default on NVIDIA GPUs is TF32); bf16 keeps the default."""
+    import re
+
+    pair = tiny_pair()
+    pair.target_params = jax.tree_util.tree_map(lambda x: x.astype(dtype), pair.target_params)
+    pair.drafter_params = jax.tree_util.tree_map(lambda x: x.astype(dtype), pair.drafter_params)
+    gen = Generator(pair, method="ddtree", budget=8)
+    spec = gen.spec_for(8, 16, SamplingConfig(), batch=1)
+    static = dict(tcfg=gen.tcfg, dcfg=gen.dcfg, spec=spec)
+    args = (jnp.ones((1, 8), jnp.int32), jnp.full((1,), 8, jnp.int32), jnp.full((1,), 16, jnp.int32),
+            engine.make_knobs(0.0, 1.0), jax.random.PRNGKey(0))
+    state = engine.state_shapes(gen.tparams, gen.dparams, *args, **static)
+    for text in (engine.run_rounds.lower(gen.tparams, gen.dparams, state, args[3], jnp.int32(2), **static).as_text(),
+                 engine.prefill_into.lower(state, gen.tparams, gen.dparams, *args, **static).as_text()):
+        dots = re.findall(r"stablehlo.dot_general[^\n]*", text)
+        assert len(dots) > 10
+        assert {m.group(1) for m in (re.search(r"precision = \[([A-Z, ]+)\]", d) for d in dots) if m} == {want}
