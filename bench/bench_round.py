@@ -10,6 +10,11 @@ The fused time comes from `engine.run_rounds` (the on-device while_loop, as gene
 over --rounds rounds; the stage breakdown either from `ddtree_jax.profile.profiled_rounds` (each
 stage a separate call followed by a sync, as `--profile` times it) or, with --stage-loop, from
 each stage alone in a device loop (no host dispatch per stage: what the large shapes need).
+
+A mixture-of-experts shape (qwen3-30b-a3b; tiny-moe on the CPU) also reports per row the distinct
+experts a layer the round's verify reads (one more pass after the timed calls, on the last call's
+final state) and the round's bytes floor from them (moe_round_stats): which part of a round is
+the experts' bytes, and how far the round is from reading only those.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,8 +36,13 @@ import numpy as np
 from ddtree_jax import engine, profile
 from ddtree_jax.cost import ModelSignature
 from ddtree_jax.generator import Generator, tree_nbytes as nbytes
-from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models import moe as moe_block, target as tmodel
+from ddtree_jax.models.config import DrafterConfig, MoeConfig, RopeConfig, TargetConfig
 from ddtree_jax.models.init import init_drafter, init_target
+from ddtree_jax.models.layers import fuse_layer_weights
+
+# H100 SXM's HBM3 bandwidth (datasheet): the MoE rows' bytes floor is for the card they are timed on
+HBM_BYTES_PER_S = 3.35e12
 
 SHAPES = {
     # Qwen3-8B and its 5-layer DFlash drafter (block 16, taps [1, 9, 17, 25, 33])
@@ -40,6 +51,17 @@ SHAPES = {
                     num_kv_heads=8, head_dim=128, max_position=40960, tie_embeddings=False),
         drafter=dict(num_layers=5, block_size=16, target_layer_ids=(1, 9, 17, 25, 33)),
         theta=1000000.0,
+    ),
+    # Qwen3-30B-A3B: every layer sparse (intermediate_size sizes the drafter alone). Its drafter is
+    # assumed (the 8B entry's at hidden 2048, taps spread over 1..L-3): z-lab's config was not read.
+    "qwen3-30b-a3b": dict(
+        target=dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_layers=48, num_heads=32,
+                    num_kv_heads=4, head_dim=128, max_position=40960, tie_embeddings=False),
+        moe=dict(num_experts=128, top_k=8, expert_intermediate=768, norm_topk_prob=True),
+        drafter=dict(num_layers=5, block_size=16, target_layer_ids=(1, 12, 23, 34, 45)),
+        theta=1000000.0,
+        # JAX's default pool is 75 % of a GPU: 61 GB of weights need more of an 80 GB card
+        mem_fraction=0.95,
     ),
     # the shipped pair's shapes (ddtree_jax/default_model; random weights: round times, no acceptance)
     "shipped": dict(
@@ -52,6 +74,14 @@ SHAPES = {
         target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
                     num_kv_heads=2, head_dim=16, max_position=4096, tie_embeddings=False),
         drafter=dict(num_layers=1, block_size=8, target_layer_ids=(1, 2)),
+        theta=10000.0,
+    ),
+    # a few MB of MoE target for the CPU tests
+    "tiny-moe": dict(
+        target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=16, max_position=4096, tie_embeddings=False),
+        moe=dict(num_experts=8, top_k=2, expert_intermediate=32, norm_topk_prob=True),
+        drafter=dict(num_layers=1, block_size=8, target_layer_ids=(0, 1)),
         theta=10000.0,
     ),
 }
@@ -77,12 +107,13 @@ def xla_options(items) -> dict | None:
 
 
 def build(model: str, dtype) -> types.SimpleNamespace:
-    from ddtree_jax.models.config import RopeConfig
-
     s = SHAPES[model]
     t = s["target"]
     rope = RopeConfig(theta=s["theta"])
-    tc = TargetConfig(family="qwen3", rms_eps=1e-6, qk_norm=True, qkv_bias=False, rope=rope, **t)
+    kind = (dict(family="qwen3_moe", architecture="Qwen3MoeForCausalLM",
+                 moe=MoeConfig(**s["moe"], sparse_layers=(True,) * t["num_layers"])) if "moe" in s
+            else dict(family="qwen3"))
+    tc = TargetConfig(rms_eps=1e-6, qk_norm=True, qkv_bias=False, rope=rope, **kind, **t)
     d = s["drafter"]
     dc = DrafterConfig(hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
                        num_layers=d["num_layers"], num_heads=t["num_heads"], num_kv_heads=t["num_kv_heads"],
@@ -92,11 +123,27 @@ def build(model: str, dtype) -> types.SimpleNamespace:
                        sliding_windows=(None,) * d["num_layers"], rope=rope)
     # unsafe_rbg keys: threefry took 102 s for the 8B shape's 18 GB of weights on the H200. Typed
     # keys carry the generator, so the process-wide default (sampling) stays threefry.
-    tp = init_target(tc, jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True)
+    # fused_experts: the experts' gate/up drawn in the inference layout, which fusing then keeps as is
+    tp = init_target(tc, jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True, fused_experts=True)
+    if tc.moe is not None:
+        # q/k/v fused here, a layer at a time: each Generator's fuse_params then copies nothing, so
+        # the 30B-A3B shape's 61 GB are on the device once, whatever Generators share them
+        for i, layer in enumerate(tp["layers"]):
+            tp["layers"][i] = fuse_layer_weights(layer, {"qkv": ("q", "k", "v")})
+        del layer
     dp = init_drafter(dc, jax.random.key(1, impl="unsafe_rbg"), dtype, jit=True)
     jax.block_until_ready((tp, dp))
     return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
                                  tokenizer_dir=None, meta={})
+
+
+def device_memory() -> dict | None:
+    """The first device's bytes in use, its peak so far and its allocator's limit (None where the
+    backend reports none: the CPU)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_in_use" not in stats:
+        return None
+    return {"in_use": stats["bytes_in_use"], "peak": stats.get("peak_bytes_in_use"), "limit": stats.get("bytes_limit")}
 
 
 def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: int = 1, *,
@@ -183,7 +230,8 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         compiler_options=gen.round_options(spec))
 
     fresh = (lambda prev: req.refill(None)) if fresh_buffers else req.refill
-    fused, steady = fused_times(gen, run, fresh, knobs, rounds, repeats)
+    kept = [] if gen.tcfg.moe is not None else None  # the last call's final state: the MoE stats' input
+    fused, steady = fused_times(gen, run, fresh, knobs, rounds, repeats, keep=kept)
     call_fixed = [(f - s) * rounds for f, s in zip(fused, steady)]
     loops = {}
     if stage_loop or verify_loop:
@@ -193,6 +241,7 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         stages = {k: statistics.median(v) for k, v in loops.items()}
     else:
         stages = stage_times(gen, spec, req.refill, knobs, stage_repeats)
+    moe = moe_round_stats(gen, spec, kept.pop(), statistics.median(steady)) if kept else {}
     return {
         "verify_ms_steady": statistics.median(loops["verify"]) if loops else None,
         "verify_ms_steady_all": loops.get("verify", []),
@@ -210,6 +259,76 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         "stage_timing": "device loop" if stage_loop else "synced calls" if stages else None,
         "nodes": engine.num_nodes(spec, gen.dcfg),
         "cache_size": spec.cache_size,
+        **moe,
+    }
+
+
+def _next_trees(tparams, dparams, state, *, tcfg, dcfg, spec):
+    """(the index of the tree it verifies, [trees]) of the round after `state`, as round_step
+    builds them: the root alone (AR), the policy's tree, or auto's candidates and its choice."""
+    if not spec.speculative:
+        return jnp.int32(0), [engine.root_tree(state)]
+    logp = engine.draft_stage(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
+    vocab = engine.draft_vocab(dparams)
+    if spec.auto is not None:
+        return engine.auto_stage(logp, state, vocab, spec=spec, depth=dcfg.depth)
+    return jnp.int32(0), [engine.tree_stage(logp, state, vocab, spec=spec)]
+
+
+@engine.float32_exact  # the precision the round's verify traces with: the same routing
+def _round_counts(tparams, dparams, state, *, tcfg, dcfg, spec, pick: int = 0):
+    """(int32 [L, E]: the assignments each expert gets in the verify pass of the round after
+    `state`, the pass's tokens): engine.verify_stage's forward over the tree's rows alone (padding
+    rows would be routed too). pick: which of _next_trees' trees (auto's choice)."""
+    tree = _next_trees(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)[1][pick]
+    pos = state.length[:, None] + tree.depths
+    *_, counts = tmodel.forward(tparams, tcfg, tree.tokens, pos, state.cache, state.length, tree.ancestor_mask,
+                                kernels=engine.round_kernels(spec, dcfg), moe_stats=True)
+    return counts, jnp.int32(tree.tokens.size)
+
+
+def moe_round_stats(gen: Generator, spec, state, round_ms: float) -> dict:
+    """A mixture-of-experts target's row fields: the distinct experts of each sparse layer that the
+    round after `state` reads (its verify's tokens' top-k: forward's moe_stats; over every batch
+    row, since they share the read), and the round's bytes floor at HBM_BYTES_PER_S: the dense
+    target weights (attention, norms, routers, the LM head; the embedding's few rows left out),
+    the drafter's weights and the head again for its logits (speculative rows: a separate pass
+    that the L2 cannot bridge), and the distinct experts' weights. floor_ratio: round_ms (the
+    steady round) over the floor. KV-cache reads are left out (~0.1 GB at the 30B-A3B shape's P=512)."""
+    tcfg, dcfg = gen.tcfg, gen.dcfg
+    static = dict(tcfg=tcfg, dcfg=dcfg, spec=spec)
+    opts = gen.round_options(spec)
+    args = (gen.tparams, gen.dparams, state)
+
+    def compiled(fn, **extra):
+        return jax.jit(functools.partial(fn, **extra), static_argnames=tuple(static)).lower(*args, **static).compile(
+            compiler_options=opts)
+
+    pick = int(compiled(_next_trees)(*args)[0]) if spec.auto is not None else 0  # auto: its choice first
+    counts, tokens = compiled(_round_counts, pick=pick)(*args)
+    sparse = [i for i in range(tcfg.num_layers) if tcfg.is_moe_layer(i)]
+    distinct = np.asarray(moe_block.distinct_experts(counts))[sparse]
+
+    tp = gen.tparams
+    head = tp["lm_head"] if "lm_head" in tp else tp["embed"]
+    dense = (nbytes(head) + nbytes({k: v for k, v in tp.items() if k not in ("layers", "embed", "lm_head")})
+             + sum(nbytes(v) for p in tp["layers"] for k, v in p.items() if not k.startswith("experts_")))
+    drafter = 0
+    if spec.speculative:  # a drafter with its own (cut or int8) head reads that one
+        drafter = nbytes(gen.dparams) + (0 if "lm_head" in gen.dparams else nbytes(head))
+    itemsize = tp["layers"][sparse[0]]["experts_down"].dtype.itemsize
+    expert = 3 * tcfg.hidden_size * tcfg.moe.expert_intermediate * itemsize  # gate, up and down
+    experts = int(distinct.sum()) * expert
+    floor_ms = 1e3 * (dense + drafter + experts) / HBM_BYTES_PER_S
+    return {
+        "moe_distinct_experts_mean": float(distinct.mean()),
+        "moe_distinct_experts_max": int(distinct.max()),
+        "moe_distinct_experts": distinct.tolist(),
+        "moe_verify_tokens": int(tokens),
+        "bytes_floor_ms": floor_ms,
+        "floor_ratio": round_ms / floor_ms,
+        "bytes_floor": {"dense_target": dense, "drafter": drafter, "experts": experts, "one_expert": expert,
+                        "bandwidth": HBM_BYTES_PER_S},
     }
 
 
@@ -376,11 +495,15 @@ def main(argv=None) -> int:
         ap.error(f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
 
     dtype = jnp.dtype(args.dtype)
+    if "mem_fraction" in SHAPES[args.model]:  # read when the backend starts: build's first array
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(SHAPES[args.model]["mem_fraction"]))
     t_start = time.perf_counter()
     ck = build(args.model, dtype)
+    mem = device_memory()
     print(f"[bench_round] {args.model} weights ready in {time.perf_counter() - t_start:.1f}s on "
           f"{jax.devices()[0].device_kind}; target {nbytes(ck.target_params) / 1e9:.2f} GB, drafter "
-          f"{nbytes(ck.drafter_params) / 1e9:.2f} GB", flush=True)
+          f"{nbytes(ck.drafter_params) / 1e9:.2f} GB" + (f"; device {mem['in_use'] / 2**30:.2f} GiB in use of "
+                                                        f"{mem['limit'] / 2**30:.2f}" if mem else ""), flush=True)
     methods = [m for m in args.methods.split(",") if m]
     runs = [(m, 0) for m in ("ar", "dflash") if m in methods]
     try:
@@ -401,7 +524,7 @@ def main(argv=None) -> int:
         # the shape a cost model fit from these rows is for (python -m bench fit-cost)
         "signature": dataclasses.asdict(ModelSignature.of(ck.target_cfg, ck.drafter_cfg, dtype)),
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
-        "weight_read_floor_ms_at_3.3TBps": floor_ms, "rows": [],
+        "weight_read_floor_ms_at_3.3TBps": floor_ms, "device_memory_after_build": mem, "rows": [],
     }
     name = output_name(args.model, args.attn_impl, batches)
 
@@ -437,7 +560,8 @@ def main(argv=None) -> int:
                     print(f"[bench_round] FAILED {msg[:400]}", flush=True)
                     save()
                     continue
-                r.update(method=method, budget="auto" if gen.auto else gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
+                mem = device_memory()  # the process's peak so far: what the largest row needed
+                r.update(device_peak_bytes=mem and mem["peak"], method=method, budget="auto" if gen.auto else gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
                          draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers)
                 out["rows"].append(r)
@@ -450,7 +574,11 @@ def main(argv=None) -> int:
                          f"{r['round_ms_steady'] - r['verify_ms_steady']:.3f} = "
                          f"{100 * (1 - r['verify_ms_steady'] / r['round_ms_steady']):.0f} %)"
                          if r["verify_ms_steady"] else "") + " (all "
-                      f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}  [{time.perf_counter() - t0:.0f}s, "
+                      f"{['%.3f' % x for x in r['round_ms_all']]}) stages: {st}"
+                      + (f"; experts a layer {r['moe_distinct_experts_mean']:.1f} (max "
+                         f"{r['moe_distinct_experts_max']}), bytes floor {r['bytes_floor_ms']:.4g} ms, steady "
+                         f"x{r['floor_ratio']:.2f}" if "bytes_floor_ms" in r else "")
+                      + f"  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)
                 save()
     if args.out and out["rows"]:

@@ -1,20 +1,25 @@
 """Real-size checkpoints: convert's and generate's time and peak host memory, cold start with cache cold and warm.
 
     python -m bench checkpoint --model qwen3-8b --work /tmp/ckpt-bench --out DIR
-    python -m bench checkpoint --model tiny --out DIR          # CPU smoke run (a few MB)
+    python -m bench checkpoint --model qwen3-30b-a3b --skip-convert --out DIR   # 57 GiB: HF-direct only
+    python -m bench checkpoint --model tiny --out DIR          # CPU smoke run (a few MB; tiny-moe: MoE)
 
 Steps, one progress line each:
   1. the shape: --model qwen3-8b is bench round's (Qwen3-8B: 36 layers, hidden 4096, vocab 151936,
-     untied; a 5-layer z-lab DFlash drafter of block 16 tapping [1, 9, 17, 25, 33]); tiny is bench
-     round's tiny with the shipped tokenizer's vocab (its ids must be valid tokens).
+     untied; a 5-layer z-lab DFlash drafter of block 16 tapping [1, 9, 17, 25, 33]); qwen3-30b-a3b
+     bench round's Qwen3-30B-A3B (Qwen3MoeForCausalLM, 128 experts a layer stored per expert, as the
+     hub has them); tiny and tiny-moe are bench round's with the shipped tokenizer's vocab (its ids
+     must be valid tokens).
   2. random bf16 Hugging Face directories in --work: the target in shards of about --shard-gb GB with
      model.safetensors.index.json (as the hub has them) and the shipped tokenizer; the drafter in one
      file. One shard is in memory at a time; a complete directory of the same spec is reused.
   3. the disk's reference speed: the target's shards copied to one file (fsync'ed, as convert does)
-     and read back; bytes read + written per second.
+     and read back; bytes read + written per second (--skip-convert: the first shard alone).
   4. python -m convert in a subprocess (a kept converted checkpoint is reused unless --reconvert).
   5. python -m ddtree_jax.generate --ckpt with a fresh DDTREE_COMPILE_CACHE (cold), the same again
-     (warm), then --target --draft on the HF directories (warm). generate's closing line gives load,
+     (warm), then --target --draft on the HF directories (warm). --skip-convert: steps 4 and 5's
+     --ckpt commands are left out (a 64 GiB disk holds the 30B-A3B's HF files once, not a converted
+     copy too) and the HF command runs cold. generate's closing line gives load,
      compile and first-token seconds (from the process's start) and, where the backend reports it,
      the device's peak memory.
   6. DIR/checkpoint_MODEL.json (rewritten after every step) and a table with the targets: convert's
@@ -45,7 +50,7 @@ from ddtree_jax.errors import ArgumentParser, UserError, cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "ddtree-jax-checkpoint/1"
-MODELS = ("qwen3-8b", "tiny")
+MODELS = ("qwen3-8b", "qwen3-30b-a3b", "tiny", "tiny-moe")
 TOKENIZER = ROOT / "ddtree_jax" / "default_model" / "tokenizer"
 MARKER = ".bench_complete.json"
 GIB = 2**30
@@ -62,18 +67,28 @@ def log(line: str) -> None:
 
 
 def shape_of(model: str) -> dict:
-    """bench round's shape of `model` (tiny: with the shipped tokenizer's vocab)."""
+    """bench round's shape of `model` (tiny, tiny-moe: with the shipped tokenizer's vocab); "moe"
+    for a mixture-of-experts target."""
     from bench.bench_round import SHAPES
 
     s = SHAPES[model]
     target = dict(s["target"])
-    if model == "tiny":  # prompt ids come from the shipped tokenizer: every one must be a token
+    if model.startswith("tiny"):  # prompt ids come from the shipped tokenizer: every one must be a token
         target["vocab_size"] = SHAPES["shipped"]["target"]["vocab_size"]
-    return dict(target=target, drafter=dict(s["drafter"]), theta=s["theta"])
+    return dict(target=target, drafter=dict(s["drafter"]), theta=s["theta"],
+                **({"moe": dict(s["moe"])} if "moe" in s else {}))
+
+
+def device_fraction(model: str) -> str | None:
+    """The GPU memory fraction bench round's shape asks for (SHAPES' mem_fraction), or None."""
+    from bench.bench_round import SHAPES
+
+    f = SHAPES[model].get("mem_fraction")
+    return None if f is None else str(f)
 
 
 def hf_configs(shape: dict) -> tuple[dict, dict]:
-    """config.json of the Qwen3 target and of its z-lab DFlash drafter."""
+    """config.json of the Qwen3 (or Qwen3-MoE) target and of its z-lab DFlash drafter."""
     t, d = shape["target"], shape["drafter"]
     gen = json.loads((TOKENIZER / "generation_config.json").read_text())
     target = {
@@ -88,6 +103,14 @@ def hf_configs(shape: dict) -> tuple[dict, dict]:
         "torch_dtype": "bfloat16", "dtype": "bfloat16", "use_cache": True, "use_sliding_window": False,
         "vocab_size": t["vocab_size"],
     }
+    moe = shape.get("moe")
+    if moe:  # Qwen3-30B-A3B's config.json: every layer sparse
+        target.update({
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": moe["num_experts"],
+            "num_experts_per_tok": moe["top_k"], "moe_intermediate_size": moe["expert_intermediate"],
+            "norm_topk_prob": moe["norm_topk_prob"], "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "output_router_logits": False, "router_aux_loss_coef": 0.001,
+        })
     layers = d["num_layers"]
     drafter = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "attention_bias": False,
@@ -410,6 +433,9 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--budget", type=int, default=64, help="generate's DDTree budget")
     ap.add_argument("--reconvert", action="store_true", help="convert again over a kept converted checkpoint")
+    ap.add_argument("--skip-convert", action="store_true",
+                    help="measure generate --target --draft on the HF directories alone (no convert, no --ckpt "
+                         "runs; the disk reference copies one shard): for a disk that cannot hold a second copy")
     ap.add_argument("--keep", action="store_true", help="keep the work directory's checkpoints (reruns reuse them)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a command may run before it is killed")
     ap.add_argument("--seed", type=int, default=0)
@@ -440,7 +466,10 @@ def run(argv: Sequence[str]) -> int:
     out, work = Path(args.out).absolute(), Path(args.work).absolute()
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    m = args.model
+    m, skip = args.model, args.skip_convert
+    fraction = device_fraction(m)
+    if fraction:  # generate's share of the GPU; the children inherit it
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", fraction)
     hf_t, hf_d, conv, cache = work / f"hf-{m}-target", work / f"hf-{m}-draft", work / f"ckpt-{m}", work / f"xla-{m}"
     json_path = out / f"checkpoint_{m}.json"
 
@@ -452,7 +481,7 @@ def run(argv: Sequence[str]) -> int:
            "shape": shape, "shard_gb": args.shard_gb, "work": str(work), "environment": None,
            "bytes": {"target": sum(nbytes(s) for _, s in t_tensors), "drafter": sum(nbytes(s) for _, s in d_tensors),
                      "largest_tensor": {"name": name, "shape": list(shp), "bytes": nbytes(shp)}, "converted": None},
-           "create": None, "disk": None, "commands": {}, "targets": {}, "kept": args.keep,
+           "create": None, "disk": None, "commands": {}, "targets": {}, "kept": args.keep, "skip_convert": skip,
            "notes": ["peak_rss_mb: the command's own peak resident set (wait4 ru_maxrss), in MiB",
                      "first_token_s, load_s, compile_s: generate's closing line; first token counts from the "
                      "process's start (imports included)",
@@ -478,22 +507,23 @@ def run(argv: Sequence[str]) -> int:
         save()
 
         shards = [hf_t / f for f in t["files"]]
-        doc["disk"] = disk_reference(shards, work / "disk-reference.tmp")
+        doc["disk"] = disk_reference(shards[:1] if skip else shards, work / "disk-reference.tmp")
         dk = doc["disk"]
         log(f"3/6 disk: {dk['bytes'] / GIB:.2f} GiB copied in {dk['copy_s']:.1f} s "
             f"({(dk['copy_bytes_per_s'] or 0) / 1e9:.2f} GB/s read + written), read back in {dk['read_s']:.1f} s")
         save()
 
         cmds = doc["commands"]
-        if conv.exists() and not args.reconvert:
-            cmds["convert"] = {"skipped": f"{conv} exists (kept); --reconvert measures it again"}
-        else:
-            argv_c = [sys.executable, "-m", "convert", "--target", str(hf_t), "--draft", str(hf_d), "--out", str(conv),
-                      "--dtype", "bfloat16"] + (["--force"] if conv.exists() else [])
-            cmds["convert"] = run_child(argv_c, out / "log_convert.txt", child_env(None), args.timeout)
-        if conv.exists():
-            doc["bytes"]["converted"] = weight_bytes(conv)
-        c = cmds["convert"]
+        if not skip:
+            if conv.exists() and not args.reconvert:
+                cmds["convert"] = {"skipped": f"{conv} exists (kept); --reconvert measures it again"}
+            else:
+                argv_c = [sys.executable, "-m", "convert", "--target", str(hf_t), "--draft", str(hf_d), "--out",
+                          str(conv), "--dtype", "bfloat16"] + (["--force"] if conv.exists() else [])
+                cmds["convert"] = run_child(argv_c, out / "log_convert.txt", child_env(None), args.timeout)
+            if conv.exists():
+                doc["bytes"]["converted"] = weight_bytes(conv)
+        c = cmds.get("convert", {"skipped": "--skip-convert"})
         log("4/6 convert: " + (c["skipped"] if "skipped" in c else
                               f"rc {c['rc']}, {c['wall_s']:.1f} s, peak RSS {fmt(c['peak_rss_mb'], '.0f')} MB"))
         save()
@@ -505,6 +535,8 @@ def run(argv: Sequence[str]) -> int:
                     "--budget", str(args.budget), "--ignore-eos"]
         runs = [("generate_cold", ["--ckpt", str(conv)]), ("generate_warm", ["--ckpt", str(conv)]),
                 ("generate_hf", ["--target", str(hf_t), "--draft", str(hf_d)])]
+        if skip:
+            runs = runs[2:]
         for i, (key, src) in enumerate(runs):
             if "--ckpt" in src and not conv.exists():
                 cmds[key] = {"skipped": "no converted checkpoint (convert failed)"}

@@ -33,11 +33,12 @@ def signature(model: str, dtype: str, where: str) -> ModelSignature:
 
     if model not in SHAPES:
         raise UserError(f"{where}: model {model!r} is not one of bench round's shapes ({', '.join(SHAPES)})")
-    t, d = SHAPES[model]["target"], SHAPES[model]["drafter"]
+    t, d, moe = SHAPES[model]["target"], SHAPES[model]["drafter"], SHAPES[model].get("moe", {})
     return ModelSignature(layers=t["num_layers"], hidden=t["hidden_size"], intermediate=t["intermediate_size"],
                           heads=t["num_heads"], kv_heads=t["num_kv_heads"], head_dim=t["head_dim"],
                           vocab=t["vocab_size"], dtype=jnp.dtype(dtype).name, drafter_layers=d["num_layers"],
-                          block_size=d["block_size"])
+                          block_size=d["block_size"], experts=moe.get("num_experts", 0), top_k=moe.get("top_k", 0),
+                          expert_intermediate=moe.get("expert_intermediate", 0))
 
 
 def _row_points(data: dict, where: str, metric: str) -> list[tuple[tuple, float]]:

@@ -28,6 +28,41 @@ def test_checkpoint_tiny_measures_every_command_and_cleans_up(tmp_path):
     assert "warm_first_token" in (out / "checkpoint_tiny.md").read_text()
 
 
+def test_checkpoint_tiny_moe_writes_the_hubs_layout_and_converts_and_generates(tmp_path):
+    """A Qwen3-MoE target as the hub has it (per-expert tensors, the router as mlp.gate): convert
+    and the three generate commands all run on it."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    assert checkpoint.main(["--model", "tiny-moe", "--work", str(work), "--out", str(out), "--shard-gb", "0.001",
+                            "--max-new-tokens", "4", "--keep"]) == 0
+    doc = json.loads((out / "checkpoint_tiny-moe.json").read_text())
+    assert list(doc["commands"]) == ["convert", "generate_cold", "generate_warm", "generate_hf"]
+    assert all(c["rc"] == 0 for c in doc["commands"].values()), doc["commands"]
+    assert doc["shape"]["moe"]["num_experts"] == 8 and not doc["skip_convert"]
+    hf = work / "hf-tiny-moe-target"
+    config = json.loads((hf / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"] and config["num_experts_per_tok"] == 2
+    assert (config["decoder_sparse_step"], config["mlp_only_layers"], config["norm_topk_prob"]) == (1, [], True)
+    names = json.loads((hf / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "model.layers.1.mlp.gate.weight" in names
+    assert {f"model.layers.1.mlp.experts.7.{p}_proj.weight" for p in ("gate", "up", "down")} <= set(names)
+    assert not any("gate_up" in n or "mlp.gate_proj" in n for n in names)
+
+
+def test_checkpoint_skip_convert_runs_generate_on_the_hf_directories_alone(tmp_path):
+    """--skip-convert (a disk too small for a converted copy): no convert, no --ckpt runs, and the
+    disk reference copies one shard, not the target."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    assert checkpoint.main(["--model", "tiny-moe", "--work", str(work), "--out", str(out), "--shard-gb", "0.001",
+                            "--max-new-tokens", "4", "--skip-convert"]) == 0
+    doc = json.loads((out / "checkpoint_tiny-moe.json").read_text())
+    assert doc["skip_convert"] and list(doc["commands"]) == ["generate_hf"]
+    c = doc["commands"]["generate_hf"]
+    assert c["rc"] == 0 and c["first_token_s"] > 0 and "--target" in c["argv"]
+    assert doc["create"]["target"]["shards"] >= 2 and 0 < doc["disk"]["bytes"] < doc["bytes"]["target"]
+    assert doc["bytes"]["converted"] is None and set(doc["targets"]) == {"generate_hf_peak_rss"}
+    assert not work.exists()
+
+
 def test_checkpoint_bad_input_exits_2_before_any_work(tmp_path, capsys):
     out, work = tmp_path / "out", tmp_path / "work"
     out.mkdir()

@@ -145,10 +145,75 @@ def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
     data = json.loads((tmp_path / "round_tiny_auto.json").read_text())
     assert [(r["method"], r["budget"]) for r in data["rows"]] == [("ar", 0), ("ddtree", 4)]
     assert all(r["round_ms_median"] > 0 for r in data["rows"])
+    assert not any("bytes_floor_ms" in r or "moe_distinct_experts_mean" in r for r in data["rows"])  # dense
     for r in data["rows"]:  # a call = its rounds at the steady rate + its fixed cost
         assert len(r["call_fixed_ms_all"]) == 1
         assert r["call_fixed_ms"] == pytest.approx((r["round_ms_median"] - r["round_ms_steady"]) * 2)
     assert (tmp_path / "round_latency.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("methods", ["ar,dflash", "ddtree"])  # two tests of a few compiles each
+def test_bench_round_moe_rows_report_the_experts_a_round_reads(tmp_path, capsys, methods):
+    """An MoE shape's rows: the distinct experts per layer the round's verify reads (AR at batch 1:
+    its token's top-k exactly) and the round's bytes floor from them."""
+    from bench import bench_round
+
+    assert bench_round.main(["--model", "tiny-moe", "--prompt-len", "16", "--methods", methods, "--budgets", "4",
+                             "--rounds", "2", "--repeats", "1", "--stage-repeats", "0", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "round_tiny-moe_auto.json").read_text())
+    moe = bench_round.SHAPES["tiny-moe"]["moe"]
+    t = bench_round.SHAPES["tiny-moe"]["target"]
+    assert data["signature"]["experts"] == moe["num_experts"] and data["signature"]["top_k"] == moe["top_k"]
+    rows = {r["method"]: r for r in data["rows"]}
+    assert list(rows) == methods.split(",")
+    expert = 3 * t["hidden_size"] * moe["expert_intermediate"] * 2  # bf16
+    embed = t["vocab_size"] * t["hidden_size"] * 2
+    for r in rows.values():
+        per_layer = r["moe_distinct_experts"]
+        assert len(per_layer) == t["num_layers"], r
+        assert moe["top_k"] <= r["moe_distinct_experts_mean"] <= r["moe_distinct_experts_max"] <= moe["num_experts"]
+        assert r["moe_distinct_experts_mean"] == pytest.approx(sum(per_layer) / len(per_layer))
+        b = r["bytes_floor"]
+        assert b["one_expert"] == expert and b["experts"] == sum(per_layer) * expert
+        # dense = every target weight but the experts' and the embedding's
+        assert b["dense_target"] == data["target_bytes"] - t["num_layers"] * moe["num_experts"] * expert - embed
+        assert (b["drafter"] > 0) == (r["method"] != "ar")
+        total = b["dense_target"] + b["drafter"] + b["experts"]
+        assert r["bytes_floor_ms"] == pytest.approx(1e3 * total / bench_round.HBM_BYTES_PER_S) and r["bytes_floor_ms"] > 0
+        assert r["floor_ratio"] == pytest.approx(r["round_ms_steady"] / r["bytes_floor_ms"])
+    if "ar" in rows:
+        assert rows["ar"]["moe_verify_tokens"] == 1
+        assert rows["ar"]["moe_distinct_experts"] == [moe["top_k"]] * t["num_layers"]
+    if "dflash" in rows:
+        assert rows["dflash"]["moe_verify_tokens"] == bench_round.SHAPES["tiny-moe"]["drafter"]["block_size"]
+    if "ddtree" in rows:
+        assert rows["ddtree"]["moe_verify_tokens"] == 5  # root + 4 nodes, no padding rows
+    assert "bytes floor" in capsys.readouterr().out
+
+
+def test_bench_round_moe_shapes_hold_the_weights_once():
+    """build's MoE target comes in the inference layout (experts' gate/up drawn fused, q/k/v fused),
+    so a Generator's fuse_params shares every weight array instead of copying; the 30B-A3B entry
+    is Qwen3-30B-A3B's shape with taps as z-lab's rule spreads them."""
+    from bench.bench_round import SHAPES, build
+    from ddtree_jax.generator import Generator
+    from ddtree_jax.models.config import default_target_layer_ids
+
+    ck = build("tiny-moe", jnp.bfloat16)
+    assert ck.target_cfg.moe is not None and all(ck.target_cfg.moe.sparse_layers)
+    for layer in ck.target_params["layers"]:
+        assert {"qkv", "experts_gate_up", "experts_down", "router"} <= set(layer)
+        assert not {"q", "k", "v", "experts_gate", "experts_up"} & set(layer)
+    gen = Generator(ck, method="ar")
+    for mine, theirs in zip(ck.target_params["layers"], gen.tparams["layers"]):
+        assert all(theirs[k] is mine[k] for k in ("qkv", "o", "experts_gate_up", "experts_down", "router"))
+
+    s = SHAPES["qwen3-30b-a3b"]
+    t, d, moe = s["target"], s["drafter"], s["moe"]
+    assert d["target_layer_ids"] == tuple(default_target_layer_ids(t["num_layers"], d["num_layers"]))
+    assert (moe["num_experts"], moe["top_k"], moe["expert_intermediate"]) == (128, 8, 768)
+    experts = t["num_layers"] * moe["num_experts"] * 3 * t["hidden_size"] * moe["expert_intermediate"] * 2
+    assert 57e9 < experts < 59e9  # the 61 GB target is mostly experts
 
 
 def test_bench_round_batch(tmp_path, capsys):
