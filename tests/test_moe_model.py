@@ -404,18 +404,21 @@ def test_fused_gpu_layers_with_moe_match_the_xla_forward():
 def test_speculative_rounds_with_an_moe_target_are_lossless():
     """Greedy DDTree (budgets 8 and 32) and DFlash with a random drafter tapping the MoE target,
     and DDTree with a noisy oracle (deep acceptance through side branches): AR's tokens, float32."""
-    from tiny import oracle_params
+    from tiny import oracle_extra, oracle_params
 
     cfg = _tiny_moe_cfg(shared=24)
     tp = init_target(cfg, jax.random.PRNGKey(2))
     tp["lm_head"] = tp["lm_head"] * 4.0      # sharper logits: fewer near-ties
     ns = _namespace(cfg, tp)
     prompts = [[3, 14, 15, 9, 26], [5, 35, 8, 9, 7, 9, 32, 3]]
-    ar = [r.token_ids for r in Generator(ns, method="ar").generate_ids(prompts, max_new_tokens=24)]
+    # one AR run serves as the reference and the oracle's continuation (one executable fewer to compile)
+    greedy = [r.token_ids for r in Generator(ns, method="ar").generate_ids(prompts,
+                                                                          max_new_tokens=24 + oracle_extra(ns))]
+    ar = [g[:24] for g in greedy]
     for method, budget in (("dflash", 1), ("ddtree", 8), ("ddtree", 32)):
         got = Generator(ns, method=method, budget=budget).generate_ids(prompts, max_new_tokens=24)
         assert [r.token_ids for r in got] == ar, (method, budget)
-    oracle = oracle_params(ns, prompts, 24, noise=1.5)
+    oracle = oracle_params(ns, prompts, 24, noise=1.5, greedy=greedy)
     oracle["strength"] = jnp.float32(4.0)    # deep enough paths in a tree of 32 under that noise
     # and with the GPUs' experts impls (decode steps gather, verify passes dense)
     gpu_moe = Tuning(kernels=dataclasses.replace(CPU_KERNELS, moe_experts="dense", moe_gather_max=4))

@@ -31,15 +31,22 @@ def tiny_pair(vocab=64, layers=2, block_size=8, seed=0, draft_layers=1, window=N
                                  tokenizer_dir=None, meta={})
 
 
-def oracle_params(ckpt, prompts, max_new, noise=0.0, seed=0):
-    """Oracle drafter params: prompt + the target's greedy continuation, right-padded per row."""
-    ar = Generator(ckpt, method="ar")
-    extra = ckpt.drafter_cfg.block_size + 2
-    res = ar.generate_ids(prompts, max_new_tokens=max_new + extra)
+def oracle_extra(ckpt) -> int:
+    """Greedy tokens an oracle needs beyond max_new (a round drafts a block past the last one)."""
+    return ckpt.drafter_cfg.block_size + 2
+
+
+def oracle_params(ckpt, prompts, max_new, noise=0.0, seed=0, greedy=None):
+    """Oracle drafter params: prompt + the target's greedy continuation, right-padded per row.
+    greedy: those continuations if already generated (max_new + oracle_extra tokens a row)."""
+    extra = oracle_extra(ckpt)
+    if greedy is None:
+        greedy = [r.token_ids for r in Generator(ckpt, method="ar").generate_ids(prompts,
+                                                                                max_new_tokens=max_new + extra)]
     length = max(len(p) for p in prompts) + max_new + extra + 1
     tokens = np.zeros((len(prompts), length), np.int32)
-    for i, (p, r) in enumerate(zip(prompts, res)):
-        seq = list(p) + r.token_ids
+    for i, (p, r) in enumerate(zip(prompts, greedy)):
+        seq = list(p) + list(r)
         tokens[i, : len(seq)] = seq
     params = {"tokens": jnp.asarray(tokens), "strength": jnp.float32(30.0 if noise == 0 else 1.0)}
     if noise:
