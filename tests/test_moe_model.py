@@ -296,7 +296,7 @@ def test_gpu_tuning_picks_the_experts_impl_by_tokens():
     from ddtree_jax.kernels import dispatch
     from ddtree_jax.tuning import GPU_KERNELS, HOPPER_KERNELS
 
-    assert dispatch.moe_choice(CPU_KERNELS, 1) == "ragged" and dispatch.moe_choice(CPU_KERNELS, 65) == "ragged"
+    assert dispatch.moe_choice(CPU_KERNELS, 1) == "dense" and dispatch.moe_choice(CPU_KERNELS, 65) == "dense"
     for k in (GPU_KERNELS, HOPPER_KERNELS):
         assert dispatch.moe_choice(k, 1) == "gather" and dispatch.moe_choice(k, 33) == "dense"
     with pytest.raises(ValueError, match="moe_experts"):
