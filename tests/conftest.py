@@ -41,6 +41,45 @@ if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per tes
 
 from hf_fixtures import make_copy_drafter, make_drafter, make_target, make_tokenizer  # noqa: E402
 
+# XLA:CPU maps ~3 memory regions for every compiled kernel while its executable lives; a worker
+# holding every executable of half the suite passes the kernel's vm.max_map_count (65530), and the
+# next compile's mmap fails inside LLVM (SIGSEGV or SIGABRT). Past this many regions, the end of a
+# test module drops every executable only caches still hold.
+MAPPED_REGIONS_BUDGET = 20_000
+
+
+def mapped_regions() -> int:
+    """Memory regions this process has mapped (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def release_executables() -> None:
+    """Drop JAX's caches and every functools cache of the tests and the package (compiled
+    functions among them), then collect."""
+    import functools
+    import gc
+
+    for mod in list(sys.modules.values()):
+        where = getattr(mod, "__file__", None) or ""
+        if not where.startswith(str(ROOT)):
+            continue
+        for value in list(vars(mod).values()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+    jax.clear_caches()
+    gc.collect()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bounded_executables():
+    yield
+    if mapped_regions() > MAPPED_REGIONS_BUDGET:
+        release_executables()
+
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 128}
 
