@@ -6,8 +6,9 @@ whole generation runs on the device without a host round-trip per round. Plain a
 decoding is budget 0 (the tree is the root alone); DFlash is the `chain` policy.
 
 Invariants of `State` (per batch row):
-  * `length`: tokens whose K/V are in the target cache; the committed sequence is those tokens
-    plus `root`, the last committed token, at position `length`.
+  * `length`: tokens whose K/V (a hybrid target: also whose recurrent states) are in the target
+    cache; the committed sequence is those tokens plus `root`, the last committed token, at
+    position `length`.
   * The drafter's cache holds the context K/V of exactly the same `length` tokens.
   * `out[:out_len]` are the generated tokens (the first one came from the prefill).
 """
@@ -21,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.drafters import dflash as dmodel
-from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
-from ddtree_jax.models.layers import KVCache, append
+from ddtree_jax.models.family import HybridCache, family_of
+from ddtree_jax.models.layers import KVCache
 from ddtree_jax.drafters.oracle import oracle_logp
 from ddtree_jax.sampling import SamplingConfig, choose_tokens
 from ddtree_jax.trees import DraftTree, make_policy
@@ -80,7 +81,7 @@ def round_xla_options(spec: DecodeSpec, dcfg: DrafterConfig | None) -> dict:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class State:
-    cache: KVCache
+    cache: KVCache | HybridCache  # the target's (models.family)
     dcache: KVCache | None
     length: jax.Array  # int32 [Bt]
     root: jax.Array  # int32 [Bt]
@@ -147,12 +148,13 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
     bs = dcfg.block_size
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
     pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
-    h = dmodel.draft_hidden(dparams, dcfg, tmodel.embed(tparams, block), pos, state.dcache, state.length,
+    fam = family_of(tcfg)
+    h = dmodel.draft_hidden(dparams, dcfg, fam.embed(tparams, block), pos, state.dcache, state.length,
                             kernels=kernels)
     if "lm_head" in dparams:  # its own copy of the head: quantized, or a token map's columns
         logits = dispatch.matmul(kernels, h[:, 1:], dparams["lm_head"], out_dtype=jnp.float32)
     else:
-        logits = tmodel.lm_head(tparams, tcfg, h[:, 1:], kernels=kernels)
+        logits = fam.lm_head(tparams, tcfg, h[:, 1:], kernels=kernels)
     return jax.nn.log_softmax(logits, axis=-1)
 
 
@@ -205,37 +207,47 @@ def root_tree(state: State) -> DraftTree:
 
 def verify_stage(tparams, state: State, tree: DraftTree, *, tcfg: TargetConfig, dcfg: DrafterConfig | None,
                  spec: DecodeSpec):
-    """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, the new K/V."""
+    """One target pass over [root ; tree nodes]; returns logits [Bt, N+1, V], taps, and what the
+    commit reads (the new K/V; a hybrid target's models.hybrid.VerifyOut)."""
     pos = state.length[:, None] + tree.depths
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
     t = tree.tokens.shape[1]
     kernels = round_kernels(spec, dcfg)
     rows = dispatch.verify_rows(kernels, t, tcfg.num_heads, tcfg.num_kv_heads, tcfg.head_dim, tparams["embed"].dtype,
                                 cache_size=spec.cache_size, batch=tree.tokens.shape[0])
-    tokens, pos, mask = pad_verify_rows(tree.tokens, pos, tree.ancestor_mask, rows)
-    h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, state.cache, state.length, mask, taps=taps,
-                                       kernels=kernels)
+    fam = family_of(tcfg)
+    parents = None
+    if fam.needs_parents:
+        tokens, pos, mask, parents = pad_verify_rows(tree.tokens, pos, tree.ancestor_mask, rows, tree.parents)
+    else:
+        tokens, pos, mask = pad_verify_rows(tree.tokens, pos, tree.ancestor_mask, rows)
+    h, tapped, new_kv = fam.verify(tparams, tcfg, tokens, pos, parents, mask, state.cache, state.length, taps=taps,
+                                   kernels=kernels)
     # Padding rows' hidden states are dropped here; their taps and K/V are never read (commit
     # gathers the accepted path's rows only).
     if rows != t:
         h = h[:, :t]
-    return tmodel.lm_head(tparams, tcfg, h, kernels=kernels), tapped, new_kv
+    return fam.lm_head(tparams, tcfg, h, kernels=kernels), tapped, new_kv
 
 
-def pad_verify_rows(tokens: jax.Array, pos: jax.Array, mask: jax.Array, rows: int):
+def pad_verify_rows(tokens: jax.Array, pos: jax.Array, mask: jax.Array, rows: int, parents: jax.Array | None = None):
     """The verify's inputs grown from T to `rows` rows (ddtree_jax.kernels.dispatch.verify_rows): a padding row
     repeats the last token and position and sees only itself, and no real row sees it, so the
-    real rows' attention, and with it every real output, is what it was."""
+    real rows' attention, and with it every real output, is what it was. With `parents` (a
+    hybrid target's recurrence reads them) also those, a padding row a root of its own (-1),
+    as a fourth result."""
     bt, t = tokens.shape
     if rows == t:
-        return tokens, pos, mask
+        return (tokens, pos, mask) if parents is None else (tokens, pos, mask, parents)
     extra = rows - t
     tokens = jnp.pad(tokens, ((0, 0), (0, extra)), mode="edge")
     pos = jnp.pad(pos, ((0, 0), (0, extra)), mode="edge")
     idx = jnp.arange(rows)
     self_only = (idx[:, None] == idx[None, :]) & (idx[:, None] >= t)
     mask = jnp.pad(mask, ((0, 0), (0, extra), (0, extra))) | self_only[None]
-    return tokens, pos, mask
+    if parents is None:
+        return tokens, pos, mask
+    return tokens, pos, mask, jnp.pad(parents, ((0, 0), (0, extra)), constant_values=-1)
 
 
 def commit_stage(
@@ -252,7 +264,8 @@ def commit_stage(
     n_new = result.num_accepted + 1  # accepted nodes + the bonus token
     # The root and the accepted nodes' K/V go to length .. length+num_accepted (the rest of the
     # path's D+1 entries land beyond the new length and are overwritten later).
-    cache = append(state.cache, *new_kv, state.length, rows=result.path, kernels=spec.tuning.kernels)
+    cache = family_of(state.cache).commit(state.cache, new_kv, state.length, result.path, n_new, active,
+                                          kernels=spec.tuning.kernels)
     dcache = state.dcache
     if spec.speculative:
         if spec.drafter == "dflash":
@@ -319,7 +332,7 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         with jax.named_scope("walk"):
             result = walk(tree, target_tokens, depth)
         path = result.path
-        kv = jax.tree_util.tree_map(lambda x: jnp.take_along_axis(x, path[:, :, None, None], axis=1), new_kv)
+        kv = family_of(tcfg).take_path(new_kv, path)
         if tapped is not None:
             tapped = jnp.take_along_axis(tapped, path[:, :, None], axis=1)
         ident = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=path.dtype), path.shape)
@@ -376,7 +389,7 @@ run_rounds = jax.jit(float32_exact(_run_rounds), static_argnames=("tcfg", "dcfg"
 
 def new_caches(tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec, batch: int, dtype):
     """Fresh target (and drafter) caches, allocated outside the jitted functions and donated to them."""
-    cache = KVCache.zeros(tcfg.num_layers, batch, tcfg.num_kv_heads, spec.cache_size, tcfg.head_dim, dtype)
+    cache = family_of(tcfg).new_cache(tcfg, batch, spec.cache_size, dtype)
     dcache = None
     if spec.speculative and spec.drafter == "dflash":
         dcache = KVCache.zeros(dcfg.num_layers, batch, dcfg.num_kv_heads, spec.cache_size, dcfg.head_dim, dtype)
@@ -384,8 +397,8 @@ def new_caches(tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec,
 
 
 @float32_exact
-def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: jax.Array, prompt_len: jax.Array,
-             max_new: jax.Array, knobs: Knobs, key: jax.Array, start: jax.Array | None = None, *,
+def _prefill(tparams, dparams, cache: KVCache | HybridCache, dcache: KVCache | None, prompt: jax.Array,
+             prompt_len: jax.Array, max_new: jax.Array, knobs: Knobs, key: jax.Array, start: jax.Array | None = None, *,
              tcfg: TargetConfig, dcfg: DrafterConfig | None, spec: DecodeSpec) -> State:
     """Prompt pass: fills both caches (from `new_caches`), chooses the first token (the first root).
 
@@ -397,12 +410,12 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     if start is None:
         start = jax.lax.optimization_barrier(jnp.zeros_like(prompt_len, jnp.int32))
     taps = dcfg.target_layer_ids if (spec.speculative and spec.drafter == "dflash") else ()
-    cache, h, tapped = _prefill_target(tparams, tcfg, cache, prompt, start, taps, spec)
+    cache, h, tapped = _prefill_target(tparams, tcfg, cache, prompt, prompt_len, start, taps, spec)
     pos = start[:, None] + jnp.arange(p, dtype=jnp.int32)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     kernels = spec.tuning.kernels
-    first = choose_tokens(sub, tmodel.lm_head(tparams, tcfg, last, kernels=kernels), spec.sampling,
+    first = choose_tokens(sub, family_of(tcfg).lm_head(tparams, tcfg, last, kernels=kernels), spec.sampling,
                           knobs.temperature, knobs.top_p)
     if dcache is not None:  # the prompt's context K/V through XLA's writes
         dcache = dmodel.extend_cache(dparams, dcfg, dcache, start, tapped, pos,
@@ -425,8 +438,8 @@ def _prefill(tparams, dparams, cache: KVCache, dcache: KVCache | None, prompt: j
     )
 
 
-def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Array, start: jax.Array,
-                    taps: tuple[int, ...], spec: DecodeSpec):
+def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache | HybridCache, prompt: jax.Array,
+                    prompt_len: jax.Array, start: jax.Array, taps: tuple[int, ...], spec: DecodeSpec):
     """The target over the prompt, in pieces of at most spec.prefill_chunk tokens: returns (cache
     with the prompt's K/V, final-normed hidden [Bt, P, H], taps [Bt, P, nTaps*H] or None).
 
@@ -435,22 +448,20 @@ def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Arr
     shorter last piece (P not a multiple of the chunk) in one more forward.
     """
     bt, p = prompt.shape
+    fam = family_of(tcfg)
 
-    def piece(cache, tokens, first):
-        pos = first[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-        causal = pos[:, :, None] >= pos[:, None, :]
-        h, tapped, new_kv = tmodel.forward(tparams, tcfg, tokens, pos, cache, first, causal, taps=taps,
-                                           kernels=spec.tuning.kernels)
-        return append(cache, *new_kv, first), h, tapped
+    def piece(cache, tokens, first, offset):  # first = start + offset, the piece's first position
+        return fam.prefill(tparams, tcfg, cache, tokens, first, prompt_len, offset, taps=taps,
+                           kernels=spec.tuning.kernels)
 
     chunk = max(1, spec.prefill_chunk)
     if p <= chunk:
-        return piece(cache, prompt, start)
+        return piece(cache, prompt, start, 0)
     n, rest = divmod(p, chunk)
 
     def body(cache, i):
         tokens = jax.lax.dynamic_slice_in_dim(prompt, i * chunk, chunk, axis=1)
-        cache, h, tapped = piece(cache, tokens, start + i * chunk)
+        cache, h, tapped = piece(cache, tokens, start + i * chunk, i * chunk)
         return cache, (h, tapped)
 
     cache, (hs, taps_out) = jax.lax.scan(body, cache, jnp.arange(n, dtype=jnp.int32))
@@ -463,7 +474,7 @@ def _prefill_target(tparams, tcfg: TargetConfig, cache: KVCache, prompt: jax.Arr
 
     h_tail = tap_tail = None
     if rest:
-        cache, h_tail, tap_tail = piece(cache, prompt[:, n * chunk:], start + n * chunk)
+        cache, h_tail, tap_tail = piece(cache, prompt[:, n * chunk:], start + n * chunk, n * chunk)
     return cache, join(hs, h_tail), join(taps_out, tap_tail)
 
 

@@ -388,3 +388,92 @@ def make_copy_drafter(dir: str | Path, target: str | Path, *, target_layer_ids: 
     })
     save_file({n: a.contiguous() for n, a in sd.items()}, str(dir / "model.safetensors"), metadata={"format": "pt"})
     return dir
+
+
+HYBRID_TYPES = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
+
+
+def make_hybrid_target(dir: str | Path, *, vocab: int = 128, hidden: int = 64, layer_types: list[str] | None = None,
+                       heads: int = 4, kv_heads: int = 2, head_dim: int = 32, intermediate: int = 96,
+                       linear_k_heads: int = 2, linear_v_heads: int = 4, linear_k_dim: int = 16,
+                       linear_v_dim: int = 8, conv_kernel: int = 4, tie: bool = False, max_position: int = 512,
+                       seed: int = 0, experts: int = 0, top_k: int = 2, expert_intermediate: int = 32,
+                       shared_intermediate: int = 48) -> Path:
+    """A tiny random transformers `Qwen3_5ForCausalLM` (qwen3_5: Gated DeltaNet and gated attention
+    layers, partial rotary 0.25), float32, save_pretrained'ed in `dir`; returns `dir`. Weights drawn
+    so that every part shows: decays 0.02..0.8 (some heads remember the whole prompt), the 1 + w
+    norms' w far from 0, the gated norm 1 + noise, a sharp LM head (few near-ties).
+    experts > 0: a `Qwen3_5MoeForCausalLM` (qwen3_5_moe) instead, every MLP `experts` experts of
+    width `expert_intermediate`, `top_k` a token, and a shared expert; routers of std ~3 (decisive)."""
+    import torch
+
+    if experts:
+        from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig as Config
+        from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM as Model
+        extra = dict(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=expert_intermediate,
+                     shared_expert_intermediate_size=shared_intermediate)
+    else:
+        from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig as Config
+        from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM as Model
+        extra = dict(intermediate_size=intermediate)
+
+    types = list(layer_types or HYBRID_TYPES)
+    config = Config(
+        **extra, vocab_size=vocab, hidden_size=hidden, num_hidden_layers=len(types),
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, rms_norm_eps=1e-6,
+        layer_types=types, linear_num_key_heads=linear_k_heads, linear_num_value_heads=linear_v_heads,
+        linear_key_head_dim=linear_k_dim, linear_value_head_dim=linear_v_dim, linear_conv_kernel_dim=conv_kernel,
+        tie_word_embeddings=tie, max_position_embeddings=max_position,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+    config.architectures = ["Qwen3_5MoeForCausalLM" if experts else "Qwen3_5ForCausalLM"]
+    torch.manual_seed(seed)
+    model = Model(config).float().eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, w in sorted(model.named_parameters()):
+            x = torch.randn(w.shape, generator=gen)
+            if name.endswith("A_log"):
+                w.copy_(torch.log(0.02 + 0.78 * torch.rand(w.shape, generator=gen)))
+            elif name.endswith("dt_bias"):
+                w.copy_(0.5 * x)
+            elif name.endswith("linear_attn.norm.weight"):  # the gated norm: no 1 + w
+                w.copy_(1.0 + 0.1 * x)
+            elif name.endswith("conv1d.weight"):
+                w.copy_(0.6 * x)
+            elif w.ndim == 1:  # the 1 + w norms
+                w.copy_(0.3 * x)
+            elif name.endswith("embed_tokens.weight"):
+                w.copy_(x)
+            elif name.endswith("mlp.gate.weight"):  # the router [E, H]
+                w.copy_(3.0 * x / w.shape[-1] ** 0.5)
+            else:  # unit gain over the fan-in; the LM head sharper
+                w.copy_((3.0 if name == "lm_head.weight" else 1.0) * x / w.shape[-1] ** 0.5)
+    dir = Path(dir)
+    model.save_pretrained(dir, safe_serialization=True)
+    cfg_path = dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["torch_dtype"] = cfg["dtype"] = "float32"
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    return dir
+
+
+def as_multimodal(src: str | Path, dir: str | Path) -> Path:
+    """The text model of Qwen3.5 directory `src` as a Qwen3_5ForConditionalGeneration checkpoint
+    in `dir`: its config nested as text_config, its tensors under model.language_model., and a
+    vision tensor and an MTP tensor beside them (which loaders skip)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, dir = Path(src), Path(dir)
+    text = json.loads((src / "config.json").read_text())
+    config = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+              "text_config": {**text, "model_type": "qwen3_5_text"}, "vision_config": {"depth": 1},
+              "tie_word_embeddings": text.get("tie_word_embeddings", False), "torch_dtype": "float32"}
+    tensors = {(k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k): v
+               for k, v in load_file(str(src / "model.safetensors")).items()}
+    tensors["model.visual.blocks.0.attn.qkv.weight"] = torch.zeros(3, 3)
+    tensors["mtp.fc.weight"] = torch.zeros(2, 2)
+    dir.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(dir / "model.safetensors"), metadata={"format": "pt"})
+    (dir / "config.json").write_text(json.dumps(config, indent=2))
+    return dir

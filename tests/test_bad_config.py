@@ -427,3 +427,67 @@ def test_convert_refuses_unreadable_configs(qwen3_pair, tmp_path, capsys):
         cap = capsys.readouterr()
         _one_line(rc, cap.err, "convert", name, raw)
         assert not (tmp_path / f"out{i}").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid Qwen3.5 targets (models/hybrid.py): the same fuzz over the fields their parser reads
+
+
+def _hybrid_parse(d):
+    from ddtree_jax.models.family import target_config_from_hf
+
+    return target_config_from_hf(d)
+
+
+HYBRID = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_act": "silu",
+          "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6, "attention_bias": False,
+          "layer_types": ["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+          "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+          "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4, "tie_word_embeddings": False, "vocab_size": 384,
+          "max_position_embeddings": 512,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
+HYBRID_LAYER_TYPES = ["linear_attention", 5, {}, ["linear_attention"] * 3, ["banana"] * 4,
+                      ["linear_attention", "sliding_attention", "linear_attention", "full_attention"]]
+FIELDS["hybrid"] = {
+    **{k: v for k, v in COMMON.items() if k != "architectures"},
+    "architectures": ["Qwen3MoeForCausalLM", 5, [5], {"a": 1}, True], "tie_word_embeddings": BOOL,
+    "text_config": OBJECT,
+    "num_experts": INT_OR_NULL, "num_experts_per_tok": INT, "moe_intermediate_size": INT,
+    "shared_expert_intermediate_size": INT, "layer_types": HYBRID_LAYER_TYPES, "full_attention_interval": INT,
+    "partial_rotary_factor": NUM + [1.5, 0.01], "rope_parameters.partial_rotary_factor": NUM + [1.5, 0.01],
+    "linear_num_key_heads": INT, "linear_num_value_heads": INT, "linear_key_head_dim": INT,
+    "linear_value_head_dim": INT, "linear_conv_kernel_dim": INT,
+}
+VARIANTS["hybrid"] = {
+    "qwen3_5": lambda d: copy.deepcopy(d),
+    # transformers' defaults: every 4th layer full attention, the rotary share at the top level
+    "interval": lambda d: _edit(d, layer_types=..., full_attention_interval=4, partial_rotary_factor=0.25,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "rope_scaling": lambda d: _edit(d, rope_parameters=..., rope_theta=1e6, partial_rotary_factor=0.5,
+                                    rope_scaling=dict(YARN)),
+    "yarn": lambda d: _edit(d, rope_parameters=_edit(YARN, type=..., rope_type="yarn", rope_theta=5e5,
+                                                     partial_rotary_factor=0.25)),
+    # qwen3_5_moe: every MLP an MoE block with a shared expert; intermediate_size unread
+    "qwen3_5_moe": lambda d: _edit(d, architectures=["Qwen3_5MoeForCausalLM"], intermediate_size=..., num_experts=8,
+                                   num_experts_per_tok=2, moe_intermediate_size=32,
+                                   shared_expert_intermediate_size=48),
+}
+BASES["hybrid"] = HYBRID
+PARSE["hybrid"] = _hybrid_parse
+
+
+def test_the_hybrid_bases_parse_and_the_table_names_every_field_read():
+    test_the_bases_parse_and_the_table_names_every_field_read("hybrid")
+
+
+def test_every_bad_value_of_every_hybrid_field_is_one_line_naming_it():
+    checked = 0
+    for variant, field, value, name in cases("hybrid", HYBRID):
+        config = json.loads(json.dumps(inject(VARIANTS["hybrid"][variant](HYBRID), field, value)))
+        with pytest.raises(ConfigError) as e:
+            PARSE["hybrid"](config)
+        msg = str(e.value)
+        assert "\n" not in msg and name in msg, (variant, field, value, msg)
+        checked += 1
+    assert checked > 300

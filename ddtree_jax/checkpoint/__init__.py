@@ -35,6 +35,8 @@ import numpy as np
 
 from ddtree_jax.errors import UserError, read_json_file
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
+from ddtree_jax.models.family import target_config_from_hf
+from ddtree_jax.models.hybrid import HybridConfig
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # 1: orbax params directories
@@ -55,7 +57,7 @@ _TOKENIZER_CORE = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 @dataclasses.dataclass
 class Checkpoint:
-    target_cfg: TargetConfig
+    target_cfg: TargetConfig | HybridConfig
     target_params: dict[str, Any]
     drafter_cfg: DrafterConfig | None
     drafter_params: dict[str, Any] | None
@@ -434,7 +436,7 @@ def save_checkpoint(path: str | Path, target_cfg_hf: dict[str, Any], target_para
     """
     from ddtree_jax.checkpoint.names import check_params
 
-    target_cfg = TargetConfig.from_hf(target_cfg_hf)
+    target_cfg = target_config_from_hf(target_cfg_hf)
     check_params(target_cfg, target_params, where="target params")
     drafter_cfg = None
     if drafter_cfg_hf is not None:
@@ -493,15 +495,16 @@ def _read_json(p: Path) -> dict[str, Any]:
     return read_json_file(p, missing="the checkpoint is incomplete, convert it again", invalid="; convert it again")
 
 
-def read_target_config(path: str | Path) -> TargetConfig:
+def read_target_config(path: str | Path) -> TargetConfig | HybridConfig:
     """A checkpoint's (or a Hugging Face directory's) target config alone, no weights read: cheap checks first."""
     path = Path(path).absolute()
     if is_hf_model(path):
         from ddtree_jax.checkpoint.hf import read_config
 
-        return TargetConfig.from_hf(read_config(path, "--target"), where=str(path / "config.json"))
+        return target_config_from_hf(read_config(path, "--target"), where=str(path / "config.json"))
     read_meta(path)
-    return TargetConfig.from_hf(_read_json(path / "target" / "config.json"), where=str(path / "target" / "config.json"))
+    return target_config_from_hf(_read_json(path / "target" / "config.json"),
+                                 where=str(path / "target" / "config.json"))
 
 
 def has_drafter(path: str | Path) -> bool:
@@ -541,10 +544,10 @@ def read_params(path: Path, cfg: TargetConfig | DrafterConfig, *, dtype: Any = N
     for key, info in read_header(path, fix="convert it again").items():
         parts = key.split(".")
         leaf = LazyTensor(info, dt)
-        if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit():
+        if len(parts) >= 3 and parts[0] == "layers" and parts[1].isdigit() and all(parts[2:]):
             layers = params["layers"]
             layers.extend({} for _ in range(int(parts[1]) + 1 - len(layers)))
-            layers[int(parts[1])][parts[2]] = leaf
+            names.set_path(params, ("layers", int(parts[1]), *parts[2:]), leaf)
         elif len(parts) == 1 and key != "layers":
             params[key] = leaf
         else:
@@ -608,8 +611,8 @@ def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool =
     meta = read_meta(path)
     if dtype is not None:
         resolve_dtype(dtype)  # fail before the long read
-    target_cfg = TargetConfig.from_hf(_read_json(path / "target" / "config.json"),
-                                      where=str(path / "target" / "config.json"))
+    target_cfg = target_config_from_hf(_read_json(path / "target" / "config.json"),
+                                       where=str(path / "target" / "config.json"))
     drafter_cfg = None
     if with_drafter and meta.get("drafter") is not None and (path / "draft").is_dir():
         drafter_cfg = DrafterConfig.from_hf(_read_json(path / "draft" / "config.json"),

@@ -7,6 +7,7 @@ dtype and shape, through the name table) before any data is read, and hands its 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from ddtree_jax.checkpoint.tensors import (SAFETENSORS_DTYPES, LazyTensor, Stack
                                           read_header)
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, read_hf_config
+from ddtree_jax.models.family import target_config_from_hf
+from ddtree_jax.models.hybrid import HybridConfig
 
 __all__ = ["SAFETENSORS_DTYPES", "TensorInfo", "read_header", "read_config", "weight_files", "scan", "HFModel",
            "is_hf_dir"]
@@ -97,20 +100,30 @@ class HFModel:
         self.kind = kind
         self.raw = read_config(self.dir, what)
         where = str(self.dir / "config.json")
-        self.cfg: TargetConfig | DrafterConfig = (
-            TargetConfig.from_hf(self.raw, where=where) if kind == "target" else DrafterConfig.from_hf(self.raw, where=where))
+        self.cfg: TargetConfig | HybridConfig | DrafterConfig = (
+            target_config_from_hf(self.raw, where=where) if kind == "target"
+            else DrafterConfig.from_hf(self.raw, where=where))
         self.entries = names.entries_for(self.cfg)
         self.tensors: dict[str, TensorInfo] = {}
         self.mapping: dict[str, str] = {}
 
     def scan(self) -> HFModel:
         self.tensors = scan(self.dir)
-        if self.kind == "target" and self.cfg.moe is not None:  # each MoE layer's experts: per expert or fused
+        skip = None
+        if isinstance(self.cfg, HybridConfig):  # the text model's names, its vision tower skipped
+            self.entries = names.hybrid_entries(self.cfg, names.hybrid_prefix(self.tensors),
+                                                fused=names.fused_expert_layers(self.tensors))
+            skip = names.SKIPPED_HYBRID
+            skipped = sum(1 for n in self.tensors if skip.search(n))
+            if skipped:
+                print(f"note: {self.dir}: {skipped} vision / multi-token-prediction tensors skipped; the text model "
+                      "alone is read", file=sys.stderr)
+        elif self.kind == "target" and self.cfg.moe is not None:  # each MoE layer's experts: per expert or fused
             self.entries = names.target_entries(self.cfg, fused=names.fused_expert_layers(self.tensors))
         self.mapping = names.match(
             self.entries, {n: t.shape for n, t in self.tensors.items()}, where=str(self.dir),
             tied=self.kind == "target" and self.cfg.tie_embeddings,
-            strip_prefix="model." if self.kind == "drafter" else None)
+            strip_prefix="model." if self.kind == "drafter" else None, skip=skip)
         for stored in self.mapping.values():
             self.tensors[stored].check_dtype()
         return self

@@ -23,6 +23,18 @@ A HF MoE checkpoint holds each layer's experts in one of two layouts, told apart
                                       mlp.experts.down_proj   [E, H, Ie]
 Either way an expert param's Entry lists E `Part`s, one block per expert, which the loader stacks
 into one preallocated [E, in, out] array (checkpoint.tensors.StackedTensor).
+
+A hybrid Qwen3.5 target (models/hybrid.py; `hybrid_entries`) is read from `model.` or, in a
+multimodal checkpoint, `model.language_model.` names (its vision and multi-token-prediction
+tensors are skipped: `SKIPPED_HYBRID`). Per layer, the norms and MLP as above, and either
+    a GDN layer ("linear_attention"): {"linear": {"qkv": [H, C], "z": [H, Hv dv], "b", "a": [H, Hv],
+        "conv": [C, 1, K] (as stored), "A_log", "dt_bias": [Hv], "norm": [dv], "out": [Hv dv, H]}}
+        (HF linear_attn.in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d, A_log, dt_bias,
+        norm, out_proj; models/gdn.py), or
+    a gated attention layer ("full_attention"): {"qg": [H, Hq 2 Dh] (q_proj: per head [query | gate]),
+        "k", "v", "o", "q_norm", "k_norm", biases "qg_bias", ... where attention_bias}.
+A qwen3_5_moe target's MLPs are MoE blocks with a shared expert (the MoE layer above, either expert
+layout). A nested param's dotted name has its whole path: "layers.0.linear.qkv".
 """
 from __future__ import annotations
 
@@ -32,11 +44,14 @@ from typing import Any, Container, Iterable, Mapping
 
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, MoeConfig, TargetConfig
+from ddtree_jax.models.hybrid import HybridConfig
 
 Path_ = tuple[Any, ...]  # a path into the param tree, e.g. ("layers", 3, "q")
 
 # Buffers some exporters save; they are recomputed from the config.
 IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+# A Qwen3.5 checkpoint's tensors beside its text model: the vision tower, the multi-token-prediction layers.
+SKIPPED_HYBRID = re.compile(r"^(model\.visual\.|visual\.|mtp\.|model\.mtp\.)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +167,7 @@ def _moe(p: str, i: int, hidden: int, moe: MoeConfig, fused: bool) -> list[Entry
     return out
 
 
-FUSED_EXPERTS = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+FUSED_EXPERTS = re.compile(r"^model\.(?:language_model\.)?layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 
 
 def fused_expert_layers(found: Iterable[str]) -> frozenset[int]:
@@ -196,7 +211,64 @@ def drafter_entries(cfg: DrafterConfig) -> list[Entry]:
     return out
 
 
-def entries_for(cfg: TargetConfig | DrafterConfig) -> list[Entry]:
+def hybrid_prefix(found: Iterable[str]) -> str:
+    """The text model's name prefix in a Qwen3.5 checkpoint: "model.language_model." (a multimodal
+    one) or "model."."""
+    return "model.language_model." if "model.language_model.embed_tokens.weight" in set(found) else "model."
+
+
+def hybrid_entries(cfg: HybridConfig, prefix: str = "model.", fused: Container[int] = ()) -> list[Entry]:
+    """Every tensor a hybrid Qwen3.5 target's text model must hold (module docstring); a
+    qwen3_5_moe one's MLPs are MoE blocks with a shared expert (`_moe`; `fused` as target_entries')."""
+    h, v, g = cfg.hidden_size, cfg.vocab_size, cfg.gdn
+    hq, hkv, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    out = [Entry(prefix + "embed_tokens.weight", ("embed",), (v, h), False)]
+    for i, kind in enumerate(cfg.layer_types):
+        p = f"{prefix}layers.{i}."
+
+        def mat(name: str, key: str | tuple, n_in: int, n_out: int) -> Entry:
+            return Entry(p + name, ("layers", i, *((key,) if isinstance(key, str) else key)), (n_in, n_out), True)
+
+        def vec(name: str, key: str | tuple, *shape: int) -> Entry:
+            return Entry(p + name, ("layers", i, *((key,) if isinstance(key, str) else key)), shape, False)
+
+        out.append(vec("input_layernorm.weight", "attn_norm", h))
+        if kind == "linear_attention":
+            a = "linear_attn."
+            out += [mat(a + "in_proj_qkv.weight", ("linear", "qkv"), h, g.conv_dim),
+                    mat(a + "in_proj_z.weight", ("linear", "z"), h, g.value_dim),
+                    mat(a + "in_proj_b.weight", ("linear", "b"), h, g.num_v_heads),
+                    mat(a + "in_proj_a.weight", ("linear", "a"), h, g.num_v_heads),
+                    vec(a + "conv1d.weight", ("linear", "conv"), g.conv_dim, 1, g.conv_kernel),
+                    vec(a + "A_log", ("linear", "A_log"), g.num_v_heads),
+                    vec(a + "dt_bias", ("linear", "dt_bias"), g.num_v_heads),
+                    vec(a + "norm.weight", ("linear", "norm"), g.head_v_dim),
+                    mat(a + "out_proj.weight", ("linear", "out"), g.value_dim, h)]
+        else:
+            out += [mat("self_attn.q_proj.weight", "qg", h, hq * 2 * dh),
+                    mat("self_attn.k_proj.weight", "k", h, hkv * dh), mat("self_attn.v_proj.weight", "v", h, hkv * dh),
+                    mat("self_attn.o_proj.weight", "o", hq * dh, h),
+                    vec("self_attn.q_norm.weight", "q_norm", dh), vec("self_attn.k_norm.weight", "k_norm", dh)]
+            if cfg.attention_bias:
+                out += [vec("self_attn.q_proj.bias", "qg_bias", hq * 2 * dh),
+                        vec("self_attn.k_proj.bias", "k_bias", hkv * dh),
+                        vec("self_attn.v_proj.bias", "v_bias", hkv * dh), vec("self_attn.o_proj.bias", "o_bias", h)]
+        out.append(vec("post_attention_layernorm.weight", "mlp_norm", h))
+        if cfg.moe is not None:
+            out += _moe(p, i, h, cfg.moe, i in fused)
+            continue
+        out += [mat("mlp.gate_proj.weight", "gate", h, cfg.intermediate_size),
+                mat("mlp.up_proj.weight", "up", h, cfg.intermediate_size),
+                mat("mlp.down_proj.weight", "down", cfg.intermediate_size, h)]
+    out.append(Entry(prefix + "norm.weight", ("norm",), (h,), False))
+    if not cfg.tie_embeddings:
+        out.append(Entry("lm_head.weight", ("lm_head",), (h, v), True))
+    return out
+
+
+def entries_for(cfg: TargetConfig | HybridConfig | DrafterConfig) -> list[Entry]:
+    if isinstance(cfg, HybridConfig):
+        return hybrid_entries(cfg)
     return target_entries(cfg) if isinstance(cfg, TargetConfig) else drafter_entries(cfg)
 
 
@@ -207,16 +279,19 @@ def _few(names: Iterable[str], n: int = 3) -> str:
 
 
 def match(entries: list[Entry], found: Mapping[str, tuple[int, ...]], *, where: str, tied: bool = False,
-          strip_prefix: str | None = None) -> dict[str, str]:
+          strip_prefix: str | None = None, skip: re.Pattern | None = None) -> dict[str, str]:
     """Map every HF tensor the entries read (each expert's, for stacked params) to its name in the
     checkpoint, checking the sets and every shape.
 
     `found`: checkpoint name -> shape. `strip_prefix`: an optional prefix on checkpoint names
-    (the drafter's "model."). With `tied`, a stored lm_head.weight is allowed and ignored.
+    (the drafter's "model."). With `tied`, a stored lm_head.weight is allowed and ignored; names
+    `skip` matches are not read (a Qwen3.5 checkpoint's vision tower).
     Raises UserError naming the first problem: missing, then misshapen, then unexpected tensors.
     """
     by_name: dict[str, str] = {}
     for name in found:
+        if skip is not None and skip.search(name):
+            continue
         key = name[len(strip_prefix):] if strip_prefix and name.startswith(strip_prefix) else name
         by_name[key] = name
     want: dict[str, tuple[int, ...]] = {}
@@ -249,9 +324,10 @@ def empty_tree(cfg: TargetConfig | DrafterConfig) -> dict[str, Any]:
 
 
 def set_path(tree: dict[str, Any], path: Path_, value: Any) -> None:
+    """tree[path] = value, the dicts on the way made where missing (a layer's "linear")."""
     node = tree
     for p in path[:-1]:
-        node = node[p]
+        node = node[p] if isinstance(node, list) else node.setdefault(p, {})
     node[path[-1]] = value
 
 
@@ -261,7 +337,16 @@ def get_path(tree: Any, path: Path_) -> Any:
     return tree
 
 
-def check_params(cfg: TargetConfig | DrafterConfig, params: Any, *, where: str) -> None:
+def _leaf_paths(d: Any, path: Path_) -> Iterable[Path_]:
+    """The paths of a layer's params, into nested dicts (a GDN layer's "linear")."""
+    if not isinstance(d, dict):
+        yield path
+        return
+    for k, v in d.items():
+        yield from _leaf_paths(v, (*path, k))
+
+
+def check_params(cfg: TargetConfig | HybridConfig | DrafterConfig, params: Any, *, where: str) -> None:
     """Check a param tree against the layout the config implies; UserError names the first mismatch."""
     entries = entries_for(cfg)
     try:
@@ -281,7 +366,7 @@ def check_params(cfg: TargetConfig | DrafterConfig, params: Any, *, where: str) 
                 f"{where}: param {e.key!r} has shape {list(shape)}, expected {list(e.shape)} from config.json")
     want = {e.path for e in entries}
     top = {(k,) for k in params if k != "layers"}
-    per_layer = {("layers", i, k) for i, layer in enumerate(layers) for k in layer}
+    per_layer = {p for i, layer in enumerate(layers) for p in _leaf_paths(layer, ("layers", i))}
     extra = sorted(".".join(map(str, p)) for p in (top | per_layer) - want)
     if extra:
         raise UserError(f"{where}: unexpected param {_few(extra)}; config.json does not call for it")

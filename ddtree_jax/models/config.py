@@ -23,6 +23,9 @@ SUPPORTED_TARGETS = {
     "Qwen2MoeForCausalLM": ("qwen2_moe", False, True),
 }
 MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
+# hybrid Gated DeltaNet / attention targets: models/hybrid.py's HybridConfig (dense, then MoE MLPs)
+HYBRID_TARGETS = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+                  "Qwen3_5MoeForConditionalGeneration")
 SUPPORTED_DRAFTERS = ("DFlashDraftModel",)
 
 
@@ -267,9 +270,8 @@ class TargetConfig:
         f = _Fields(d, where)
         arch = f.architecture()
         if arch not in SUPPORTED_TARGETS:
-            raise ConfigError(
-                f"architecture {arch!r} is not supported as a target; supported: {', '.join(SUPPORTED_TARGETS)}"
-            )
+            raise ConfigError(f"architecture {arch!r} is not supported as a target; supported: "
+                              f"{', '.join((*SUPPORTED_TARGETS, *HYBRID_TARGETS))}")
         family, qk_norm, qkv_bias = SUPPORTED_TARGETS[arch]
         f.missing_hint = f"; is this a {arch} checkpoint?"
         hidden = f.integer("hidden_size")
@@ -433,8 +435,9 @@ def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> l
     return [int(round(start + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers)]
 
 
-def check_pair(target: TargetConfig, drafter: DrafterConfig) -> None:
-    """Raise ConfigError naming every way the drafter does not fit the target."""
+def check_pair(target, drafter: DrafterConfig) -> None:
+    """Raise ConfigError naming every way the drafter does not fit the target (a TargetConfig or a
+    models.hybrid.HybridConfig: their sizes are read by name)."""
     problems = []
     if drafter.hidden_size != target.hidden_size:
         problems.append(f"hidden size {drafter.hidden_size} != target's {target.hidden_size}")

@@ -23,7 +23,7 @@ Hk / Hv key / value heads, dk / dv their sizes, K the conv window; `params_from_
     z       [H, Hv dv]            <- in_proj_z.weight [Hv dv, H], transposed
     b       [H, Hv]               <- in_proj_b.weight [Hv, H], transposed
     a       [H, Hv]               <- in_proj_a.weight [Hv, H], transposed
-    conv    [K, C]                <- conv1d.weight [C, 1, K]: w[:, 0, :].T (tap K-1 reads the newest input)
+    conv    [C, 1, K]             <- conv1d.weight [C, 1, K], as stored (tap K-1 reads the newest input)
     A_log   [Hv]                  <- A_log
     dt_bias [Hv]                  <- dt_bias
     norm    [dv]                  <- norm.weight (the gated RMSNorm; no "1 +" offset)
@@ -148,7 +148,7 @@ def params_from_hf(weights: Mapping[str, Any], cfg: GdnConfig, prefix: str = "")
         if w[name].shape != shape:
             raise ConfigError(f"{prefix + name} has shape {list(w[name].shape)}; the config needs {list(shape)}")
     return {"qkv": w["in_proj_qkv.weight"].T, "z": w["in_proj_z.weight"].T, "b": w["in_proj_b.weight"].T,
-            "a": w["in_proj_a.weight"].T, "conv": w["conv1d.weight"][:, 0, :].T, "A_log": w["A_log"],
+            "a": w["in_proj_a.weight"].T, "conv": w["conv1d.weight"], "A_log": w["A_log"],
             "dt_bias": w["dt_bias"], "norm": w["norm.weight"], "out": w["out_proj.weight"].T}
 
 
@@ -186,10 +186,10 @@ def _project(p: dict, x: jax.Array, kernels: KernelTuning):
 def _conv(p: dict, window: list[jax.Array], dtype) -> jax.Array:
     """silu of the depthwise conv over K inputs [..., C] (oldest first), summed in f32 in one
     fixed order (so prefill, step and tree windows round alike)."""
-    w = p["conv"].astype(jnp.float32)
-    acc = window[0].astype(jnp.float32) * w[0]
+    w = p["conv"][:, 0, :].astype(jnp.float32)  # [C, K]
+    acc = window[0].astype(jnp.float32) * w[:, 0]
     for j in range(1, len(window)):
-        acc = acc + window[j].astype(jnp.float32) * w[j]
+        acc = acc + window[j].astype(jnp.float32) * w[:, j]
     return jax.nn.silu(acc).astype(dtype)
 
 
@@ -293,7 +293,7 @@ def _chunked(cfg: GdnConfig, q, k, v, g, beta, s):
     g, beta [Bt, T, Hv], s [Bt, Hv, dk, dv]. Returns o [Bt, T, Hv, dv] and the final state.
     Padding tokens have g = beta = 0: they leave the state as it is."""
     bt, t = q.shape[:2]
-    c = cfg.chunk
+    c = min(cfg.chunk, t)  # a short prompt is one chunk of its own length, not padded to a full one
     pad = (-t) % c
     n = (t + pad) // c
 

@@ -1,5 +1,6 @@
-"""The hybrid target of transformers' `qwen3_5` (dense MLP) text model: Gated DeltaNet layers
-(ddtree_jax.models.gdn) interleaved with gated full-attention layers, as pure JAX functions.
+"""The hybrid target of transformers' `qwen3_5` text model (and `qwen3_5_moe`'s: every MLP the MoE
+block of ddtree_jax.models.moe, with a shared expert): Gated DeltaNet layers (ddtree_jax.models.gdn)
+interleaved with gated full-attention layers, as pure JAX functions.
 
 Per layer i (cfg.layer_types[i]):
 
@@ -17,7 +18,10 @@ Param layout (weight matrices [in, out]; `params_from_hf` maps HF's names):
      "layers": [{"attn_norm", "mlp_norm", "gate", "up", "down",
                  GDN layer: "linear": gdn's params (gdn.params_from_hf)
                  attention layer: "q", "q_gate" [H, Hq Dh], "k", "v" [H, Hkv Dh], "o" [Hq Dh, H],
-                                  "q_norm", "k_norm" [Dh], biases "q_bias", ... where attention_bias}]}
+                                  "q_norm", "k_norm" [Dh], biases "q_bias", ... where attention_bias;
+                                  or, as a checkpoint holds it (checkpoint/names.py), "qg" [H, Hq 2 Dh]
+                                  (per head [query | gate]) for "q" and "q_gate"
+                 an MoE layer (cfg.moe): the MoE block's params (models/moe.py) for gate / up / down}]}
 
 State (`HybridState`): the attention layers' KV cache (layers.KVCache, stacked over those layers
 only), the GDN layers' conv / recurrent states stacked over those layers, and lengths [Bt].
@@ -37,18 +41,21 @@ import numpy as np
 from ddtree_jax.errors import ConfigError
 from ddtree_jax.kernels import dispatch
 from ddtree_jax.models import gdn
-from ddtree_jax.models.config import RopeConfig, _Fields
+from ddtree_jax.models import moe as moe_block
+from ddtree_jax.models.config import HYBRID_TARGETS, MoeConfig, RopeConfig, _Fields, _show
 from ddtree_jax.models.layers import KVCache, append, apply_rope, linear, masked_attention, mlp, rope_tables, \
     split_heads
 from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
 
-ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+ARCHITECTURES = HYBRID_TARGETS
+# qwen3_5_moe: every MLP an MoE block with a shared expert
+MOE_ARCHITECTURES = ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
 LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 @dataclasses.dataclass(frozen=True)
 class HybridConfig:
-    """A qwen3_5 text model's sizes (hashable: a static argument of jax.jit)."""
+    """A qwen3_5 (or qwen3_5_moe: `moe` set) text model's sizes (hashable: a static argument of jax.jit)."""
 
     vocab_size: int
     hidden_size: int
@@ -64,6 +71,14 @@ class HybridConfig:
     attention_bias: bool = False
     rope: RopeConfig = RopeConfig()
     max_position: int = 32768
+    # every layer's MLP an MoE block with a shared expert (models/moe.py; qwen3_5_moe), else dense
+    moe: MoeConfig | None = None
+    # the checkpoint's class; not compared: a text model and its multimodal wrapper run alike
+    architecture: str = dataclasses.field(default=ARCHITECTURES[0], compare=False)
+
+    @property
+    def family(self) -> str:
+        return "qwen3_5" if self.moe is None else "qwen3_5_moe"
 
     @property
     def num_layers(self) -> int:
@@ -81,19 +96,20 @@ class HybridConfig:
 
     @staticmethod
     def from_hf(d: dict[str, Any], where: str = "config.json") -> "HybridConfig":
-        """A Qwen3_5ForCausalLM config (a text config) or a Qwen3_5ForConditionalGeneration one
-        (its text_config read; vision ignored). A bad or missing field is one ConfigError."""
+        """A Qwen3_5[Moe]ForCausalLM config (a text config) or a Qwen3_5[Moe]ForConditionalGeneration
+        one (its text_config read; vision ignored). A bad or missing field is one ConfigError."""
         top = _Fields(d, where, missing_hint="; is this a Qwen3.5 (qwen3_5) config?")
         arch = top.architecture()
         if arch is not None and arch not in ARCHITECTURES:
-            raise ConfigError(f"{where}: architecture {arch!r} is not a dense Qwen3.5 model; "
+            raise ConfigError(f"{where}: architecture {arch!r} is not a Qwen3.5 model; "
                               f"supported: {', '.join(ARCHITECTURES)}")
         text = top.sub("text_config")
         f = text or top
         f.missing_hint = top.missing_hint
-        if f.d.get("num_experts") is not None or f.d.get("model_type") == "qwen3_5_moe_text":
-            raise ConfigError(f"{where}: this is a Qwen3.5 mixture-of-experts config; the hybrid target "
-                              "here has dense MLPs only")
+        is_moe = arch in MOE_ARCHITECTURES
+        if not is_moe and f.d.get("num_experts") is not None:
+            raise ConfigError(f"{where}: {f.prefix}num_experts is {_show(f.d['num_experts'])}: a mixture-of-experts "
+                              f"config under a dense Qwen3.5 architecture ({arch}); give the model's own config.json")
         if f.d.get("hidden_act", "silu") != "silu":
             raise f.bad("hidden_act", f.d["hidden_act"], '"silu"')
         n_layers = f.integer("num_hidden_layers")
@@ -107,22 +123,32 @@ class HybridConfig:
         heads, kv_heads, head_dim = f.heads()
         params = f.sub("rope_parameters")
         if params is not None and params.has("partial_rotary_factor"):
-            factor = params.number("partial_rotary_factor")
+            src, factor = params, params.number("partial_rotary_factor")
         else:  # older configs keep it at the top; transformers' default is 0.25
-            factor = f.number("partial_rotary_factor", 0.25)
+            src, factor = f, f.number("partial_rotary_factor", 0.25)
         rotary = int(head_dim * factor)
         if factor > 1 or rotary < 2 or rotary % 2:
-            raise f.bad("partial_rotary_factor", factor, f"in (0, 1], giving an even rotary width of head_dim "
+            raise src.bad("partial_rotary_factor", factor, f"in (0, 1], giving an even rotary width of head_dim "
                         f"({head_dim}) * factor >= 2")
         # the model class's config decides tying: the top level of a ConditionalGeneration config
         tie = top.flag("tie_word_embeddings", False) if text is not None else f.flag("tie_word_embeddings", False)
+        moe = None
+        if is_moe:  # transformers' router always renormalises over the k chosen; a shared expert always
+            experts, top_k = f.integer("num_experts"), f.integer("num_experts_per_tok")
+            if top_k > experts:
+                raise f.bad("num_experts_per_tok", top_k, f"at most num_experts ({experts})")
+            moe = MoeConfig(num_experts=experts, top_k=top_k, expert_intermediate=f.integer("moe_intermediate_size"),
+                            norm_topk_prob=True, shared_intermediate=f.integer("shared_expert_intermediate_size"),
+                            sparse_layers=(True,) * n_layers)
         return HybridConfig(
             vocab_size=f.integer("vocab_size"), hidden_size=f.integer("hidden_size"),
-            intermediate_size=f.integer("intermediate_size"), num_heads=heads, num_kv_heads=kv_heads,
+            # an MoE model's MLPs are all MoE blocks: intermediate_size sizes nothing
+            intermediate_size=0 if is_moe else f.integer("intermediate_size"), num_heads=heads, num_kv_heads=kv_heads,
             head_dim=head_dim, rotary_dim=rotary, layer_types=tuple(types), gdn=gdn.GdnConfig.from_hf(d, where),
             rms_eps=f.number("rms_norm_eps", 1e-6), tie_embeddings=tie,
             attention_bias=f.flag("attention_bias", False), rope=RopeConfig.from_hf(f.d, where),
-            max_position=f.integer("max_position_embeddings", 32768))
+            max_position=f.integer("max_position_embeddings", 32768), moe=moe,
+            architecture=arch or ARCHITECTURES[0])
 
 
 def _hf_prefix(weights: Mapping[str, Any]) -> str:
@@ -137,6 +163,9 @@ def params_from_hf(weights: Mapping[str, Any], cfg: HybridConfig) -> dict:
     """Our params (module docstring) from HF tensors (numpy arrays, or anything np.asarray reads)
     named `model.` or `model.language_model.` + name; vision and MTP weights are not read. A missing
     tensor or a shape that does not fit `cfg` is one ConfigError."""
+    if cfg.moe is not None:
+        raise ConfigError("hybrid.params_from_hf reads dense Qwen3.5 layers; read an MoE one with "
+                          "ddtree_jax.checkpoint.load_hf")
     pre = _hf_prefix(weights)
     h, hq, hkv, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
 
@@ -234,8 +263,12 @@ def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rotary: int) -> jax.Arra
 def _attention(p: dict, cfg: HybridConfig, h, cos, sin, kv: KVCache | None, layer: int, cache_len, new_mask,
                kernels: KernelTuning):
     """A full-attention layer's output for the normed h [Bt, T, H], and its new K, V [Bt, T, Hkv, Dh]."""
-    q = split_heads(linear(h, p["q"], p.get("q_bias"), kernels=kernels), cfg.num_heads, cfg.head_dim)
-    gate = linear(h, p["q_gate"], p.get("q_gate_bias"), kernels=kernels)
+    if "qg" in p:  # HF's q_proj as stored: per head [query (Dh) | gate (Dh)]
+        qg = linear(h, p["qg"], p.get("qg_bias"), kernels=kernels).reshape(*h.shape[:2], cfg.num_heads, 2, cfg.head_dim)
+        q, gate = qg[..., 0, :], qg[..., 1, :].reshape(*h.shape[:2], -1)
+    else:
+        q = split_heads(linear(h, p["q"], p.get("q_bias"), kernels=kernels), cfg.num_heads, cfg.head_dim)
+        gate = linear(h, p["q_gate"], p.get("q_gate_bias"), kernels=kernels)
     k = split_heads(linear(h, p["k"], p.get("k_bias"), kernels=kernels), cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(linear(h, p["v"], p.get("v_bias"), kernels=kernels), cfg.num_kv_heads, cfg.head_dim)
     q = _rope(norm(q, p["q_norm"], cfg.rms_eps), cos, sin, cfg.rotary_dim)
@@ -268,7 +301,8 @@ def _run(params: dict, cfg: HybridConfig, tokens, positions, state: HybridState,
                 o, keep = mixer(p["linear"], len(kept), h)
                 kept.append(keep)
             x = x + o
-            x = x + mlp(p, norm(x, p["mlp_norm"], cfg.rms_eps), kernels=kernels)
+            h = norm(x, p["mlp_norm"], cfg.rms_eps)
+            x = x + (mlp(p, h, kernels=kernels) if cfg.moe is None else moe_block.block(p, h, cfg.moe, kernels=kernels))
             tapped[i] = x
     h = norm(x, params["norm"], cfg.rms_eps)
     # tap i is HF's hidden_states[i + 1]: layer i's output, final-normed for the last layer
@@ -287,13 +321,10 @@ def _stack(xs, empty_shape, dtype):
     return jnp.stack(xs) if xs else jnp.zeros(empty_shape, dtype)
 
 
-def prefill(params: dict, cfg: HybridConfig, tokens: jax.Array, state: HybridState, lengths: jax.Array | None = None,
-            *, taps: tuple[int, ...] = (), kernels: KernelTuning = XLA_KERNELS):
-    """T new tokens a row after the state's (a prompt, or a prompt's next piece): tokens int32
-    [Bt, T], right-padded; lengths int32 [Bt] the real ones a row (None: T). Returns (logits f32
-    [Bt, T, V] (a padding position's meaningless), taps [Bt, T, len(taps) H] or None, the state
-    with them committed). The cache must hold state.lengths + T positions (layers.append moves a
-    window past its end back)."""
+def prefill_hidden(params: dict, cfg: HybridConfig, tokens: jax.Array, state: HybridState,
+                   lengths: jax.Array | None = None, *, taps: tuple[int, ...] = (),
+                   kernels: KernelTuning = XLA_KERNELS):
+    """`prefill` without the LM head: (final-normed h [Bt, T, H], taps or None, the new state)."""
     bt, t = tokens.shape
     lengths = jnp.full((bt,), t, jnp.int32) if lengths is None else lengths.astype(jnp.int32)
     positions = state.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)
@@ -308,6 +339,17 @@ def prefill(params: dict, cfg: HybridConfig, tokens: jax.Array, state: HybridSta
     state = HybridState(kv=kv, conv=_stack([c for c, _ in kept], state.conv.shape, state.conv.dtype),
                         rec=_stack([r for _, r in kept], state.rec.shape, state.rec.dtype),
                         lengths=state.lengths + lengths)
+    return h, tap, state
+
+
+def prefill(params: dict, cfg: HybridConfig, tokens: jax.Array, state: HybridState, lengths: jax.Array | None = None,
+            *, taps: tuple[int, ...] = (), kernels: KernelTuning = XLA_KERNELS):
+    """T new tokens a row after the state's (a prompt, or a prompt's next piece): tokens int32
+    [Bt, T], right-padded; lengths int32 [Bt] the real ones a row (None: T). Returns (logits f32
+    [Bt, T, V] (a padding position's meaningless), taps [Bt, T, len(taps) H] or None, the state
+    with them committed). The cache must hold state.lengths + T positions (layers.append moves a
+    window past its end back)."""
+    h, tap, state = prefill_hidden(params, cfg, tokens, state, lengths, taps=taps, kernels=kernels)
     return lm_head(params, cfg, h, kernels=kernels), tap, state
 
 
@@ -330,16 +372,11 @@ def decode(params: dict, cfg: HybridConfig, token: jax.Array, state: HybridState
     return lm_head(params, cfg, h[:, 0], kernels=kernels), None if tap is None else tap[:, 0], state
 
 
-def verify_tree(params: dict, cfg: HybridConfig, tokens: jax.Array, parents: jax.Array, ancestor_mask: jax.Array,
-                depths: jax.Array, state: HybridState, *, taps: tuple[int, ...] = (),
-                kernels: KernelTuning = XLA_KERNELS):
-    """A draft tree of N nodes a row in one pass, the state only read: tokens, parents (root's -1,
-    parents before children), depths int32 [Bt, N]; ancestor_mask bool [Bt, N, N] ([b, i, j]: j
-    is i or an ancestor of i). Node i's logits are the model's after the committed text followed
-    by i's root path. Returns (logits f32 [Bt, N, V], taps [Bt, N, len(taps) H] or None, the
-    VerifyOut `commit` reads)."""
-    positions = state.lengths[:, None] + depths.astype(jnp.int32)
-
+def verify_hidden(params: dict, cfg: HybridConfig, tokens: jax.Array, positions: jax.Array, parents: jax.Array,
+                  ancestor_mask: jax.Array, state: HybridState, *, taps: tuple[int, ...] = (),
+                  kernels: KernelTuning = XLA_KERNELS):
+    """`verify_tree` without the LM head, at given positions (state.lengths + depths): returns
+    (final-normed h [Bt, N, H], taps or None, the VerifyOut `commit` reads)."""
     def mixer(lp, j, h):
         return gdn.tree_verify(lp, cfg.gdn, h, parents, state.conv[j], state.rec[j], ancestor_mask, kernels=kernels)
 
@@ -349,7 +386,31 @@ def verify_tree(params: dict, cfg: HybridConfig, tokens: jax.Array, parents: jax
     tree = jax.tree.map(lambda *xs: jnp.stack(xs), *kept) if kept else None
     out = VerifyOut(k=_stack(new_k, kv_shape, state.kv.k.dtype), v=_stack(new_v, kv_shape, state.kv.v.dtype),
                     tree=tree)
+    return h, tap, out
+
+
+def verify_tree(params: dict, cfg: HybridConfig, tokens: jax.Array, parents: jax.Array, ancestor_mask: jax.Array,
+                depths: jax.Array, state: HybridState, *, taps: tuple[int, ...] = (),
+                kernels: KernelTuning = XLA_KERNELS):
+    """A draft tree of N nodes a row in one pass, the state only read: tokens, parents (root's -1,
+    parents before children), depths int32 [Bt, N]; ancestor_mask bool [Bt, N, N] ([b, i, j]: j
+    is i or an ancestor of i). Node i's logits are the model's after the committed text followed
+    by i's root path. Returns (logits f32 [Bt, N, V], taps [Bt, N, len(taps) H] or None, the
+    VerifyOut `commit` reads)."""
+    positions = state.lengths[:, None] + depths.astype(jnp.int32)
+    h, tap, out = verify_hidden(params, cfg, tokens, positions, parents, ancestor_mask, state, taps=taps,
+                                kernels=kernels)
     return lm_head(params, cfg, h, kernels=kernels), tap, out
+
+
+def take_path(out: VerifyOut, path: jax.Array) -> VerifyOut:
+    """The VerifyOut of the path's nodes alone (path int32 [Bt, P]), in order: commit it with the
+    identity path."""
+    def take(x):
+        idx = path.astype(jnp.int32).reshape(1, *path.shape, *([1] * (x.ndim - 3)))
+        return jnp.take_along_axis(x, idx, axis=2)
+
+    return jax.tree.map(take, out)
 
 
 def commit(cfg: HybridConfig, state: HybridState, out: VerifyOut, path: jax.Array, path_len: jax.Array,
