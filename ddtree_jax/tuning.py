@@ -70,6 +70,7 @@ class TreeTuning:
 ATTENTION_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret", "mosaic", "mosaic_interpret")
 KERNEL_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")   # norms, products, cache writes
 AUTO_CHOICES = ("xla", "pallas")
+DETERMINISTIC_IMPLS = ("pallas", "triton", "pallas_interpret")
 MOE_EXPERT_IMPLS = ("ragged", "dense", "gather")
 
 
@@ -77,6 +78,13 @@ MOE_EXPERT_IMPLS = ("ragged", "dense", "gather")
 class KernelTuning:
     """Which kernel each of the model's calls runs (ddtree_jax.kernels.dispatch decides from this
     and the call's shapes); the outputs are the same every way.
+
+    deterministic: every row of a pass computes bit for bit what a one-row step computes for its
+    token, whatever the number of rows (dispatch: the products, the attention and the norms
+    through Pallas kernels with one fixed config each, no split or tile that follows the row
+    count; the MoE experts and the LM head through the same product). attention, norms and
+    matmul must then name a kernel impl ("pallas", "triton" or "pallas_interpret"), which says
+    only whether the kernels run compiled or interpreted (`as_deterministic`).
 
     attention, norms, matmul, cache: the user's impl for the attention, the RMSNorm / q-k-norm +
     RoPE kernels, the projections and LM heads, and the commit's cache writes: "auto" (this
@@ -115,8 +123,9 @@ class KernelTuning:
     # How an MoE block's experts run (models.moe.experts; dispatch.moe_choice): "ragged" (grouped
     # lax.ragged_dot), "dense" (every expert over every token, each token's k picked after) or
     # "gather" (each token's k experts' weights gathered); passes of up to moe_gather_max tokens gather.
-    moe_experts: str = "dense"  # XLA:CPU crashed compiling ragged_dot rounds in long test runs
+    moe_experts: str = "dense"  # the plain form, which --tp partitions along the expert axis as it is
     moe_gather_max: int = 0
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (("attention", ATTENTION_IMPLS), ("matmul", KERNEL_IMPLS), ("cache", KERNEL_IMPLS)):
@@ -129,6 +138,12 @@ class KernelTuning:
         if self.moe_experts not in MOE_EXPERT_IMPLS:
             raise ValueError(f"KernelTuning.moe_experts={self.moe_experts!r}; "
                              f"choose one of {', '.join(MOE_EXPERT_IMPLS)}")
+        if self.deterministic:
+            bad = [f"{name} {impl!r}" for name, impl in (("attention", self.attention), ("norms", self.norm_impl),
+                                                          ("matmul", self.matmul)) if impl not in DETERMINISTIC_IMPLS]
+            if bad:
+                raise ValueError(f"the deterministic mode runs its own Pallas kernels, not {', '.join(bad)}; "
+                                 f"leave the impls at auto or pick one of {', '.join(DETERMINISTIC_IMPLS)}")
         for name in ("auto_attention", "auto_norms", "auto_matmul", "auto_cache"):
             if getattr(self, name) not in AUTO_CHOICES:
                 raise ValueError(f"KernelTuning.{name}={getattr(self, name)!r}; "
@@ -143,9 +158,20 @@ class KernelTuning:
 
     def with_impls(self, *, attention: str | None = None, norms: str | None = None, matmul: str | None = None,
                    cache: str | None = None) -> "KernelTuning":
-        """This tuning with the user's impls (None: keep the current one)."""
+        """This tuning with the user's impls (None: keep the current one; in the deterministic mode
+        "auto" keeps it too: the mode picks its kernels)."""
         given = dict(attention=attention, norms=norms, matmul=matmul, cache=cache)
-        return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
+        keep = (None, "auto") if self.deterministic else (None,)
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if v not in keep})
+
+    def as_deterministic(self, interpret: bool | None = None) -> "KernelTuning":
+        """This tuning in the deterministic mode (see the class doc): its kernels compiled, or
+        interpreted where `interpret` (None: where this device runs no Triton kernels, the CPU's
+        case, slow: the tests)."""
+        if interpret is None:
+            interpret = self.auto_attention != "pallas"
+        impl = "pallas_interpret" if interpret else "pallas"
+        return dataclasses.replace(self, deterministic=True, attention=impl, norms=impl, matmul=impl)
 
     def compiled_with(self, options: dict | None) -> "KernelTuning":
         """This tuning for an executable compiled with these XLA options on top of `xla_options`."""
@@ -217,6 +243,10 @@ class Tuning:
     round_xla_options: tuple[tuple[int, int, tuple[tuple[str, Any], ...]], ...] = ()
     unroll: int = 1                   # rounds per iteration of the on-device loop
 
+    def as_deterministic(self, interpret: bool | None = None) -> "Tuning":
+        """This tuning with its kernels in the deterministic mode (KernelTuning.as_deterministic)."""
+        return dataclasses.replace(self, kernels=self.kernels.as_deterministic(interpret))
+
     def xla_options(self, rows: int) -> dict:
         """The round executable's XLA options for a verify pass of `rows` rows ({}: none)."""
         for lo, hi, options in self.round_xla_options:
@@ -253,13 +283,15 @@ H200 = Tuning(tree=GPU_TREE, kernels=dataclasses.replace(HOPPER_KERNELS, tile_ta
 BY_DEVICE_KIND = {"NVIDIA H200": dict(round_xla_options=H200_XLA_OPTIONS)}
 
 
-def tuning_for(device=None) -> Tuning:
+def tuning_for(device=None, *, deterministic: bool = False) -> Tuning:
     """The tuning of `device` (default: JAX's first device): the tree build by its platform, the
     kernels by its kind, platform and compute capability (`kernel_tuning_for`), the round's XLA
-    options by its kind."""
+    options by its kind. deterministic: the kernels in the deterministic mode
+    (KernelTuning.as_deterministic: interpreted where the device runs no Triton kernels)."""
     import jax
 
     device = device or jax.devices()[0]
     gpu = device.platform in ("gpu", "cuda")
-    return Tuning(tree=GPU_TREE if gpu else TreeTuning(), kernels=kernel_tuning_for(device),
-                  **BY_DEVICE_KIND.get(device.device_kind, {}) if gpu else {})
+    tuning = Tuning(tree=GPU_TREE if gpu else TreeTuning(), kernels=kernel_tuning_for(device),
+                    **BY_DEVICE_KIND.get(device.device_kind, {}) if gpu else {})
+    return tuning.as_deterministic() if deterministic else tuning

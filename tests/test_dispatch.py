@@ -84,7 +84,8 @@ def matmul_cells(kernels, k, n, prologue, weight) -> str:
                 return mm._plan_call((m, k), w, impl, cfg, prologue)[:2]
 
             (path, cfg), (e_path, e_cfg) = plan(kernels), plan(explicit)
-            c = lambda cfg: ":" + ",".join(str(int(x)) for x in dataclasses.astuple(cfg))  # noqa: E731
+            # the fields before row_tile (the deterministic mode's; 0 in every table entry)
+            c = lambda cfg: ":" + ",".join(str(int(x)) for x in dataclasses.astuple(cfg)[:-1])  # noqa: E731
             cells.append(f"{'split1 ' if opts else ''}m={m} auto={path}{c(cfg) if path != 'xla' else ''} "
                          f"pallas={e_path}{c(e_cfg)}")
     return " | ".join(cells)

@@ -90,7 +90,7 @@ def test_config_flags_from_a_table_row():
     variants too): they come back as bools, and a 6-field row (before swap_ab) still reads."""
     assert mm.MatmulConfig(64, 128, 4, 4, 2, 1, 1) == mm.MatmulConfig(64, 128, 4, 4, 2, True, True)
     assert mm.MatmulConfig(*[64, 128, 4, 4, 2, True]).swap_ab is False
-    assert dataclasses.astuple(mm.MatmulConfig(swap_ab=1))[-1] is True
+    assert dataclasses.astuple(mm.MatmulConfig(swap_ab=1))[6] is True
 
 
 @pytest.mark.parametrize("m,k,n,cfg,dtype", [
@@ -403,10 +403,11 @@ def test_table_entries_for_compile_options(monkeypatch):
 
     # what the engine's stages see: the options of their executable
     from ddtree_jax import engine
+    from ddtree_jax.models import family
     from ddtree_jax.tuning import Tuning
     seen = []
-    monkeypatch.setattr(engine.tmodel, "forward", lambda *a, **k: seen.append(k["kernels"].xla_options) or (0, 0, 0))
-    monkeypatch.setattr(engine.tmodel, "lm_head", lambda *a, **k: 0)
+    monkeypatch.setattr(family.tmodel, "forward", lambda *a, **k: seen.append(k["kernels"].xla_options) or (0, 0, 0))
+    monkeypatch.setattr(family.Dense, "lm_head", staticmethod(lambda *a, **k: 0))
     tree = types.SimpleNamespace(depths=jnp.zeros((1, 1), jnp.int32), tokens=jnp.zeros((1, 1), jnp.int32),
                                  ancestor_mask=jnp.ones((1, 1, 1), bool))
     state = types.SimpleNamespace(length=jnp.zeros(1, jnp.int32), cache=None)

@@ -10,6 +10,12 @@ shapes and the frozen KernelTuning), so they are made at trace time and cost not
 
 `verify_rows` is the engine's side of the same choice: how many rows a verify pass should have
 so that "auto" can take the Mosaic GPU kernel (whose TMA boxes need T % 8 == 0).
+
+The deterministic mode (KernelTuning.deterministic) decides nothing by shape: every product runs
+the skinny-matmul kernel with `matmul.deterministic_config` (fixed row tile and K step, no
+split), the attention `deterministic_attention.py`, the norms their kernels with a row block
+that does not follow the row count, so that a row's output is the same bits in a pass of any
+size; a shape one of them cannot take is an error, never a silent XLA fallback.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import jax.numpy as jnp
 from ddtree_jax.tuning import KernelTuning
 
 from . import cache_write as cw
+from . import deterministic_attention as det
 from . import matmul as mm
 from . import norms
 from . import tree_attention as ta
@@ -30,7 +37,7 @@ from .attention_reference import attention_reference, check_attention_shapes
 
 __all__ = ["attention_choice", "mosaic_config", "verify_rows", "norm_choice", "matmul_choice", "matmul_path",
            "cache_choice", "moe_choice", "takes_kernels", "available_impls", "attention", "rms_norm", "add_rms_norm",
-           "qk_norm_rope", "matmul", "write_cache_rows"]
+           "qk_norm_rope", "matmul", "write_cache_rows", "expert_rows", "expert_matmul", "row_sum"]
 
 FAMILIES = ("attention", "norms", "matmul", "cache")
 
@@ -92,10 +99,13 @@ def attention_choice(kernels: KernelTuning, q, k_layer, kv_start=None, k_cache=N
     """(impl, config) the attention runs for q [Bt, T, Hq, Dh] over one layer's k [Bt, Hkv, S, Dh]
     (shapes or ShapeDtypeStructs; k_cache: the cache as passed, every layer's stacked, for the
     kernel's size limits, default k_layer). impl: "xla", "pallas", "triton", "pallas_interpret",
-    "mosaic" or "mosaic_interpret"; config: the Mosaic GPU kernel's MgpuConfig, the Triton
-    kernel's tuned KernelConfig (None: its default_config), or None."""
+    "mosaic" or "mosaic_interpret", "deterministic" or "deterministic_interpret" (the
+    deterministic mode); config: the Mosaic GPU kernel's MgpuConfig, the Triton kernel's tuned
+    KernelConfig (None: its default_config), the DeterministicConfig, or None."""
     k_cache = k_layer if k_cache is None else k_cache
     impl = kernels.attention
+    if kernels.deterministic:
+        return ("deterministic_interpret" if impl == "pallas_interpret" else "deterministic"), det.DeterministicConfig()
     if impl == "auto":
         impl = kernels.auto_attention
         if impl == "pallas":
@@ -142,6 +152,8 @@ def matmul_choice(kernels: KernelTuning, x_shape, w, prologue: str | None = None
     the executable's XLA options), else XLA; an explicit "pallas" takes the table's config where
     there is one (None: the kernel's default)."""
     impl = kernels.matmul
+    if kernels.deterministic:
+        return impl, mm.deterministic_config(*w.shape)
     if impl == "auto" and kernels.auto_matmul != "pallas":
         return "xla", None
     if impl not in ("auto", "pallas", "triton"):
@@ -158,12 +170,19 @@ def matmul_choice(kernels: KernelTuning, x_shape, w, prologue: str | None = None
 def matmul_path(kernels: KernelTuning, x_shape, w, prologue: str | None = None) -> str:
     """"xla", "pallas" or "pallas_interpret": the path `matmul` takes for these arguments (the
     models fuse norms and residual adds into the product only where it is the kernel's)."""
-    return mm.kernel_path(x_shape, w, *matmul_choice(kernels, x_shape, w, prologue), prologue=prologue)
+    path = mm.kernel_path(x_shape, w, *matmul_choice(kernels, x_shape, w, prologue), prologue=prologue)
+    if kernels.deterministic and path == "xla":
+        raise ValueError(f"the deterministic mode's matmul kernel cannot take [..., {x_shape[-1]}] @ "
+                         f"{list(w.shape)}: K must be a multiple of 16; run without the deterministic mode")
+    return path
 
 
 def moe_choice(kernels: KernelTuning, tokens: int) -> str:
     """How an MoE block over `tokens` tokens runs its experts (models.moe.experts): "gather" up to
-    the tuning's moe_gather_max tokens, else its moe_experts ("ragged", "dense")."""
+    the tuning's moe_gather_max tokens, else its moe_experts ("ragged", "dense"); in the
+    deterministic mode "deterministic" (the experts through the deterministic product)."""
+    if kernels.deterministic:
+        return "deterministic"
     return "gather" if tokens <= kernels.moe_gather_max else kernels.moe_experts
 
 
@@ -181,6 +200,10 @@ def attention(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_le
     check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
     k_layer = k_cache if layer is None else jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
     impl, config = attention_choice(kernels, q, k_layer, kv_start, k_cache)
+    if impl.startswith("deterministic"):
+        return det.deterministic_attention(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
+                                           kv_start=kv_start, layer=layer, config=config,
+                                           interpret=impl == "deterministic_interpret")
     if impl == "xla":
         return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask,
                                    scale=scale, kv_start=kv_start, layer=layer)
@@ -190,12 +213,14 @@ def attention(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_le
 
 def rms_norm(kernels: KernelTuning, x, w, eps: float, *, layer=None):
     """ddtree_jax.kernels.norms.rms_norm with `norm_choice`'s impl."""
-    return norms.rms_norm(x, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer)
+    return norms.rms_norm(x, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer,
+                          deterministic=kernels.deterministic)
 
 
 def add_rms_norm(kernels: KernelTuning, x, delta, w, eps: float, *, layer=None):
     """ddtree_jax.kernels.norms.add_rms_norm with `norm_choice`'s impl."""
-    return norms.add_rms_norm(x, delta, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer)
+    return norms.add_rms_norm(x, delta, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer,
+                              deterministic=kernels.deterministic)
 
 
 def qk_norm_rope(kernels: KernelTuning, qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads: int, num_kv_heads: int,
@@ -203,14 +228,45 @@ def qk_norm_rope(kernels: KernelTuning, qkv, q_norm_w, k_norm_w, cos, sin, *, nu
     """ddtree_jax.kernels.norms.qk_norm_rope with `norm_choice`'s impl."""
     impl = norm_choice(kernels, norms.qk_unsupported(qkv, head_dim))
     return norms.qk_norm_rope(qkv, q_norm_w, k_norm_w, cos, sin, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                              head_dim=head_dim, eps=eps, impl=impl, layer=layer)
+                              head_dim=head_dim, eps=eps, impl=impl, layer=layer, deterministic=kernels.deterministic)
 
 
 def matmul(kernels: KernelTuning, x, w, **kw):
     """ddtree_jax.kernels.matmul.matmul (its keyword arguments but impl and config) with
     `matmul_choice`'s impl and config."""
     impl, config = matmul_choice(kernels, x.shape, w, kw.get("prologue"))
+    if kernels.deterministic:
+        matmul_path(kernels, x.shape, w, kw.get("prologue"))     # raises where the kernel cannot take it
     return mm.matmul(x, w, impl=impl, config=config, **kw)
+
+
+def expert_rows(kernels: KernelTuning, experts, num_experts: int):
+    """(dest, groups, tile): matmul.group_rows of the rows' experts [A] in the deterministic
+    product's row tiles of `tile` rows: where an MoE's experts put each (token, expert) row for
+    `expert_matmul` (an array of groups.shape[0] * tile rows)."""
+    tile = mm.DETERMINISTIC_ROW_TILE
+    return (*mm.group_rows(experts, num_experts, tile), tile)
+
+
+def expert_matmul(kernels: KernelTuning, x, w, groups, **kw):
+    """matmul.grouped_matmul of expert_rows' layout with the deterministic product's config (the
+    deterministic mode's MoE experts: a row's product is its one-row product, whatever the pass)."""
+    return mm.grouped_matmul(x, w, groups, config=mm.deterministic_config(*w.shape[1:]),
+                             interpret=kernels.matmul == "pallas_interpret", **kw)
+
+
+def row_sum(kernels: KernelTuning, x):
+    """x summed over its last axis: in the deterministic mode by halves, zero-padded to a power of
+    two (elementwise adds: one order whatever the leading dims, where XLA's reduction picks its
+    strategy from the whole shape), else jnp.sum."""
+    if not kernels.deterministic:
+        return jnp.sum(x, axis=-1)
+    n = x.shape[-1]
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, (1 << max(0, (n - 1).bit_length())) - n)])
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x[..., 0]
 
 
 def write_cache_rows(kernels: KernelTuning, caches, news, start, rows, **kw):

@@ -23,6 +23,12 @@ Numerics: float32 accumulation, one rounding to the output dtype (as XLA's bf16 
 float32 accumulation); the summation order differs from cuBLAS', so bf16 results can differ in
 the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never TF32.
 
+Deterministic mode (ddtree_jax.tuning.KernelTuning.deterministic): `deterministic_config` fixes
+the row tile (16 rows, each tile its own MMA of one shape), the K step and the column slab by the
+weight's shape alone, with no split, so a row's output is the same bits in a product of any
+number of rows; `grouped_matmul` runs an MoE's experts the same way (`group_rows` lays out
+their rows).
+
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
 the tests. The models' "auto" (ddtree_jax.kernels.dispatch) takes the kernel only where it was
 measured faster than XLA's dot on this kind of GPU: the tuned table ``matmul_configs.json``
@@ -56,7 +62,8 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
-           "default_matmul_config", "matmul_plan", "tuned_config", "matmul_table", "IMPLS"]
+           "default_matmul_config", "deterministic_config", "grouped_matmul", "group_rows", "matmul_plan",
+           "tuned_config", "matmul_table", "IMPLS"]
 
 IMPLS = ("xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
@@ -79,6 +86,10 @@ class MatmulConfig:
     # (Hopper's wgmma is 64 rows a warpgroup; 16-row x tiles waste most of it) and the few rows
     # of x its N side (multiples of 8): cuBLAS's skinny kernels do the same ("swap AB").
     swap_ab: bool = False
+    # 0: the row tile follows the row count (a power of two, and the tail tile). > 0: rows in fixed
+    # tiles of this many, each its own MMA fed by every weight tile, and a row grid past MAX_ROWS:
+    # a row's result then depends on nothing but its own inputs (the deterministic mode).
+    row_tile: int = 0
 
     def __post_init__(self):  # tables store the flags as 0/1
         object.__setattr__(self, "tail_rows", bool(self.tail_rows))
@@ -176,6 +187,26 @@ def default_matmul_config(m: int, k: int, n: int) -> MatmulConfig:
                         split_k=split)
 
 
+DETERMINISTIC_ROW_TILE = 16
+
+
+def deterministic_config(k: int, n: int) -> MatmulConfig:
+    """The deterministic mode's config for x [m, k] @ w [k, n], whatever m: every row in a
+    16-row tile of its own MMA, a fixed K step (the largest power of two <= 128 dividing k, so
+    that any k the models have fits), no split, so a row's sum runs in the same order in a
+    one-row step and in a verify of any size. swap_ab puts the weight tile on the MMA's M side
+    and the 16 rows on its N side: one instruction shape for every tile, and each weight tile is
+    read once for all the rows of a program (up to MAX_ROWS). Only the shape (k, n) picks the
+    tiles: 32-column slabs where 64 would leave fewer than ~128 programs (an H100 has 132 SMs;
+    untuned)."""
+    bk = 128
+    while bk > 16 and k % bk:
+        bk //= 2
+    bn = 64 if pl.cdiv(n, 64) >= 128 else 32
+    return MatmulConfig(block_n=bn, block_k=bk, num_warps=4, num_stages=4, split_k=1, tail_rows=False,
+                        swap_ab=True, row_tile=DETERMINISTIC_ROW_TILE)
+
+
 @dataclasses.dataclass(frozen=True)
 class MatmulPlan:
     block_m: int        # the main row tile (a power of two >= 16)
@@ -185,6 +216,13 @@ class MatmulPlan:
     split_k: int
     steps: int          # block_k steps per split
     col_blocks: int
+    # (first row, rows) of each row tile a program holds, relative to its row block
+    tiles: tuple[tuple[int, int], ...] = ()
+    row_blocks: int = 1  # programs along the rows (> 1 only with a fixed row_tile)
+
+    @property
+    def rows_per_block(self) -> int:
+        return sum(h for _, h in self.tiles)
 
 
 def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig) -> MatmulPlan:
@@ -193,19 +231,28 @@ def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig) -> MatmulPlan:
     if why:
         raise ValueError(f"the Pallas matmul cannot take [{m}, {k}] @ [{k}, {n}]: {why}; use impl='xla'")
     bk = min(cfg.block_k, k)
+    common = dict(block_n=cfg.block_n, block_k=bk, split_k=cfg.split_k, steps=k // (bk * cfg.split_k),
+                  col_blocks=pl.cdiv(n, cfg.block_n))
+    if cfg.row_tile:
+        rt = cfg.row_tile
+        per_block = min(pl.cdiv(m, rt), max(1, MAX_ROWS // rt))
+        return MatmulPlan(block_m=rt, tail_m=0, tiles=tuple((i * rt, rt) for i in range(per_block)),
+                          row_blocks=pl.cdiv(m, per_block * rt), **common)
     bm, tail = _pow2_at_least(m, 16), 0
     if cfg.tail_rows and bm >= 64 and m - bm // 2 <= 16:
         bm, tail = bm // 2, 16
-    return MatmulPlan(block_m=bm, tail_m=tail, block_n=cfg.block_n, block_k=bk,
-                      split_k=cfg.split_k, steps=k // (bk * cfg.split_k), col_blocks=pl.cdiv(n, cfg.block_n))
+    return MatmulPlan(block_m=bm, tail_m=tail, tiles=((0, bm),) + (((bm, tail),) if tail else ()), **common)
 
 
 def _unsupported(m: int, k: int, n: int, cfg: MatmulConfig) -> str | None:
     if m == 0 or k == 0 or n == 0:
         return "empty operand"
-    if m > MAX_ROWS:
+    if m > MAX_ROWS and not cfg.row_tile:
         return f"{m} rows > {MAX_ROWS}"
-    for name, v in (("block_n", cfg.block_n), ("block_k", cfg.block_k), ("split_k", cfg.split_k)):
+    if cfg.row_tile and cfg.split_k > 1:
+        return "a fixed row tile takes no split_k"
+    for name, v in (("block_n", cfg.block_n), ("block_k", cfg.block_k), ("split_k", cfg.split_k),
+                    ("row_tile", cfg.row_tile or 1)):
         if v < 1 or v & (v - 1):
             return f"{name} {v} is not a power of two"
     bk = min(cfg.block_k, k)
@@ -213,7 +260,7 @@ def _unsupported(m: int, k: int, n: int, cfg: MatmulConfig) -> str | None:
         return f"K = {k} is below block_k and not a power of two"
     if k % (bk * cfg.split_k):
         return f"K = {k} is not a multiple of block_k x split_k = {bk * cfg.split_k}"
-    if max(m, 16) * k >= 2**31 or k * n >= 2**31:
+    if (max(m, 16) + (MAX_ROWS if cfg.row_tile else 0)) * k >= 2**31 or k * n >= 2**31:
         return "operand too large for the kernel's int32 offsets"
     return None
 
@@ -282,10 +329,11 @@ def _and(a, b):
 
 
 def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool, scaled: bool, norm: bool,
-            eps: float, residual: bool, swap: bool = False, n_layers: int = 1):
+            eps: float, residual: bool, swap: bool = False, n_layers: int = 1, grouped: bool = False):
     """One (column block, K part): o[:m, cols] (+)= x[:m, part] @ w[part, cols].
 
-    Refs: x [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes), w [K, BN]
+    Refs: x [BM + TM, K] (rows >= m masked: they load as 0 and move no bytes; with a fixed
+    row tile, this program's row block of plan.tiles), w [K, BN]
     (columns >= n masked in the last block only), then scale [BN] (scaled), norm_w [L, K] and
     layer [] (norm: every layer's norm weight and the one to apply, read at run time so that one
     compiled kernel serves every layer; n_layers = L), residual [BM + TM, BN] (residual); out
@@ -303,24 +351,37 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
     """
     refs = list(refs)
     x_ref, w_ref = refs.pop(0), refs.pop(0)
+    group_ref = refs.pop(0) if grouped else None
     scale_ref = refs.pop(0) if scaled else None
     nw_ref, layer_ref = (refs.pop(0), refs.pop(0)) if norm else (None, None)
     r_ref = refs.pop(0) if residual else None
     o_ref = refs.pop(0)
-    bm, tm, bn, bk = plan.block_m, plan.tail_m, plan.block_n, plan.block_k
-    tiles = [(0, bm)] + ([(bm, tm)] if tm else [])
-    rows_ok = [(jnp.arange(r0, r0 + h, dtype=jnp.int32) < m)[:, None] if r0 + h > m else None for r0, h in tiles]
+    bn, bk = plan.block_n, plan.block_k
+    tiles = plan.tiles
+    if plan.row_blocks > 1:   # the last row block runs past m: every tile masks at run time
+        row0 = pl.program_id(2) * plan.rows_per_block
+        rows_ok = [(row0 + jnp.arange(r0, r0 + h, dtype=jnp.int32) < m)[:, None] for r0, h in tiles]
+    else:
+        rows_ok = [(jnp.arange(r0, r0 + h, dtype=jnp.int32) < m)[:, None] if r0 + h > m else None
+                   for r0, h in tiles]
     cols_ok = None
     if n % bn:
         cols_ok = (pl.program_id(0) * bn + jnp.arange(bn, dtype=jnp.int32) < n)[None, :]
     k0 = pl.program_id(1) * (plan.steps * bk)
-    k_total = w_ref.shape[0]
+    k_total = w_ref.shape[-2]
+    steps = plan.steps
+    w_rows = lambda ks: w_ref.at[ks, :]  # noqa: E731
+    if grouped:   # this row block's expert, read at run time; -1: an empty block, no weight read
+        expert = group_ref[()]
+        e = jnp.clip(expert, 0, w_ref.shape[0] - 1)
+        w_rows = lambda ks: w_ref.at[e, ks, :]  # noqa: E731  (one indexer: the lowering takes no chain)
+        steps = jnp.where(expert >= 0, jnp.int32(steps), jnp.int32(0))
     layer = clamp_layer(layer_ref[()], n_layers) if norm else None
 
     def step(i, carry):
         accs, sss = carry
         ks = pl.ds(pl.multiple_of(k0 + i * bk, bk), bk)
-        wt = pltriton.load(w_ref.at[ks, :], mask=cols_ok, other=None if cols_ok is None else 0.0)
+        wt = pltriton.load(w_rows(ks), mask=cols_ok, other=None if cols_ok is None else 0.0)
         nw = nw_ref[layer, ks].astype(jnp.float32) if norm else None
         out, out_ss = [], []
         for (r0, h), ok, acc, ss in zip(tiles, rows_ok, accs, sss):
@@ -344,7 +405,7 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
 
     zeros = (tuple(jnp.zeros((bn, h) if swap else (h, bn), jnp.float32) for _, h in tiles),
              tuple(jnp.zeros((h,), jnp.float32) for _, h in tiles))
-    accs, sss = lax.fori_loop(0, plan.steps, step, zeros)
+    accs, sss = lax.fori_loop(0, steps, step, zeros)
     if swap:
         accs = tuple(acc.T for acc in accs)
     if scaled:
@@ -363,12 +424,17 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
 
 
 def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bool,
-                   prologue: str | None = None, norm_w=None, eps: float = 1e-6, residual=None, norm_layer=None):
-    """The kernel's call; norm_w [K], or [L, K] with norm_layer (an int or an int32 scalar)."""
+                   prologue: str | None = None, norm_w=None, eps: float = 1e-6, residual=None, norm_layer=None,
+                   groups=None):
+    """The kernel's call; norm_w [K], or [L, K] with norm_layer (an int or an int32 scalar).
+    groups (int32 [m / row_tile]): w is a stack [E, K, N] and row block r (one row tile) takes
+    w[groups[r]] (-1: none, the block's rows come out 0)."""
     m, kx = x2.shape
-    k, n = w.shape
+    k, n = w.shape[-2:]
     plan = matmul_plan(m, k, n, cfg)
-    bm, bn = plan.block_m + plan.tail_m, plan.block_n
+    if groups is not None:
+        plan = dataclasses.replace(plan, tiles=((0, cfg.row_tile),), row_blocks=m // cfg.row_tile)
+    bm, bn = plan.rows_per_block, plan.block_n
     split = plan.split_k > 1
     scaled = isinstance(w, Int8Weight)
     norm = prologue == "rmsnorm"
@@ -380,31 +446,37 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     fuse_residual = residual is not None and not split
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
                                    swiglu_in=prologue == "swiglu", scaled=scaled, norm=norm, eps=eps,
-                                   residual=fuse_residual, swap=cfg.swap_ab, n_layers=n_layers)
+                                   residual=fuse_residual, swap=cfg.swap_ab, n_layers=n_layers,
+                                   grouped=groups is not None)
     if split:
-        out_spec = pl.BlockSpec((None, bm, bn), lambda j, s: (s, 0, j))
+        out_spec = pl.BlockSpec((None, bm, bn), lambda j, s, r: (s, 0, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
     else:
-        out_spec = pl.BlockSpec((bm, bn), lambda j, s: (0, j))
+        out_spec = pl.BlockSpec((bm, bn), lambda j, s, r: (r, j))
         out_shape = jax.ShapeDtypeStruct((m, n), out_dtype)
     params = None
     if not interpret:
         params = pltriton.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    specs = [pl.BlockSpec((bm, kx), lambda j, s: (0, 0)),      # all rows: wider than m, masked
-             pl.BlockSpec((k, bn), lambda j, s: (0, j))]
-    args = [x2] + ([w.q, w.scale] if scaled else [w])
+    specs = [pl.BlockSpec((bm, kx), lambda j, s, r: (r, 0))]      # all rows (of a row block): masked
+    if groups is None:
+        specs.append(pl.BlockSpec((k, bn), lambda j, s, r: (0, j)))
+        args = [x2] + ([w.q, w.scale] if scaled else [w])
+    else:   # every expert's column slab; the program reads its block's expert at run time
+        specs += [pl.BlockSpec((w.shape[0], k, bn), lambda j, s, r: (0, 0, j)),
+                  pl.BlockSpec((None,), lambda j, s, r: (r,))]
+        args = [x2, w, groups.astype(jnp.int32)]
     if scaled:
-        specs.append(pl.BlockSpec((bn,), lambda j, s: (j,)))
+        specs.append(pl.BlockSpec((bn,), lambda j, s, r: (j,)))
     if norm:
         # every layer's weight (the programs stream their K steps of row `layer`) and the layer
-        specs += [pl.BlockSpec((n_layers, k), lambda j, s: (0, 0)), pl.BlockSpec((None,), lambda j, s: (0,))]
+        specs += [pl.BlockSpec((n_layers, k), lambda j, s, r: (0, 0)), pl.BlockSpec((None,), lambda j, s, r: (0,))]
         args += [norm_w, layer_index(norm_layer)]
     if fuse_residual:
-        specs.append(pl.BlockSpec((bm, bn), lambda j, s: (0, j)))
+        specs.append(pl.BlockSpec((bm, bn), lambda j, s, r: (r, j)))
         args.append(residual)
     y = pl.pallas_call(
         kernel,
-        grid=(plan.col_blocks, plan.split_k),
+        grid=(plan.col_blocks, plan.split_k, plan.row_blocks),
         in_specs=specs,
         out_specs=out_spec,
         out_shape=out_shape,
@@ -416,6 +488,48 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
         return y
     y = y.sum(axis=0).astype(out_dtype)
     return y if residual is None else residual + y.astype(residual.dtype)
+
+
+def grouped_matmul(x: jax.Array, w: jax.Array, groups: jax.Array, *, config: MatmulConfig, interpret: bool = False,
+                   out_dtype=None, prologue: str | None = None) -> jax.Array:
+    """Row block r of x [R * row_tile, K] (2K with the swiglu prologue) times w[groups[r]] of the
+    stack w [E, K, N]: an MoE's experts with each expert's rows gathered into whole row tiles
+    (groups[r] = -1: an empty block, zeros, no weight read). config must have a row_tile (the
+    deterministic mode's): a row's product is then what `matmul` with that config computes for it
+    alone, wherever its tile lies. Returns [R * row_tile, N] in out_dtype (default x.dtype)."""
+    rt = config.row_tile
+    if not rt or x.shape[0] % rt or groups.shape != (x.shape[0] // rt,) or w.ndim != 3:
+        raise ValueError(f"grouped_matmul: x {x.shape} must be whole row tiles of a config's row_tile ({rt}), "
+                         f"groups {groups.shape} one expert a tile and w [E, K, N] ({w.shape})")
+    if prologue not in (None, "swiglu"):
+        raise ValueError(f"grouped_matmul takes the swiglu prologue or none, not {prologue!r}")
+    why = _unsupported(x.shape[0], w.shape[1], w.shape[2], config)
+    if why:
+        raise ValueError(f"grouped_matmul cannot take {x.shape} @ {w.shape}: {why}")
+    if not interpret and pltriton is None:
+        raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton)")
+    out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
+    return _matmul_pallas(x, w.astype(x.dtype), out_dtype, config, interpret, prologue=prologue, groups=groups)
+
+
+def group_rows(experts: jax.Array, num_experts: int, tile: int) -> tuple[jax.Array, jax.Array]:
+    """The layout `grouped_matmul` takes for rows with experts [A] (int32 in [0, E)): (dest int32
+    [A], the row each goes to, and groups int32 [R], each row tile's expert or -1), the rows of
+    an expert together in its own tiles, in their order. R = ceil(A / tile) + min(E, A) (static:
+    every expert's last tile may be part-filled)."""
+    a = experts.shape[0]
+    counts = jnp.zeros((num_experts,), jnp.int32).at[experts].add(1)
+    tiles = (counts + tile - 1) // tile
+    tile_end = jnp.cumsum(tiles)
+    first_row = (tile_end - tiles) * tile                              # each expert's first row
+    first_seen = jnp.cumsum(counts) - counts                           # its first row in expert order
+    order = jnp.argsort(experts, stable=True)
+    e_sorted = experts[order]
+    rank = jnp.arange(a, dtype=jnp.int32) - first_seen[e_sorted]
+    dest = jnp.zeros((a,), jnp.int32).at[order].set(first_row[e_sorted] + rank)
+    r = pl.cdiv(a, tile) + min(num_experts, a)
+    groups = jnp.searchsorted(tile_end, jnp.arange(r, dtype=jnp.int32), side="right").astype(jnp.int32)
+    return dest, jnp.where(groups < num_experts, groups, -1)
 
 
 def _resolve(impl: str, m: int, k: int, n: int, cfg: MatmulConfig | None) -> tuple[str, MatmulConfig]:

@@ -211,7 +211,14 @@ def norm_unsupported(x) -> str | None:
     return None
 
 
-def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool):
+def _block_rows(per_row: int, n: int, deterministic: bool) -> int:
+    """Rows a program holds: a tile of about _TILE elements, fewer where the call has fewer rows;
+    deterministic: never fewer (a row's reduction runs over one tile shape, whatever n)."""
+    rows = max(1, _TILE // per_row)
+    return rows if deterministic else min(rows, _pow2_at_least(n))
+
+
+def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool, deterministic: bool = False):
     """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x; w: the stacked weights
     [L, H], normalising with row layer (read at run time)."""
     h = x.shape[-1]
@@ -219,7 +226,7 @@ def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool):
     x2 = x.reshape(-1, h)
     n = x2.shape[0]
     hp = _pow2_at_least(h)
-    br = min(max(1, _TILE // hp), _pow2_at_least(n))
+    br = _block_rows(hp, n, deterministic)
     row = pl.BlockSpec((br, hp), lambda i: (i, 0))    # wider than H: masked in the kernel
     specs = [row]
     ins = [x2]
@@ -244,26 +251,30 @@ def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool):
     return (None, outs[0]) if delta is None else tuple(outs)
 
 
-def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "xla", layer=None) -> jax.Array:
+def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "xla", layer=None,
+             deterministic: bool = False) -> jax.Array:
     """RMSNorm of x [..., H] with weight w [H], as ``layers.rms_norm``; one kernel on Pallas.
 
     layer (a Python int or an int32 scalar, possibly traced): w is every layer's weight stacked
-    [L, H], and row ``layer`` is the weight (see the module doc); or w a StackedRow and no layer."""
+    [L, H], and row ``layer`` is the weight (see the module doc); or w a StackedRow and no layer.
+    deterministic: the kernel's row block does not depend on the number of rows, so a row's
+    output is bit for bit the same in a call of any size (a tile's reduction order is its shape's)."""
     w, layer = _weight(w, layer, x.shape[-1], "norm")
     impl = _resolve(impl, norm_unsupported(x))
     if impl == "xla":
         return rms_norm_reference(x, w, eps, layer=layer)
     layer, w = as_stack(layer, w)
-    return _norm_pallas(x, None, w, layer, eps, interpret=impl == "pallas_interpret")[1]
+    return _norm_pallas(x, None, w, layer, eps, interpret=impl == "pallas_interpret",
+                        deterministic=deterministic)[1]
 
 
 def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
-                 impl: str = "xla", layer=None) -> tuple[jax.Array, jax.Array]:
+                 impl: str = "xla", layer=None, deterministic: bool = False) -> tuple[jax.Array, jax.Array]:
     """(s, rms_norm(s, w, eps)) with s = x + delta: a residual add and the norm after it.
 
     s is the new residual stream, added in the activation dtype as ``x + delta`` is; one kernel
     on Pallas. layer: w is the stacked [L, H] and row ``layer`` the weight (or w a StackedRow),
-    as in :func:`rms_norm`.
+    as in :func:`rms_norm`; deterministic: as there.
     """
     if delta.shape != x.shape:
         raise ValueError(f"x {x.shape} and delta {delta.shape} must have the same shape")
@@ -272,7 +283,7 @@ def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,
     if impl == "xla":
         return add_rms_norm_reference(x, delta, w, eps, layer=layer)
     layer, w = as_stack(layer, w)
-    return _norm_pallas(x, delta, w, layer, eps, interpret=impl == "pallas_interpret")
+    return _norm_pallas(x, delta, w, layer, eps, interpret=impl == "pallas_interpret", deterministic=deterministic)
 
 
 # ----------------------------------------------------------------------------- q/k norm + RoPE
@@ -345,7 +356,7 @@ def qk_unsupported(qkv, head_dim: int) -> str | None:
 
 
 def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, layer, *, num_heads, num_kv_heads, head_dim, eps,
-               interpret: bool):
+               interpret: bool, deterministic: bool = False):
     """q_norm_w / k_norm_w: None or stacked [L, Dh], normalising with row layer (run time)."""
     lead = qkv.shape[:-1]
     n, dh, hq, hkv = math.prod(lead), head_dim, num_heads, num_kv_heads
@@ -363,7 +374,7 @@ def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, layer, *, num_heads, num_kv_he
     # The input block spans every head slice a part reads; it may run past the array (masked).
     h_in = max(h0 + hp for (h0, _, _, _), hp in zip(parts, pads))
     per_tok = sum(pads) * dh
-    bt = min(max(1, _TILE // per_tok), _pow2_at_least(n))
+    bt = _block_rows(per_tok, n, deterministic)
     layer_in = [layer_index(layer)] if weights else []
     outs = pl.pallas_call(
         lambda *refs: _qk_kernel(*refs, n_tok=n, parts=tuple(parts), eps=eps),
@@ -386,7 +397,7 @@ def _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, layer, *, num_heads, num_kv_he
 
 def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array | None,
                  cos: jax.Array, sin: jax.Array, *, num_heads: int, num_kv_heads: int,
-                 head_dim: int, eps: float, impl: str = "xla", layer=None):
+                 head_dim: int, eps: float, impl: str = "xla", layer=None, deterministic: bool = False):
     """Heads of a fused projection, q/k RMS-normed per head and roped: (q, k, v).
 
     qkv [..., (Hq + 2*Hkv) * Dh] laid out [q | k | v]; cos/sin [..., Dh] float32 (rope_tables).
@@ -396,7 +407,8 @@ def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array
     activation dtype (``layers.rms_norm``), then RoPE in float32 (``layers.apply_rope``).
     One kernel on Pallas. layer (a Python int or an int32 scalar, possibly traced): the norm
     weights are every layer's stacked [L, Dh], and row ``layer`` is the weight (module doc); or
-    they are StackedRows of the same layer, and no layer is given.
+    they are StackedRows of the same layer, and no layer is given. deterministic: a token's
+    output does not depend on the number of tokens (as in :func:`rms_norm`).
     """
     width = (num_heads + 2 * num_kv_heads) * head_dim
     if qkv.shape[-1] != width or cos.shape != (*qkv.shape[:-1], head_dim) or sin.shape != cos.shape:
@@ -418,4 +430,4 @@ def qk_norm_rope(qkv: jax.Array, q_norm_w: jax.Array | None, k_norm_w: jax.Array
         return qk_norm_rope_reference(qkv, q_norm_w, k_norm_w, cos, sin, **kw, layer=layer)
     q_norm_w, k_norm_w = (None if w is None else as_stack(layer, w)[1] for w in (q_norm_w, k_norm_w))
     return _qk_pallas(qkv, q_norm_w, k_norm_w, cos, sin, as_stack(layer)[0], **kw,
-                      interpret=impl == "pallas_interpret")
+                      interpret=impl == "pallas_interpret", deterministic=deterministic)

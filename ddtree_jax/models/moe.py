@@ -31,14 +31,21 @@ from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
 __all__ = ["route", "experts", "block", "expert_counts", "distinct_experts"]
 
 
-def route(p: dict, x: jax.Array, moe: MoeConfig) -> tuple[jax.Array, jax.Array]:
+def route(p: dict, x: jax.Array, moe: MoeConfig, kernels: KernelTuning = XLA_KERNELS) -> tuple[jax.Array, jax.Array]:
     """(weights [N, k] in x's dtype, experts int32 [N, k]) of tokens x [N, H], as transformers'
-    router: its ties go to the lower expert index (lax.top_k), which torch.topk does not promise."""
-    logits = jnp.dot(x, p["router"].astype(x.dtype)).astype(jnp.float32)  # the product in x's dtype, as F.linear
-    probs = jax.nn.softmax(logits, axis=-1)
+    router: its ties go to the lower expert index (lax.top_k), which torch.topk does not promise.
+    kernels: in the deterministic mode the product and the softmax's sum run in an order that
+    does not depend on N."""
+    if kernels.deterministic:
+        logits = dispatch.matmul(kernels, x, p["router"]).astype(jnp.float32)
+        e = jnp.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs = e / dispatch.row_sum(kernels, e)[..., None]
+    else:
+        logits = jnp.dot(x, p["router"].astype(x.dtype)).astype(jnp.float32)  # the product in x's dtype, as F.linear
+        probs = jax.nn.softmax(logits, axis=-1)
     top, idx = jax.lax.top_k(probs, moe.top_k)
     if moe.norm_topk_prob:
-        top = top / jnp.sum(top, axis=-1, keepdims=True)
+        top = top / dispatch.row_sum(kernels, top)[..., None]
     return top.astype(x.dtype), idx.astype(jnp.int32)
 
 
@@ -64,12 +71,16 @@ def _gate_up(p: dict) -> jax.Array:
 DENSE_CHUNK = 1024
 
 
-def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str = "ragged") -> jax.Array:
+def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str = "ragged",
+            kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """sum_j weights[n, j] * expert_{idx[n, j]}(x[n]) for x [N, H]. impl (the same values every way,
     up to rounding): "ragged": the assignments sorted by expert, two ragged_dots over the sorted
     rows, back to token order; "dense": every expert over every token, the unchosen weighted 0 (no
     sort; E/k times the work, which on GPUs beat XLA's ragged_dot: tuning.GPU_KERNELS); "gather":
-    each token's k experts' weights gathered (a few tokens: only the chosen experts are read)."""
+    each token's k experts' weights gathered (a few tokens: only the chosen experts are read);
+    "deterministic" (`kernels` in that mode): the (token, expert) rows grouped by expert into the
+    deterministic product's row tiles (dispatch.expert_rows), each expert's weights read once, a
+    row's output its one-row product's."""
     n, k = idx.shape
     gate_up = _gate_up(p).astype(x.dtype)
     down = p["experts_down"].astype(x.dtype)
@@ -92,6 +103,16 @@ def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str
     if impl == "gather":
         act = swiglu(jnp.einsum("nh,nkhi->nki", x, gate_up[idx]))
         out = jnp.einsum("nki,nkih->nkh", act, down[idx], preferred_element_type=jnp.float32)
+    elif impl == "deterministic":
+        dest, groups, tile = dispatch.expert_rows(kernels, idx.reshape(-1), num_experts)
+        rows = jnp.zeros((groups.shape[0] * tile, x.shape[-1]), x.dtype).at[dest].set(jnp.repeat(x, k, axis=0))
+        act = dispatch.expert_matmul(kernels, rows, gate_up, groups)
+        out = dispatch.expert_matmul(kernels, act, down, groups, prologue="swiglu")[dest].reshape(n, k, -1)
+        out = out.astype(jnp.float32) * weights.astype(jnp.float32)[..., None]
+        total = out[:, 0]
+        for j in range(1, k):   # the top-k order, term by term
+            total = total + out[:, j]
+        return total.astype(x.dtype)
     elif impl == "ragged":
         flat = idx.reshape(-1)
         # stable: within an expert, rows keep token order (deterministic, whatever the sort)
@@ -116,7 +137,10 @@ def _shared(p: dict, x: jax.Array, kernels: KernelTuning) -> jax.Array:
         mp = {"gate_up": p["shared_gate_up"], "down": p["shared_down"]}
     else:
         mp = {"gate": p["shared_gate"], "up": p["shared_up"], "down": p["shared_down"]}
-    gate = jax.nn.sigmoid(jnp.dot(x, p["shared_expert_gate"].astype(x.dtype)))
+    if kernels.deterministic:
+        gate = jax.nn.sigmoid(dispatch.matmul(kernels, x, p["shared_expert_gate"]))
+    else:
+        gate = jax.nn.sigmoid(jnp.dot(x, p["shared_expert_gate"].astype(x.dtype)))
     return gate * mlp(mp, x, kernels=kernels)
 
 
@@ -126,8 +150,8 @@ def block(p: dict, x: jax.Array, moe: MoeConfig, *, kernels: KernelTuning = XLA_
     int32 [E], the assignments each expert got (expert_counts): how many experts the pass read."""
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
-    weights, idx = route(p, x2, moe)
-    out = experts(p, x2, weights, idx, dispatch.moe_choice(kernels, x2.shape[0]))
+    weights, idx = route(p, x2, moe, kernels)
+    out = experts(p, x2, weights, idx, dispatch.moe_choice(kernels, x2.shape[0]), kernels)
     if "shared_down" in p:
         out = out + _shared(p, x2, kernels)
     out = out.reshape(*lead, -1)

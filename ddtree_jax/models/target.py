@@ -236,6 +236,8 @@ def lm_head(params: dict, cfg: TargetConfig, h: jax.Array, *, kernels: KernelTun
     product runs (dispatch.matmul; a tied one multiplies by embed's transpose: always XLA)."""
     if cfg.tie_embeddings or "lm_head" not in params:
         w = params["embed"]
+        if kernels.deterministic:  # the deterministic mode's one product: a row's logits whatever the rows
+            return dispatch.matmul(kernels, h, w.T, out_dtype=jnp.float32)
         return jnp.einsum("...h,vh->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
     return dispatch.matmul(kernels, h, params["lm_head"], out_dtype=jnp.float32)
 
