@@ -151,6 +151,13 @@ def build_parser() -> ArgumentParser:
                     help="rounds of the first device call while streaming; later calls double it, up to "
                          f"{STREAM_MAX_ROUNDS_PER_CALL}")
     ap.add_argument("--unroll", type=int, default=0, help="rounds per device-loop iteration (0: the device's default)")
+    ap.add_argument("--tp", type=_tp, default=1, metavar="N|auto",
+                    help="shard the model over N devices of this host (attention by heads, MLP by width, MoE "
+                         "experts across devices; every call on XLA's kernels); auto: the fewest whose memory "
+                         "holds the weights")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="every verify row computes bit for bit what a one-token step does (fixed-tile Pallas "
+                         "kernels): the same greedy tokens under every method and budget in bf16 too; slower")
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
                     help="compute dtype; auto: the checkpoint's on accelerators, float32 on the CPU")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -164,6 +171,18 @@ def _budget(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of draft nodes or auto, got {text!r}") from None
+
+
+def _tp(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of devices or auto, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of devices >= 1, got {n}")
+    return n
 
 
 def _given(argv: Sequence[str], flag: str) -> bool:
@@ -192,6 +211,12 @@ def check_flags(args, argv: Sequence[str]) -> None:
         raise UserError(f"--unroll must be >= 0 (got {args.unroll}); 0 picks the device's default")
     if any(not s for s in args.stop):
         raise UserError("--stop needs a non-empty text")
+    if args.deterministic:
+        chosen = [f for f, v in (("--attn-impl", args.attn_impl), ("--matmul-impl", args.matmul_impl)) if v != "auto"]
+        if chosen:
+            raise UserError(f"--deterministic runs its own kernels; drop {' and '.join(chosen)}")
+        if args.tp != 1:
+            raise UserError("--deterministic runs Pallas kernels, which cannot be partitioned; use --tp 1")
     from ddtree_jax.trees import make_policy
 
     try:
@@ -285,9 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     import jax
 
-    from ddtree_jax import compile_cache
+    from ddtree_jax import compile_cache, sharding
     from ddtree_jax.checkpoint import load_checkpoint, load_hf
     from ddtree_jax.generator import Generator
+
+    if args.tp != "auto":  # the devices and the target's shapes; the drafter's before its weights are read
+        sharding.check_tp(args.tp, target_cfg, None, len(jax.devices()))
 
     dtype = args.dtype
     if dtype == "auto":  # XLA:CPU emulates bf16 matmuls; float32 is faster there
@@ -304,7 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     compile_cache.enable()  # a second run with the same shapes skips compilation
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
                     matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
-                    draft_vocab=draft_vocab, unroll=args.unroll, cost_model=args.cost_model,
+                    draft_vocab=draft_vocab, unroll=args.unroll, cost_model=args.cost_model, tp=args.tp,
+                    deterministic=args.deterministic,
                     log=lambda line: print(line, file=sys.stderr, flush=True))
     load_s = time.perf_counter() - t0
     for ids in encoded:
@@ -370,9 +399,13 @@ def interactive(args, gen, tok, stop_ids, inp, out) -> int:
     of which only what the device's cache does not hold yet is prefilled."""
     import jax
 
+    from ddtree_jax.models.family import family_of
+
     if tok.chat_template is None:
         raise UserError("--interactive needs a tokenizer with a chat template; this checkpoint's has none")
     context = min(gen.tcfg.max_position, CONVERSATION_POSITIONS)
+    # a recurrent (hybrid) target cannot restart inside its cache: each turn prefills it all
+    continues = family_of(gen.tcfg).continues
     system = [{"role": "system", "content": args.system}] if args.system is not None else []
     messages, consumed = list(system), []
     tty = hasattr(inp, "isatty") and inp.isatty()
@@ -389,7 +422,7 @@ def interactive(args, gen, tok, stop_ids, inp, out) -> int:
         messages.append({"role": "user", "content": text})
         ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
         same = next((i for i, (a, b) in enumerate(zip(ids, consumed)) if a != b), min(len(ids), len(consumed)))
-        start = min(same, len(consumed) - 1, len(ids) - 1) if consumed else None
+        start = min(same, len(consumed) - 1, len(ids) - 1) if consumed and continues else None
         cut = _StopCut(tok, args.stop, out=out.write)
         try:
             res = gen.generate_ids([ids if start is None else ids[start:]], max_new_tokens=args.max_new_tokens,

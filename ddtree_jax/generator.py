@@ -26,9 +26,10 @@ from ddtree_jax.cost import CostModel, ModelSignature, auto_lines, resolve_cost_
 from ddtree_jax.profile import profiled_rounds
 from ddtree_jax.errors import UserError
 from ddtree_jax.drafters import dflash as dmodel
-from ddtree_jax.models import target as tmodel
+from ddtree_jax.models.family import family_of
 from ddtree_jax.models.layers import stacks_norms_for
 from ddtree_jax.sampling import SamplingConfig
+from ddtree_jax import sharding
 from ddtree_jax.token_map import check_token_map
 from ddtree_jax.tuning import Tuning, tuning_for
 from ddtree_jax.kernels import dispatch
@@ -52,6 +53,18 @@ def check_budget_fits(budget: int, context: int) -> None:
     if budget + 2 > context:
         raise UserError(f"--budget {budget} does not fit the model's context of {context} tokens (a round needs "
                         f"budget + 2 cache slots beyond the prompt); lower --budget")
+
+
+def device_memory_limit(device) -> int | None:
+    """Bytes of memory one device holds: DDTREE_MEMORY_LIMIT_BYTES where set (a cap for shared
+    devices, and the tests), else what the device reports (None: unknown, as on the CPU)."""
+    if os.environ.get("DDTREE_MEMORY_LIMIT_BYTES"):
+        try:
+            return int(os.environ["DDTREE_MEMORY_LIMIT_BYTES"])
+        except ValueError:
+            raise UserError("DDTREE_MEMORY_LIMIT_BYTES must be a whole number of bytes (got "
+                            f"{os.environ['DDTREE_MEMORY_LIMIT_BYTES']!r})") from None
+    return (device.memory_stats() or {}).get("bytes_limit")
 
 
 def tree_nbytes(tree) -> int:
@@ -162,7 +175,8 @@ class Generator:
                  executables: Executables | None = None, prefill_chunk: int = 0,
                  matmul_impl: str = "auto", cache_impl: str = "auto", drafter_quant: str = "none",
                  draft_vocab: Sequence[int] | None = None, tuning: Tuning | None = None,
-                 cost_model: str | Path | CostModel | None = None, auto_budgets: Sequence[int] = AUTO_BUDGETS):
+                 cost_model: str | Path | CostModel | None = None, auto_budgets: Sequence[int] = AUTO_BUDGETS,
+                 tp: int | str = 1, deterministic: bool = False):
         """oracle: params of the synthetic drafter of drafters/oracle.py, used instead of the
         checkpoint's drafter (tests, benchmarks); its depth is the checkpoint drafter's.
         unroll: rounds per device-loop iteration (engine.DecodeSpec.unroll); 0 picks the
@@ -182,6 +196,13 @@ class Generator:
         of the LM head cut to them (drafters.dflash.restrict_vocab; lossless, acceptance may drop a
         little). tuning: how kernels and the tree build run (default: `tuning.tuning_for` the
         first device).
+        tp: devices of this host the model is sharded over (ddtree_jax.sharding: weights by heads,
+        MLP width and experts, caches by kv heads), or "auto": the fewest whose memory holds the
+        weights; above 1 every call runs XLA's kernels (Pallas calls cannot be partitioned).
+        deterministic: every verify row computes bit for bit what a one-row step computes for its
+        token (tuning.KernelTuning.as_deterministic: fixed tiles, no row-count-dependent split), so
+        greedy output is the same under every method and budget in bf16 too; the Pallas kernels
+        run everywhere, interpreted on the CPU (slow; float32 is exact there without it).
         budget="auto" (method ddtree): each round verifies the candidate among `auto_budgets` (the
         policy's tree cut to its best n nodes) and DFlash's chain with the most expected tokens a
         millisecond (engine.auto_stage), by `cost_model` (a CostModel, or a file of one; default: the
@@ -244,9 +265,22 @@ class Generator:
             raise UserError(f"unknown --cache-impl {cache_impl!r}; available here: {', '.join(mm_impls)}")
         # "auto" leaves the tuning's own choice (a given tuning may carry explicit impls)
         given = dict(attention=attn_impl, matmul=matmul_impl, cache=cache_impl)
+        self.deterministic = bool(deterministic)
+        if self.deterministic:
+            chosen = [f"--{k if k != 'attention' else 'attn'}-impl {v}" for k, v in given.items()
+                      if v != "auto" and k != "cache"]
+            if chosen:
+                raise UserError(f"--deterministic runs its own kernels; drop {' and '.join(chosen)}")
+            if tp != 1:
+                raise UserError("--deterministic runs Pallas kernels, which cannot be partitioned; use --tp 1")
+            self.tuning = self.tuning.as_deterministic()
+            given = dict(cache=cache_impl)
         kernels = self.tuning.kernels.with_impls(**{k: v for k, v in given.items() if v != "auto"})
         self.tuning = dataclasses.replace(self.tuning, kernels=kernels)
         self.attn_impl, self.matmul_impl, self.cache_impl = kernels.attention, kernels.matmul, kernels.cache
+        # -- tensor parallelism (ddtree_jax/sharding.py): checked before any weight is read
+        self.mesh = self._tp_mesh(tp, ckpt, given, oracle is None and method != "ar")
+        # --
         if drafter_quant not in DRAFTER_QUANTS:
             raise UserError(f"unknown --drafter-quant {drafter_quant!r}; choose one of {', '.join(DRAFTER_QUANTS)}")
         if drafter_quant != "none" and (method == "ar" or oracle is not None):
@@ -261,18 +295,27 @@ class Generator:
         self.prefill_chunk = prefill_chunk or engine.DecodeSpec.prefill_chunk
         self.compiler_options = dict(compiler_options) if compiler_options else None
         stack = stacks_norms_for(self.tuning.kernels)
-        self.tparams = tmodel.fuse_params(streamed_to_device(ckpt.target_params), stack=stack)
+        if self.mesh is not None:
+            self.tparams = sharding.put_target(ckpt.target_params, self.mesh, stack=stack)
+        else:
+            self.tparams = family_of(self.tcfg).fuse_params(streamed_to_device(ckpt.target_params), stack=stack)
         self.drafter = "oracle" if oracle is not None else "dflash"
         self.dparams = None
         if method != "ar":
-            self.dparams = (jax.device_put(oracle) if oracle is not None
-                            else dmodel.fuse_params(streamed_to_device(ckpt.drafter_params), stack=stack))
+            if self.mesh is not None:
+                self.dparams = (sharding.put_replicated(oracle, self.mesh) if oracle is not None
+                                else sharding.put_drafter(ckpt.drafter_params, self.mesh, stack=stack))
+            else:
+                self.dparams = (jax.device_put(oracle) if oracle is not None
+                                else dmodel.fuse_params(streamed_to_device(ckpt.drafter_params), stack=stack))
             head = self.tparams["embed"].T if "lm_head" not in self.tparams else self.tparams["lm_head"]
             if draft_vocab is not None:  # on the device, once
                 restrict = functools.partial(dmodel.restrict_vocab, quantize=drafter_quant == "int8")
                 self.dparams = jax.jit(restrict)(self.dparams, head, jnp.asarray(draft_vocab, jnp.int32))
             elif drafter_quant == "int8":
                 self.dparams = jax.jit(dmodel.quantize_params)(self.dparams, head)
+            if self.mesh is not None and oracle is None:
+                self.dparams = sharding.with_replicated_head(self.dparams, head, self.mesh)
         self._compiled = Executables() if executables is None else executables
         self.compile_s = 0.0  # seconds this Generator spent compiling (the cold start's share)
         self._state_shapes: dict = {}  # request shapes -> the state's shapes (the rounds' input)
@@ -284,6 +327,37 @@ class Generator:
         if self.auto:
             self.cost_model = self._auto_cost_model(cost_model, ckpt)
         self._stage_warm: dict = {}
+
+    def _tp_mesh(self, tp: int | str, ckpt, given: dict, with_drafter: bool):
+        """The mesh of `tp` devices (None for one), after the checks that need no weight read: the
+        devices there are, the model's divisibility, the weights' share of a device's memory. Above
+        one device the round runs XLA's kernels and tree build: GSPMD cannot partition a Pallas call."""
+        if isinstance(tp, bool) or not isinstance(tp, (int, str)):
+            raise UserError(f"--tp must be a number of devices or auto (got {tp!r})")
+        tp = sharding.parse_tp(tp)
+        dcfg = self.dcfg if with_drafter else None
+        params = (ckpt.target_params, ckpt.drafter_params if with_drafter else None)
+        devices = jax.devices()
+        limit = device_memory_limit(devices[0])
+        itemsize = np.dtype(ckpt.target_params["embed"].dtype).itemsize
+        head = lambda n: sharding.draft_head_bytes(self.tcfg, with_drafter, itemsize, n)  # noqa: E731
+        if tp == "auto":
+            weights_at = lambda n: sum(sharding.weight_bytes_per_device(p, n) for p in params) + head(n)  # noqa: E731
+            tp = sharding.auto_tp(self.tcfg, dcfg, weights_at, itemsize, limit, len(devices))
+        sharding.check_tp(tp, self.tcfg, dcfg, len(devices))
+        sharding.check_weights_fit(params, tp, limit, devices[0].device_kind, extra=head(tp))
+        self.tp = tp
+        if tp == 1:
+            return None
+        names = dict(attention="--attn-impl", matmul="--matmul-impl", cache="--cache-impl")
+        explicit = [f"{names[k]} {v}" for k, v in given.items() if v not in ("auto", "xla")]
+        if explicit:
+            raise UserError(f"--tp {tp} runs XLA's kernels (GSPMD cannot partition a Pallas call); "
+                            f"drop {', '.join(explicit)}")
+        kernels = self.tuning.kernels.with_impls(attention="xla", norms="xla", matmul="xla", cache="xla")
+        self.tuning = dataclasses.replace(self.tuning, tree=sharding.tree_tuning(devices[0]), kernels=kernels)
+        self.attn_impl = self.matmul_impl = self.cache_impl = "xla"
+        return sharding.make_mesh(tp, devices)
 
     def _warn(self, message: str) -> None:
         if self.log is not None:
@@ -373,30 +447,28 @@ class Generator:
         return self.budget + (self.dcfg.block_size if self.budget else 0) + 1
 
     def check_memory(self, batch: int, spec: engine.DecodeSpec):
-        """Estimate weights + caches before allocating; refuse with the figure when it cannot fit."""
-        weights = tree_nbytes((self.tparams, self.dparams))
+        """Estimate weights + caches before allocating; refuse with the figure when it cannot fit.
+        Under --tp N, one device's share (caches by kv heads, logits by vocabulary)."""
+        tp = 1 if self.mesh is None else self.tp
+        weights = (tree_nbytes if self.mesh is None else sharding.per_device_nbytes)((self.tparams, self.dparams))
         itemsize = jnp.dtype(self.tparams["embed"].dtype).itemsize
-        per_pos = 2 * self.tcfg.num_layers * self.tcfg.num_kv_heads * self.tcfg.head_dim
+        caches = family_of(self.tcfg).cache_bytes(self.tcfg, batch, spec.cache_size, itemsize)
         if self.dcfg is not None and self.budget:
-            per_pos += 2 * self.dcfg.num_layers * self.dcfg.num_kv_heads * self.dcfg.head_dim
-        caches = batch * spec.cache_size * per_pos * itemsize
+            caches += batch * spec.cache_size * 2 * self.dcfg.num_layers * self.dcfg.num_kv_heads * self.dcfg.head_dim \
+                * itemsize
         n = max(1, engine.num_nodes(spec, self.dcfg) + 1)
         logits = batch * n * self.tcfg.vocab_size * 4 * 2
-        need = caches + logits
-        stats = jax.devices()[0].memory_stats() or {}
-        limit = stats.get("bytes_limit")
-        if os.environ.get("DDTREE_MEMORY_LIMIT_BYTES"):  # a cap for shared devices (and the tests)
-            try:
-                limit = int(os.environ["DDTREE_MEMORY_LIMIT_BYTES"])
-            except ValueError:
-                raise UserError("DDTREE_MEMORY_LIMIT_BYTES must be a whole number of bytes (got "
-                                f"{os.environ['DDTREE_MEMORY_LIMIT_BYTES']!r})") from None
+        need = (caches + logits) // tp
+        device = jax.devices()[0] if self.mesh is None else self.mesh.devices.flat[0]
+        stats = device.memory_stats() or {}
+        limit = device_memory_limit(device)
         # the kept state's buffers are reused or released before this request allocates
         in_use = stats.get("bytes_in_use", weights) - (self._kept_bytes() if "bytes_in_use" in stats else 0)
         if limit and need + in_use > limit:
             raise UserError(f"not enough device memory: weights {weights / 2**30:.2f} GiB are loaded and the caches "
                             f"and logits need {need / 2**30:.2f} GiB more, {limit / 2**30:.2f} GiB in all on "
-                            f"{jax.devices()[0].device_kind}; lower --max-new-tokens, --budget or the batch")
+                            f"{device.device_kind}{f' (each of --tp {tp})' if tp > 1 else ''}; lower --max-new-tokens, "
+                            f"--budget or the batch{', or raise --tp' if tp < len(jax.devices()) else ''}")
 
     # ------------------------------------------------------------------ running
 
@@ -408,7 +480,8 @@ class Generator:
     def _key(self, name, args, static, options):
         return (name, jax.tree_util.tree_structure(args),  # ShapeDtypeStructs and arrays alike
                 tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(args)),
-                tuple(sorted(static.items())), tuple(sorted((options or {}).items())))
+                tuple(sorted(static.items())), tuple(sorted((options or {}).items())),
+                self.tp)  # an executable is compiled for its inputs' placements: one set per --tp
 
     def _compile(self, name, fn, args, static, options, key=None):
         """fn compiled for args and static with XLA options `options`."""
@@ -467,6 +540,9 @@ class Generator:
         if start is not None:
             if bt != 1 or start < 0:
                 raise UserError("a conversation continues one prompt at a position >= 0")
+            if not family_of(self.tcfg).continues:
+                raise UserError(f"a {self.tcfg.family} target cannot continue a conversation in its cache (its "
+                                "recurrent state holds the whole text); send the whole conversation as one prompt")
             if start + longest + max_new_tokens + self._slack() > spec.cache_size:
                 raise UserError(f"the conversation ({start + longest} tokens) plus --max-new-tokens "
                                 f"({max_new_tokens}) no longer fits its cache of {spec.cache_size} positions; "
@@ -507,6 +583,8 @@ class Generator:
 
         t0 = time.perf_counter()
         state = prefill(*pre_args)
+        if self.mesh is not None:  # the placements the rounds were compiled for (a no-op where they are)
+            state = sharding.placed_like(state, shapes)
         jax.block_until_ready(state.root)
         t_prefill = time.perf_counter() - t0
         emitted = [0] * bt
@@ -524,6 +602,8 @@ class Generator:
         else:
             while True:
                 state = run(self.tparams, self.dparams, state, knobs, self.rounds_limit(limit))
+                if self.mesh is not None:
+                    state = sharding.placed_like(state, shapes)
                 if on_tokens is not None and self._emit(state, emitted, on_tokens, finished):
                     break
                 if np.asarray(state.done).all():  # a copy of Bt flags, no launch
@@ -550,7 +630,10 @@ class Generator:
         """The shapes of the state the prefill makes from `args` (traced once per shape)."""
         key = self._key("state", args, pre_static, None)
         if key not in self._state_shapes:
-            self._state_shapes[key] = engine.state_shapes(self.tparams, self.dparams, *args, **pre_static)
+            shapes = engine.state_shapes(self.tparams, self.dparams, *args, **pre_static)
+            if self.mesh is not None:  # caches by kv heads, the rest replicated
+                shapes = sharding.state_shardings(shapes, self.mesh)
+            self._state_shapes[key] = shapes
         return self._state_shapes[key]
 
     def _state_buffers(self, shapes) -> engine.State:
@@ -563,7 +646,7 @@ class Generator:
         if kept is not None and _same_shapes(kept, shapes):
             return kept
         del kept
-        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return sharding.zeros_like_shapes(shapes)
 
     def release_buffers(self) -> None:
         """Drop the state kept from the last request (its caches: memory the next request of the
@@ -573,7 +656,7 @@ class Generator:
 
     def _kept_bytes(self) -> int:
         kept = self._kept
-        return 0 if kept is None else tree_nbytes(kept)
+        return 0 if kept is None else (tree_nbytes if self.mesh is None else sharding.per_device_nbytes)(kept)
 
     @staticmethod
     def _emit(state, emitted, on_tokens, finished: set[int]) -> bool:

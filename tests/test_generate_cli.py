@@ -69,6 +69,8 @@ def _fails(r, *needles):
     (("--batch-size", 0), ("--batch-size",)),
     (("--stop", ""), ("--stop",)),
     (("--prompt", "-"), ("empty",)),  # nothing piped in
+    (("--deterministic", "--matmul-impl", "xla"), ("--deterministic", "--matmul-impl")),
+    (("--deterministic", "--tp", "2"), ("--deterministic", "--tp 1")),
 ])
 def test_bad_options(qwen3_pair, args, needles, run):
     base = ["--ckpt", qwen3_pair.out, "--max-new-tokens", 4]

@@ -24,9 +24,11 @@ ALLOWED = {
     "token_map": {"models", "checkpoint", "tokenizer"},
     "engine": {"kernels", "models", "trees", "drafters", "round"},
     "profile": {"kernels", "models", "trees", "drafters", "round", "engine"},
-    "generator": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map"},
+    "sharding": {"models"},                             # sharding.py: placements of weights and caches
+    "generator": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map",
+                  "sharding"},
     "cli": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map",
-            "tokenizer", "generator"},
+            "tokenizer", "generator", "sharding"},
     "train": {"kernels", "models", "trees", "drafters", "round", "checkpoint", "token_map", "tokenizer"},
     # python -m ddtree_jax.research: the command line's checks and prompts, the engine's stages
     "research": {"kernels", "models", "trees", "drafters", "round", "engine", "profile", "checkpoint", "token_map",

@@ -1,0 +1,170 @@
+"""`--tp N`: the model sharded over N devices (ddtree_jax/sharding.py) generates exactly what one
+device does.
+
+The test process has initialised JAX with one CPU device, so every case runs in one child process
+with four forced host devices (`--xla_force_host_platform_device_count=4`); the child prints its
+results as JSON and the checks run here. Models: a tiny dense Qwen3 pair (4 heads, 4 kv heads, a
+vocabulary of 384: embedding and head sharded by vocabulary) and a tiny Qwen3-MoE pair (8 experts,
+tied embeddings, a vocabulary of 386: by vocabulary on 2 devices, replicated on 4), both read from
+Hugging Face files without converting. One layer each: the compilations are most of the time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from hf_fixtures import make_drafter, make_target
+
+PROMPTS = [[5, 17, 42, 9, 77, 3, 120, 8], [200, 11, 64]]
+MAX_NEW = 20
+# Four host devices; LLVM's cheap passes only, for one and four devices alike: compiling is most of the time
+XLA_FLAGS = ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
+             "--xla_llvm_disable_expensive_passes=true")
+SIZES = dict(hidden=64, layers=1, heads=4, kv_heads=4, head_dim=16, intermediate=128, max_position=256)
+
+
+def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) -> dict:
+    """Every case, on four forced CPU devices; returns what the parent checks."""
+    import contextlib
+    import io
+
+    import jax
+
+    from ddtree_jax import cli, sharding
+    from ddtree_jax.checkpoint import load_hf
+    from ddtree_jax.errors import UserError, cli_main
+    from ddtree_jax.generator import Executables, Generator
+
+    assert len(jax.devices()) == 4, jax.devices()
+    out: dict = {"greedy": {}, "sampled": {}, "placement": {}, "errors": {}}
+
+    def sharded_axis(spec) -> int | None:
+        return next((i for i, a in enumerate(spec) if a is not None), None)
+
+    def tokens(gen, **kw):
+        return [r.token_ids for r in gen.generate_ids(PROMPTS, max_new_tokens=MAX_NEW, **kw)]
+
+    for name, target, draft in (("dense", dense_target, dense_draft), ("moe", moe_target, moe_draft)):
+        ckpt = lambda: load_hf(target, draft, lazy=True)  # noqa: E731 (lazy trees are read once)
+        out["greedy"][f"{name} ar tp1"] = tokens(Generator(ckpt(), method="ar"))
+        for tp in (2, 4):
+            shared = Executables()  # DFlash's and DDTree's prefill is one executable
+            for method in ("ar", "dflash", "ddtree"):
+                gen = Generator(ckpt(), method=method, budget=12, tp=tp, executables=shared)
+                out["greedy"][f"{name} {method} tp{tp}"] = tokens(gen)
+                if method == "ddtree":
+                    layer = gen.tparams["layers"][0]
+                    arrays = dict(q=layer["q"], o=layer["o"], embed=gen.tparams["embed"], cache=gen._kept.cache.k,
+                                  dcache=gen._kept.dcache.k, draft_q=gen.dparams["layers"][0]["q"])
+                    arrays.update({k: layer[k] for k in ("experts_gate_up", "experts_down", "router", "down")
+                                   if k in layer})
+                    # the axis each is cut along (None: replicated), and a device's share of q
+                    out["placement"][f"{name} tp{tp}"] = {
+                        **{k: sharded_axis(x.sharding.spec) for k, x in arrays.items()},
+                        "q shard": list(layer["q"].addressable_shards[0].data.shape)}
+
+    ckpt = lambda: load_hf(dense_target, dense_draft, lazy=True)  # noqa: E731
+    sampled = dict(temperature=0.8, top_p=0.9, seed=7)
+    for tp in (1, 2):
+        out["sampled"][f"ddtree tp{tp}"] = tokens(Generator(ckpt(), method="ddtree", budget=12, tp=tp), **sampled)
+
+    def cli_error(*argv) -> str:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = cli_main(cli.main, ["--target", dense_target, "--draft", dense_draft, "--prompt", "x", *argv])
+        return f"{rc} {err.getvalue().strip()}"
+
+    out["errors"]["cli tp3"] = cli_error("--tp", "3")
+    out["errors"]["cli tp8"] = cli_error("--tp", "8")
+    out["errors"]["cli tp0"] = cli_error("--tp", "0")
+    out["errors"]["cli tpx"] = cli_error("--tp", "two")
+
+    def api_error(**kw) -> str:
+        try:
+            Generator(load_hf(dense_target, dense_draft, lazy=True), **kw)
+        except UserError as e:
+            return str(e)
+        return "no error"
+
+    out["errors"]["api tp3"] = api_error(tp=3)
+    out["errors"]["api pallas"] = api_error(tp=2, attn_impl="pallas_interpret")
+    pair = load_hf(dense_target, dense_draft, lazy=True)
+    weights = sum(sharding.weight_bytes_per_device(p, 1) for p in (pair.target_params, pair.drafter_params))
+    os.environ["DDTREE_MEMORY_LIMIT_BYTES"] = str(weights * 3 // 4)   # the weights alone overflow one device
+    out["errors"]["api memory tp1"] = api_error(tp=1)
+    # --tp auto (AR: the target alone): its weights and one request's caches fit two devices, not one
+    need = (sharding.weight_bytes_per_device(pair.target_params, 1)
+            + sharding.cache_bytes_per_device(pair.target_cfg, None, pair.target_cfg.max_position, 4, 1))
+    os.environ["DDTREE_MEMORY_LIMIT_BYTES"] = str(need * 3 // 4)
+    out["auto"] = Generator(load_hf(dense_target, dense_draft, lazy=True), method="ar", tp="auto").tp
+    del os.environ["DDTREE_MEMORY_LIMIT_BYTES"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tp")
+    dense = make_target(d / "dense", "qwen3", vocab=384, **SIZES)
+    dense_draft = make_drafter(d / "dense_draft", dense, layers=1, block_size=8, target_layer_ids=[0])
+    moe = make_target(d / "moe", "qwen3_moe", vocab=386, tie=True, experts=8, top_k=2, expert_intermediate=32,
+                      norm_topk_prob=True, **SIZES)
+    moe_draft = make_drafter(d / "moe_draft", moe, layers=1, block_size=8, target_layer_ids=[0])
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=XLA_FLAGS,
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    env.pop("DDTREE_MEMORY_LIMIT_BYTES", None)
+    r = subprocess.run([sys.executable, __file__, *map(str, (dense, dense_draft, moe, moe_draft))], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_greedy_is_token_identical_to_one_device(results):
+    greedy = results["greedy"]
+    for name in ("dense", "moe"):
+        want = greedy[f"{name} ar tp1"]
+        assert all(len(t) == MAX_NEW for t in want), want
+        for tp in (2, 4):
+            for method in ("ar", "dflash", "ddtree"):
+                assert greedy[f"{name} {method} tp{tp}"] == want, f"{name} {method} on {tp} devices"
+
+
+def test_weights_and_caches_are_sharded(results):
+    p = results["placement"]
+    for name in ("dense", "moe"):
+        for tp in (2, 4):
+            got = p[f"{name} tp{tp}"]
+            # q by columns (heads), o by rows, both caches [L, Bt, Hkv, S, Dh] by kv heads
+            assert (got["q"], got["draft_q"], got["o"], got["cache"], got["dcache"]) == (1, 1, 0, 2, 2), got
+            assert got["q shard"] == [SIZES["hidden"], SIZES["heads"] * SIZES["head_dim"] // tp], got
+    assert p["dense tp4"]["down"] == 0
+    assert p["dense tp4"]["embed"] == 0      # 384 = 4 x 96: by vocabulary
+    assert p["moe tp2"]["embed"] == 0        # 386 = 2 x 193
+    assert p["moe tp4"]["embed"] is None     # 386 does not divide by 4: replicated
+    assert (p["moe tp4"]["experts_gate_up"], p["moe tp4"]["experts_down"], p["moe tp4"]["router"]) == (0, 0, None)
+
+
+def test_seeded_sampling_matches_one_device(results):
+    s = results["sampled"]
+    assert s["ddtree tp2"] == s["ddtree tp1"]
+    assert s["ddtree tp1"] != results["greedy"]["dense ar tp1"]     # it did sample
+
+
+def test_bad_tp_values_are_one_line(results):
+    e = results["errors"]
+    assert e["cli tp3"].startswith("2 ") and "--tp 3 does not divide the target's attention heads (4)" in e["cli tp3"]
+    assert "use --tp 1 or 2 or 4" in e["cli tp3"] and "\n" not in e["cli tp3"]
+    assert e["cli tp8"].startswith("2 ") and "--tp 8 needs 8 devices and this host has 4" in e["cli tp8"]
+    assert e["cli tp0"].startswith("2 ") and "--tp" in e["cli tp0"] and ">= 1" in e["cli tp0"]
+    assert e["cli tpx"].startswith("2 ") and "'two'" in e["cli tpx"]
+    assert "does not divide" in e["api tp3"]
+    assert "--attn-impl pallas_interpret" in e["api pallas"]
+    assert "not enough device memory" in e["api memory tp1"] and "raise --tp" in e["api memory tp1"]
+    assert results["auto"] == 2
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(*sys.argv[1:5])))
