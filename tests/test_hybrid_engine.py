@@ -325,3 +325,39 @@ def test_bad_moe_checkpoints_are_one_line(moe_pair, tmp_path, capsys):
     hf = _broken_copy(moe_pair[0], tmp_path / "hf2", config=lambda c: c.update(num_experts_per_tok=9))
     line = _fails(capsys, convert_main, ["--target", hf, "--out", tmp_path / "out"], "convert")
     assert "num_experts_per_tok is 9; it must be at most num_experts (8)" in line
+
+
+def test_interactive_chat_prefills_the_whole_conversation(hybrid_pair, tmp_path, monkeypatch, capsys):
+    """--interactive with a recurrent target: every turn is a fresh request over the whole
+    conversation (its state cannot restart inside the cache), and each reply is what that request
+    generates."""
+    import io
+    import sys
+
+    from ddtree_jax import cli
+    from ddtree_jax.tokenizer import Tokenizer
+
+    ck = Path(shutil.copytree(hybrid_pair[2], tmp_path / "ck"))
+    cfg_file = ck / "tokenizer" / "tokenizer_config.json"
+    (ck / "tokenizer" / "chat_template.jinja").unlink(missing_ok=True)
+    chat = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|endoftext|>assistant:{% endif %}")
+    cfg_file.write_text(json.dumps(dict(json.loads(cfg_file.read_text()), chat_template=chat)))
+    turns = ["def f(x):", "import os"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(turns) + "\n"))
+    starts, real = [], Generator.generate_ids
+    monkeypatch.setattr(Generator, "generate_ids", lambda self, prompts, **kw: starts.append(kw.get("start")) or
+                        real(self, prompts, **kw))
+    assert cli.main(["--ckpt", str(ck), "--interactive", "--max-new-tokens", "6", "--budget", "8",
+                     "--ignore-eos"]) == 0
+    replies = capsys.readouterr().out.splitlines()
+    monkeypatch.setattr(Generator, "generate_ids", real)
+    assert starts == [None, None] and len(replies) == 2
+    tok = Tokenizer(ck / "tokenizer")
+    gen = Generator(load_checkpoint(ck, dtype="float32"), method="ddtree", budget=8)
+    messages = []
+    for turn, reply in zip(turns, replies):
+        messages.append({"role": "user", "content": turn})
+        ids = tok.encode(tok.apply_chat_template(messages), add_special_tokens=False)
+        assert reply == tok.decode(gen.generate_ids([ids], max_new_tokens=6)[0].token_ids)
+        messages.append({"role": "assistant", "content": reply})
