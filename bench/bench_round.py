@@ -472,6 +472,9 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--drafter-quant", default="none", help="drafter weights, comma-separated: none,int8")
+    ap.add_argument("--deterministic", default="off",
+                    help="off, on, or off,on: the default kernels, the deterministic mode's (Generator's "
+                         "deterministic=True, its impls its own), or both in one call")
     ap.add_argument("--draft-vocab", type=int, default=0,
                     help="draft over a token map of this many ids (the first N; timing only: random weights "
                          "have no frequent tokens); 0: the whole vocabulary")
@@ -485,6 +488,9 @@ def main(argv=None) -> int:
                          "prefills into the last call's state, as generate does")
     ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
+    dets = [{"off": False, "on": True}.get(d) for d in args.deterministic.split(",") if d]
+    if not dets or None in dets:
+        ap.error(f"--deterministic takes off, on or off,on (got {args.deterministic!r})")
     try:
         batches = [int(b) for b in args.batch.split(",") if b]
     except ValueError:
@@ -517,7 +523,7 @@ def main(argv=None) -> int:
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {
         "model": args.model, "dtype": args.dtype, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
-        "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant,
+        "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant, "deterministic": args.deterministic,
         "batch": batches[0] if len(batches) == 1 else batches,
         "draft_vocab": args.draft_vocab or None,
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
@@ -534,9 +540,10 @@ def main(argv=None) -> int:
             (Path(args.out) / name).write_text(json.dumps(out, indent=1))
 
     for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
-        impls = [(a, m, c, q) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
-                 for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q]
-        for impl, mm_impl, c_impl, quant in impls:
+        impls = [(a, m, c, q, d) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
+                 for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q
+                 for d in dets]
+        for impl, mm_impl, c_impl, quant, det in impls:
             made = None
             for (method, budget), batch in ((run, b) for run in runs for b in batches):
                 if quant != "none" and method == "ar":
@@ -546,7 +553,7 @@ def main(argv=None) -> int:
                 if made != (method, budget):  # one generator a run, for all its batches
                     gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                     matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
-                                    compiler_options=opts, draft_vocab=vocab,
+                                    compiler_options=opts, draft_vocab=vocab, deterministic=det,
                                     **({"cost_model": args.cost_model, **auto_budgets} if budget == "auto" else {}))
                     made = (method, budget)
                 try:
@@ -554,7 +561,8 @@ def main(argv=None) -> int:
                                 verify_loop=args.verify_loop, stage_loop=args.stage_loop,
                                 fresh_buffers=args.fresh_buffers)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
-                    msg = (f"P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant} {method} B={budget}: "
+                    msg = (f"P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{'/det' * det} {method} "
+                           f"B={budget}: "
                            f"{type(e).__name__}: {e}")
                     out.setdefault("errors", []).append(msg[:2000])
                     print(f"[bench_round] FAILED {msg[:400]}", flush=True)
@@ -563,11 +571,12 @@ def main(argv=None) -> int:
                 mem = device_memory()  # the process's peak so far: what the largest row needed
                 r.update(device_peak_bytes=mem and mem["peak"], method=method, budget="auto" if gen.auto else gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
-                         draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers)
+                         draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers, deterministic=det)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
-                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv} {method:6s} B={'auto' if gen.auto else gen.budget:>5} N={r['nodes']:5d} round "
+                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv}"
+                      f"{'/det' * det} {method:6s} B={'auto' if gen.auto else gen.budget:>5} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}, a call's fixed "
                       f"{r['call_fixed_ms']:.1f} ms"
                       + (f", verify alone {r['verify_ms_steady']:.3f} (beyond it "

@@ -152,6 +152,18 @@ def test_bench_round_tiny_smoke_writes_json_and_plot(tmp_path):
     assert (tmp_path / "round_latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_bench_round_times_the_deterministic_mode_beside_the_default(tmp_path):
+    from bench import bench_round
+
+    assert bench_round.main(["--model", "tiny", "--prompt-len", "16", "--methods", "ar", "--deterministic", "off,on",
+                             "--rounds", "2", "--repeats", "1", "--stage-repeats", "0", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "round_tiny_auto.json").read_text())
+    assert [r["deterministic"] for r in data["rows"]] == [False, True]
+    assert all(r["round_ms_median"] > 0 for r in data["rows"])
+    with pytest.raises(SystemExit):
+        bench_round.main(["--model", "tiny", "--deterministic", "maybe"])
+
+
 @pytest.mark.parametrize("methods", ["ar,dflash", "ddtree"])  # two tests of a few compiles each
 def test_bench_round_moe_rows_report_the_experts_a_round_reads(tmp_path, capsys, methods):
     """An MoE shape's rows: the distinct experts per layer the round's verify reads (AR at batch 1:
