@@ -37,6 +37,7 @@ from ddtree_jax.checkpoint import DEFAULT_CKPT, has_drafter, is_hf_model, read_t
 from ddtree_jax.errors import ArgumentParser, UserError, json_line_text, read_text_file  # noqa: E402
 from ddtree_jax.cost import load_cost_model  # noqa: E402
 from ddtree_jax.generator import AUTO_BUDGETS, DRAFTER_QUANTS, METHODS, STREAM_MAX_ROUNDS_PER_CALL, check_budget_fits  # noqa: E402
+from ddtree_jax.generator import check_deterministic  # noqa: E402
 from ddtree_jax.token_map import check_token_map, read_token_map  # noqa: E402
 from ddtree_jax.tokenizer import load_tokenizer  # noqa: E402
 
@@ -212,11 +213,7 @@ def check_flags(args, argv: Sequence[str]) -> None:
     if any(not s for s in args.stop):
         raise UserError("--stop needs a non-empty text")
     if args.deterministic:
-        chosen = [f for f, v in (("--attn-impl", args.attn_impl), ("--matmul-impl", args.matmul_impl)) if v != "auto"]
-        if chosen:
-            raise UserError(f"--deterministic runs its own kernels; drop {' and '.join(chosen)}")
-        if args.tp != 1:
-            raise UserError("--deterministic runs Pallas kernels, which cannot be partitioned; use --tp 1")
+        check_deterministic(args.attn_impl, args.matmul_impl, args.tp)
     from ddtree_jax.trees import make_policy
 
     try:

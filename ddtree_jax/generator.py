@@ -55,6 +55,16 @@ def check_budget_fits(budget: int, context: int) -> None:
                         f"budget + 2 cache slots beyond the prompt); lower --budget")
 
 
+def check_deterministic(attn_impl: str, matmul_impl: str, tp) -> None:
+    """UserError unless --deterministic may run with these flags: it runs its own kernels, which
+    GSPMD cannot partition."""
+    chosen = [f for f, v in (("--attn-impl", attn_impl), ("--matmul-impl", matmul_impl)) if v != "auto"]
+    if chosen:
+        raise UserError(f"--deterministic runs its own kernels; drop {' and '.join(chosen)}")
+    if tp != 1:
+        raise UserError("--deterministic runs Pallas kernels, which cannot be partitioned; use --tp 1")
+
+
 def device_memory_limit(device) -> int | None:
     """Bytes of memory one device holds: DDTREE_MEMORY_LIMIT_BYTES where set (a cap for shared
     devices, and the tests), else what the device reports (None: unknown, as on the CPU)."""
@@ -267,12 +277,7 @@ class Generator:
         given = dict(attention=attn_impl, matmul=matmul_impl, cache=cache_impl)
         self.deterministic = bool(deterministic)
         if self.deterministic:
-            chosen = [f"--{k if k != 'attention' else 'attn'}-impl {v}" for k, v in given.items()
-                      if v != "auto" and k != "cache"]
-            if chosen:
-                raise UserError(f"--deterministic runs its own kernels; drop {' and '.join(chosen)}")
-            if tp != 1:
-                raise UserError("--deterministic runs Pallas kernels, which cannot be partitioned; use --tp 1")
+            check_deterministic(attn_impl, matmul_impl, tp)
             self.tuning = self.tuning.as_deterministic()
             given = dict(cache=cache_impl)
         kernels = self.tuning.kernels.with_impls(**{k: v for k, v in given.items() if v != "auto"})

@@ -23,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
+from ddtree_jax.models.family import Dense
 from ddtree_jax.models.layers import KVCache, stack_norms
 from ddtree_jax.tuning import TreeTuning, VocabTopK
 
@@ -143,10 +144,8 @@ def weight_bytes_per_device(params: dict | None, tp: int) -> int:
 def cache_bytes_per_device(tcfg: TargetConfig, dcfg: DrafterConfig | None, positions: int, itemsize: int,
                            tp: int, batch: int = 1) -> int:
     """Bytes of the target's (and drafter's) KV caches of `positions` positions on one of `tp` devices."""
-    per_pos = 2 * tcfg.num_layers * tcfg.num_kv_heads * tcfg.head_dim
-    if dcfg is not None:
-        per_pos += 2 * dcfg.num_layers * dcfg.num_kv_heads * dcfg.head_dim
-    return batch * positions * per_pos * itemsize // tp
+    caches = [Dense.cache_bytes(c, batch, positions, itemsize) for c in (tcfg, dcfg) if c is not None]
+    return sum(caches) // tp
 
 
 def auto_tp(tcfg: TargetConfig, dcfg: DrafterConfig | None, weights_at: Callable[[int], int], itemsize: int,
