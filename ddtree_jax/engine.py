@@ -323,14 +323,17 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         choice, trees = None, [root_tree(state)]
     slots = max(t.tokens.shape[1] for t in trees)  # the next round writes at most this many beyond length
 
-    def verified_path(tree: DraftTree, state: State):
-        """The verify and walk of `tree`, cut to its accepted path: (K/V, taps, walk result), the
-        path's rows in order, so that result.path is the identity."""
+    def verify_and_walk(tree: DraftTree, state: State):
+        """The target's verify of `tree` and the walk of its tokens: (K/V of every row, taps, walk result)."""
         with jax.named_scope("verify"):
             logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
             target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
         with jax.named_scope("walk"):
-            result = walk(tree, target_tokens, depth)
+            return new_kv, tapped, walk(tree, target_tokens, depth)
+
+    def verified_path(tree: DraftTree, state: State):
+        """verify_and_walk cut to the accepted path: the path's rows in order, so result.path is the identity."""
+        new_kv, tapped, result = verify_and_walk(tree, state)
         path = result.path
         kv = family_of(tcfg).take_path(new_kv, path)
         if tapped is not None:
@@ -338,27 +341,17 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         ident = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=path.dtype), path.shape)
         return kv, tapped, dataclasses.replace(result, path=ident)
 
-    def finish(tree: DraftTree, state: State) -> State:
-        with jax.named_scope("verify"):
-            logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
-            target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
-        with jax.named_scope("walk"):
-            result = walk(tree, target_tokens, depth)
-        with jax.named_scope("commit"):
-            return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
-                                enabled=enabled)
-
-    if choice is None:
-        state = finish(trees[0], state)
+    if choice is None:  # one tree: the commit reads the accepted rows from the full K/V, no gather before it
+        kv, tapped, result = verify_and_walk(trees[0], state)
     else:
         # One verify shape a round: each candidate's verify and walk compiled, the chosen one run.
         # The branches return only the accepted path's K/V and taps (the same shapes whatever the
         # tree) and the commit runs after the switch: a state with the caches through the switch
         # makes XLA copy every cache around it (~0.4 ms a round at the 8B shape).
         kv, tapped, result = jax.lax.switch(choice, [functools.partial(verified_path, t) for t in trees], state)
-        with jax.named_scope("commit"):
-            state = commit_stage(dparams, state, kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
-                                 enabled=enabled)
+    with jax.named_scope("commit"):
+        state = commit_stage(dparams, state, kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
+                             enabled=enabled)
     if enabled is not None:
         key = jnp.where(enabled, key, state.key)
     return dataclasses.replace(state, key=key)
