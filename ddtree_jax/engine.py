@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.drafters import dflash as dmodel
+from ddtree_jax.drafters import dflash2
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.family import HybridCache, family_of
 from ddtree_jax.models.layers import KVCache
@@ -148,6 +149,9 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
     bs = dcfg.block_size
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
     pos = state.length[:, None] + jnp.arange(bs, dtype=jnp.int32)
+    if isinstance(dcfg, dflash2.DFlash2Config):  # DFlash 2: conv-wrapped layers, then its selector's log-probs
+        return dflash2.draft_stage(tparams, dparams, block, pos, state.dcache, state.length, tcfg=tcfg, dcfg=dcfg,
+                                   kernels=kernels)
     fam = family_of(tcfg)
     h = dmodel.draft_hidden(dparams, dcfg, fam.embed(tparams, block), pos, state.dcache, state.length,
                             kernels=kernels)

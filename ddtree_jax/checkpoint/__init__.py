@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 import ml_dtypes
 import numpy as np
 
+from ddtree_jax.drafters.dflash2 import drafter_config_from_hf
 from ddtree_jax.errors import UserError, read_json_file
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, check_pair
 from ddtree_jax.models.family import target_config_from_hf
@@ -405,9 +406,9 @@ def make_meta(*, dtype: str, target_cfg: TargetConfig, target_source: str | None
         "target": {"architecture": target_cfg.architecture, "family": target_cfg.family,
                    "source": target_source, "num_layers": target_cfg.num_layers},
         "drafter": None if drafter_cfg is None else {
-            "architecture": "DFlashDraftModel", "source": drafter_source, "num_layers": drafter_cfg.num_layers,
-            "block_size": drafter_cfg.block_size, "target_layer_ids": list(drafter_cfg.target_layer_ids),
-            "mask_token_id": drafter_cfg.mask_token_id},
+            "architecture": getattr(drafter_cfg, "architecture", "DFlashDraftModel"), "source": drafter_source,
+            "num_layers": drafter_cfg.num_layers, "block_size": drafter_cfg.block_size,
+            "target_layer_ids": list(drafter_cfg.target_layer_ids), "mask_token_id": drafter_cfg.mask_token_id},
         "tokenizer": tokenizer,
     }
     if tokenizer is None:
@@ -440,7 +441,7 @@ def save_checkpoint(path: str | Path, target_cfg_hf: dict[str, Any], target_para
     check_params(target_cfg, target_params, where="target params")
     drafter_cfg = None
     if drafter_cfg_hf is not None:
-        drafter_cfg = DrafterConfig.from_hf(drafter_cfg_hf)
+        drafter_cfg = drafter_config_from_hf(drafter_cfg_hf)
         check_pair(target_cfg, drafter_cfg)
         check_params(drafter_cfg, drafter_params, where="drafter params")
     src = Path(tokenizer_src) if tokenizer_src is not None else None
@@ -615,8 +616,8 @@ def load_checkpoint(path: str | Path, *, dtype: Any = None, with_drafter: bool =
                                        where=str(path / "target" / "config.json"))
     drafter_cfg = None
     if with_drafter and meta.get("drafter") is not None and (path / "draft").is_dir():
-        drafter_cfg = DrafterConfig.from_hf(_read_json(path / "draft" / "config.json"),
-                                            where=str(path / "draft" / "config.json"))
+        drafter_cfg = drafter_config_from_hf(_read_json(path / "draft" / "config.json"),
+                                             where=str(path / "draft" / "config.json"))
         check_pair(target_cfg, drafter_cfg)
 
     def params(model: str, cfg: TargetConfig | DrafterConfig, what: str) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 from ddtree_jax.checkpoint import names
 from ddtree_jax.checkpoint.tensors import (SAFETENSORS_DTYPES, LazyTensor, StackedTensor, TensorInfo, TensorPart,
                                           read_header)
+from ddtree_jax.drafters.dflash2 import drafter_config_from_hf
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig, read_hf_config
 from ddtree_jax.models.family import target_config_from_hf
@@ -90,8 +91,8 @@ def is_hf_dir(path: str | Path) -> bool:
 
 
 class HFModel:
-    """One HF model (a target or a z-lab DFlash drafter): its config, its tensors and the name
-    mapping. Construction reads config.json alone; `scan()` reads the safetensors headers and
+    """One HF model (a target or a z-lab DFlash or DFlash 2 drafter): its config, its tensors and
+    the name mapping. Construction reads config.json alone; `scan()` reads the safetensors headers and
     checks every name, dtype and shape against the config (names.match), still no data."""
 
     def __init__(self, model_dir: str | Path, what: str, kind: str):
@@ -102,7 +103,7 @@ class HFModel:
         where = str(self.dir / "config.json")
         self.cfg: TargetConfig | HybridConfig | DrafterConfig = (
             target_config_from_hf(self.raw, where=where) if kind == "target"
-            else DrafterConfig.from_hf(self.raw, where=where))
+            else drafter_config_from_hf(self.raw, where=where))
         self.entries = names.entries_for(self.cfg)
         self.tensors: dict[str, TensorInfo] = {}
         self.mapping: dict[str, str] = {}

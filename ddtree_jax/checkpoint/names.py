@@ -7,6 +7,9 @@ Our layout (weight matrices are [in, out], the transpose of a HF `Linear.weight`
 
     target:  {"embed": [V, H], "layers": [layer, ...], "norm": [H], "lm_head": [H, V] (untied only)}
     drafter: {"fc": [nTaps*H, H], "hidden_norm": [H], "norm": [H], "layers": [layer, ...]}
+    DFlash 2 drafter (dflash2_entries): the drafter's, and "selector_proj": [H, R], "selector_pred",
+             "selector_succ": [V, R]; per layer "attn_conv_base", "mlp_conv_base": [2, taps, H],
+             "attn_conv_kernel", "mlp_conv_kernel": [H, 2*taps*G]
     layer:   {"attn_norm": [H], "q": [H, Hq*Dh], "k": [H, Hkv*Dh], "v": [H, Hkv*Dh], "o": [Hq*Dh, H],
               "q_bias", "k_bias", "v_bias": [..] (qkv_bias), "o_bias": [H] (attention_bias_o),
               "q_norm", "k_norm": [Dh] (qk_norm; always in the drafter),
@@ -42,6 +45,7 @@ import dataclasses
 import re
 from typing import Any, Container, Iterable, Mapping
 
+from ddtree_jax.drafters.dflash2 import DFlash2Config
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, MoeConfig, TargetConfig
 from ddtree_jax.models.hybrid import HybridConfig
@@ -208,7 +212,29 @@ def drafter_entries(cfg: DrafterConfig) -> list[Entry]:
         out += _layer("", i, hidden=h, inter=cfg.intermediate_size, heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
                       head_dim=cfg.head_dim, qk_norm=True, qkv_bias=cfg.qkv_bias, o_bias=cfg.qkv_bias)
     out.append(Entry("norm.weight", ("norm",), (h,), False))
+    if isinstance(cfg, DFlash2Config):
+        out += dflash2_entries(cfg)
     return out
+
+
+def dflash2_entries(cfg: DFlash2Config) -> list[Entry]:
+    """The tensors a z-lab DFlash 2 drafter holds beyond DFlash's (drafters/dflash2.py's layout):
+    per layer the two convolutions' base kernels [2, taps, H] (as stored) and kernel projections
+    (HF [2 taps G, H]), and the selector's hidden projection (HF [R, H]) and codebooks [V, R]
+    (stored as "candidate_selector.predecessor_codebook", without ".weight")."""
+    h, v, r = cfg.hidden_size, cfg.vocab_size, cfg.selector_rank
+    taps, groups = cfg.conv_kernel_size, cfg.conv_groups
+    out = []
+    for i in range(cfg.num_layers):
+        for hf_name, key in (("attention_conv", "attn_conv"), ("mlp_conv", "mlp_conv")):
+            p = f"layers.{i}.{hf_name}."
+            out += [Entry(p + "base_kernel", ("layers", i, f"{key}_base"), (2, taps, h), False),
+                    Entry(p + "kernel_projection.weight", ("layers", i, f"{key}_kernel"), (h, 2 * taps * groups), True)]
+    return out + [
+        Entry("candidate_selector.hidden_projection.weight", ("selector_proj",), (h, r), True),
+        Entry("candidate_selector.predecessor_codebook", ("selector_pred",), (v, r), False),
+        Entry("candidate_selector.successor_codebook", ("selector_succ",), (v, r), False),
+    ]
 
 
 def hybrid_prefix(found: Iterable[str]) -> str:
