@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax import engine
+from ddtree_jax import compile_cache, engine
 from ddtree_jax.cost import CostModel, ModelSignature, auto_lines, resolve_cost_model
 from ddtree_jax.profile import profiled_rounds
 from ddtree_jax.errors import UserError
@@ -497,12 +497,21 @@ class Generator:
             if key not in self._compiled:
                 t0 = time.perf_counter()
                 spec = static.get("spec")
-                if self.log is not None and spec is not None:
-                    self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
-                self._compiled[key] = fn.lower(*args, **static).compile(compiler_options=options)
+                # a sharded executable is loaded for its mesh's devices, which the file does not name
+                disk = compile_cache.executable_key(key) if self.mesh is None else None
+                compiled = compile_cache.load_executable(disk)
+                if compiled is not None:
+                    if self.log is not None and spec is not None:
+                        self.log(f"[ddtree] {name} loaded from the compile cache in {time.perf_counter() - t0:.1f}s")
+                else:
+                    if self.log is not None and spec is not None:
+                        self.log(f"[ddtree] compiling the {name} (cache {spec.cache_size}, output {spec.out_size}) ...")
+                    compiled = fn.lower(*args, **static).compile(compiler_options=options)
+                    compile_cache.store_executable(disk, compiled)
+                    if self.log is not None and spec is not None:
+                        self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
+                self._compiled[key] = compiled
                 self.compile_s += time.perf_counter() - t0
-                if self.log is not None and spec is not None:
-                    self.log(f"[ddtree] {name} compiled in {time.perf_counter() - t0:.1f}s")
         return self._compiled[key]
 
     def generate_ids(
