@@ -38,6 +38,7 @@ INT_OR_NULL = [v for v in INT if v is not None]          # null means "absent" (
 NUM = ["abc", "1e-6", True, None, [1.0], {}, 0, 0.0, -1, -1e-6, NAN, INF, -INF, 10**400]
 NUM_OR_NULL = [v for v in NUM if v is not None]          # attention_factor
 BOOL = ["false", "true", 0, 1, None, [], 1.0]
+BOOL_OR_NULL = [v for v in BOOL if v is not None]       # is_causal: null leaves z-lab's default
 OBJECT = ["linear", 5, [1], True, 0.5]
 ARCH = ["Qwen3ForCausalLM", 5, [5], {"a": 1}, True]
 ACT = ["gelu", 5, None, ["silu"]]
@@ -67,7 +68,8 @@ FIELDS = {
     "drafter": {**COMMON, "num_target_layers": INT, "block_size": BLOCK, "layer_types": LAYER_TYPES,
                 "sliding_window": WINDOW, "mask_token_id": MASK, "dflash_config": OBJECT,
                 "dflash_config.mask_token_id": MASK, "dflash_config.target_layer_ids": LAYER_IDS,
-                "dflash_config.block_size": BLOCK},
+                "dflash_config.block_size": BLOCK, "is_causal": BOOL_OR_NULL,
+                "dflash_config.causal": BOOL_OR_NULL},
 }
 # the one line names these instead of the field
 NEEDLES = {"layer_types": {json.dumps(["banana", "full_attention"]): "layer type", json.dumps([5, 5]): "layer type"},

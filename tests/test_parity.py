@@ -131,6 +131,11 @@ def torch_dflash(draft_dir, target_hidden, block_embeds, ctx_pos, block_pos):
         if types[i] == "sliding_attention":
             n_keys = k.shape[0]
             s[:, :, : max(0, n_keys - cfg["sliding_window"])] = -torch.inf
+        flag = cfg.get("is_causal", cfg["dflash_config"].get("causal"))
+        if flag if flag is not None else types[i] == "sliding_attention":  # z-lab's default: sliding layers causal
+            n_ctx = c.shape[0]
+            later = torch.ones(x.shape[0], x.shape[0], dtype=torch.bool).triu(1)
+            s[:, :, n_ctx:] = s[:, :, n_ctx:].masked_fill(later, -torch.inf)
         o = torch.einsum("hqk,khd->qhd", s.softmax(-1), v).reshape(x.shape[0], -1)
         x = x + o @ w("self_attn.o_proj").T
         hm = _rms(x, w("post_attention_layernorm"), eps)

@@ -8,7 +8,8 @@ gate/up per layer, stacks every layer's k/v for the context into one matrix and 
 into "norms" (layers.stack_norms; the final "norm" becomes the last row of "norms"["in"]).
 
 Each layer's keys/values come from [context features ; noise block]; queries from the block only,
-non-causal. The context part depends only on the context features (not on the layer's input), so
+non-causal within the block unless the config makes the layer causal (`DrafterConfig.causal`:
+`is_causal`, else z-lab's default, its sliding-window layers). The context part depends only on the context features (not on the layer's input), so
 it is computed once per committed token and cached (`extend_cache`); the block part is recomputed
 every round and dropped.
 
@@ -222,7 +223,8 @@ def draft_hidden(
     *,
     kernels: KernelTuning = CPU_KERNELS,
 ) -> jax.Array:
-    """One non-causal pass over the noise block; returns final-normed hidden [Bt, bs, H].
+    """One pass over the noise block, non-causal but in the config's causal layers; returns
+    final-normed hidden [Bt, bs, H].
 
     block_embeds: the target's embeddings of [root, MASK x (bs-1)]; the block sees the cached
     context [0, cache_len) (a sliding-window layer only its last `sliding_window` keys).
@@ -233,6 +235,8 @@ def draft_hidden(
     x = block_embeds
     cos, sin = rope_tables(block_positions, cfg.rope, cfg.head_dim)
     full = jnp.ones((bt, bs, bs), bool)
+    tril = jnp.tril(full)
+    causal = cfg.causal or (False,) * cfg.num_layers
     scale = cfg.head_dim**-0.5
     layers = [layer_view(dparams, i) for i in range(len(dparams["layers"]))]
     # As in target.forward: a layer's last residual add is fused with the next norm.
@@ -247,8 +251,8 @@ def draft_hidden(
                 q, k, v = block_qkv_normed(p, cfg, h, cos, sin, kernels=kernels)
             window = cfg.sliding_windows[i]
             kv_start = None if window is None else jnp.maximum(cache_len + bs - window, 0)
-            o = dispatch.attention(kernels, q, k, v, cache.k, cache.v, cache_len, full, scale=scale,
-                                   kv_start=kv_start, layer=i)
+            o = dispatch.attention(kernels, q, k, v, cache.k, cache.v, cache_len, tril if causal[i] else full,
+                                   scale=scale, kv_start=kv_start, layer=i)
             if fused:
                 x = dispatch.matmul(kernels, o.reshape(*o.shape[:2], -1), p["o"], residual=x)
                 gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"],

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from ddtree_jax.drafters import dflash
 from ddtree_jax.errors import ConfigError
 from ddtree_jax.kernels import dispatch
-from ddtree_jax.models.config import DrafterConfig, _Fields, _show
+from ddtree_jax.models.config import DrafterConfig, _Fields
 from ddtree_jax.models.family import family_of
 from ddtree_jax.models.layers import KVCache, final_norm, layer_view, linear, mlp, rope_tables
 from ddtree_jax.tuning import CPU_KERNELS, KernelTuning
@@ -64,7 +64,6 @@ class DFlash2Config(DrafterConfig):
     input_embedding_scale: float = 1.0
     output_multiplier: float = 1.0
     final_logit_softcapping: float | None = None  # None: no soft cap
-    causal: tuple[bool, ...] = ()  # per layer: the block attends causally to itself
 
     architecture = ARCHITECTURE
 
@@ -107,20 +106,7 @@ class DFlash2Config(DrafterConfig):
             raise cap_src.bad("final_logit_softcapping", cap, "a number (> 0 caps the logits) or null")
         return DFlash2Config(**{fld.name: getattr(base, fld.name) for fld in dataclasses.fields(DrafterConfig)},
                              **ints, input_embedding_scale=scale, output_multiplier=mult,
-                             final_logit_softcapping=float(cap) if cap is not None and cap > 0 else None,
-                             causal=_causal_layers(f, dfc, base.sliding_windows, where))
-
-
-def _causal_layers(f: _Fields, dfc: _Fields, windows: tuple[int | None, ...], where: str) -> tuple[bool, ...]:
-    """Whether each layer's block attends causally: `is_causal`, else `dflash_config.causal`, else
-    the sliding-window layers (z-lab's reference and vLLM resolve it in this order)."""
-    for src, key in ((f, "is_causal"), (dfc, "causal")):
-        v = src.d.get(key)
-        if v is not None:
-            if not isinstance(v, bool):
-                raise ConfigError(f"{where}: {src.prefix}{key} is {_show(v)}; it must be true, false or null")
-            return (v,) * len(windows)
-    return tuple(w is not None for w in windows)
+                             final_logit_softcapping=float(cap) if cap is not None and cap > 0 else None)
 
 
 def is_dflash2(d: Any) -> bool:

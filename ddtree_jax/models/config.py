@@ -316,6 +316,18 @@ class TargetConfig:
         return self.moe is not None and self.moe.is_sparse(layer)
 
 
+def causal_layers(f: "_Fields", dfc: "_Fields", windows: tuple[int | None, ...], where: str) -> tuple[bool, ...]:
+    """Whether each drafter layer's block attends causally: `is_causal`, else `dflash_config.causal`,
+    else the sliding-window layers (z-lab's reference and vLLM resolve it in this order)."""
+    for src, key in ((f, "is_causal"), (dfc, "causal")):
+        v = src.d.get(key)
+        if v is not None:
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: {src.prefix}{key} is {_show(v)}; it must be true, false or null")
+            return (v,) * len(windows)
+    return tuple(w is not None for w in windows)
+
+
 @dataclasses.dataclass(frozen=True)
 class DrafterConfig:
     """A DFlash block-diffusion drafter (z-lab format)."""
@@ -336,6 +348,7 @@ class DrafterConfig:
     sliding_windows: tuple[int | None, ...]
     rope: RopeConfig = RopeConfig()
     qkv_bias: bool = False
+    causal: tuple[bool, ...] = ()  # per layer: the block attends causally to itself (empty: no layer does)
 
     @property
     def depth(self) -> int:
@@ -412,6 +425,7 @@ class DrafterConfig:
             sliding_windows=tuple(windows),
             rope=RopeConfig.from_hf(d, where),
             qkv_bias=f.flag("attention_bias", False),
+            causal=causal_layers(f, dflash, tuple(windows), where),
         )
         if len(cfg.sliding_windows) != cfg.num_layers:
             raise ConfigError(

@@ -93,6 +93,7 @@ def drafter_hf_config(cfg: DrafterConfig, target: TargetConfig, *, dtype: str) -
         "use_sliding_window": bool(windows),
         "sliding_window": next(iter(windows)) if windows else None,
         "layer_types": layer_types,
+        "is_causal": False,  # training's block mask is non-causal; without it sliding layers would load causal
         "num_target_layers": cfg.num_target_layers,
         "block_size": cfg.block_size,
         "dflash_config": {"target_layer_ids": list(cfg.target_layer_ids), "mask_token_id": cfg.mask_token_id},
