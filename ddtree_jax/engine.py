@@ -123,6 +123,11 @@ def round_kernels(spec: DecodeSpec, dcfg: DrafterConfig | None) -> KernelTuning:
     return spec.tuning.kernels.compiled_with(round_xla_options(spec, dcfg))
 
 
+def drafter_kernels(spec: DecodeSpec, dcfg: DrafterConfig | None) -> KernelTuning:
+    """round_kernels for the drafter's calls (Tuning.drafter)."""
+    return spec.tuning.drafter.compiled_with(round_xla_options(spec, dcfg))
+
+
 def float32_exact(fn):
     """fn traced with full-precision float32 products where its first argument (the target's or
     the drafter's params) holds float32 weights: JAX's default on NVIDIA GPUs is TF32, which cannot
@@ -144,7 +149,7 @@ def draft_stage(tparams, dparams, state: State, *, tcfg: TargetConfig, dcfg: Dra
     a token map's ids, in its order, for a drafter restricted to one: see `tree_stage`)."""
     if spec.drafter == "oracle":
         return oracle_logp(dparams, state.length, dcfg.depth, tcfg.vocab_size)
-    kernels = round_kernels(spec, dcfg)
+    kernels = drafter_kernels(spec, dcfg)
     bt = state.root.shape[0]
     bs = dcfg.block_size
     block = jnp.full((bt, bs), dcfg.mask_token_id, jnp.int32).at[:, 0].set(state.root)
@@ -276,7 +281,7 @@ def commit_stage(
             ctx = jnp.take_along_axis(tapped, result.path[:, :, None], axis=1)
             ctx_pos = state.length[:, None] + jnp.arange(result.path.shape[1], dtype=jnp.int32)
             dcache = dmodel.extend_cache(dparams, dcfg, state.dcache, state.length, ctx, ctx_pos,
-                                         kernels=round_kernels(spec, dcfg))
+                                         kernels=drafter_kernels(spec, dcfg))
 
     # Stop ids and max_new_tokens cut the round's tokens by position (never by token value).
     emitted = result.tokens  # [Bt, D+1]; the first n_new are real
@@ -416,7 +421,7 @@ def _prefill(tparams, dparams, cache: KVCache | HybridCache, dcache: KVCache | N
                           knobs.temperature, knobs.top_p)
     if dcache is not None:  # the prompt's context K/V through XLA's writes
         dcache = dmodel.extend_cache(dparams, dcfg, dcache, start, tapped, pos,
-                                     kernels=kernels.with_impls(cache="xla"))
+                                     kernels=spec.tuning.drafter.with_impls(cache="xla"))
     slack = (dcfg.block_size if spec.speculative else 1) + 1
     out = jnp.zeros((bt, spec.out_size + slack), jnp.int32).at[:, 0].set(first)
     is_stop = (first[:, None] == knobs.stop_ids[None, :]).any(-1)

@@ -211,8 +211,9 @@ class Generator:
         weights; above 1 every call runs XLA's kernels (Pallas calls cannot be partitioned).
         deterministic: every verify row computes bit for bit what a one-row step computes for its
         token (tuning.KernelTuning.as_deterministic: fixed tiles, no row-count-dependent split), so
-        greedy output is the same under every method and budget in bf16 too; the Pallas kernels
-        run everywhere, interpreted on the CPU (slow; float32 is exact there without it).
+        greedy output is the same under every method and budget in bf16 too; the target's Pallas
+        kernels run everywhere, interpreted on the CPU (slow; float32 is exact there without it);
+        the drafter keeps the device's own kernels (it only shapes the tree).
         budget="auto" (method ddtree): each round verifies the candidate among `auto_budgets` (the
         policy's tree cut to its best n nodes) and DFlash's chain with the most expected tokens a
         millisecond (engine.auto_stage), by `cost_model` (a CostModel, or a file of one; default: the
@@ -280,8 +281,11 @@ class Generator:
             check_deterministic(attn_impl, matmul_impl, tp)
             self.tuning = self.tuning.as_deterministic()
             given = dict(cache=cache_impl)
-        kernels = self.tuning.kernels.with_impls(**{k: v for k, v in given.items() if v != "auto"})
-        self.tuning = dataclasses.replace(self.tuning, kernels=kernels)
+        chosen = {k: v for k, v in given.items() if v != "auto"}
+        kernels = self.tuning.kernels.with_impls(**chosen)
+        drafter = self.tuning.drafter_kernels
+        self.tuning = dataclasses.replace(self.tuning, kernels=kernels,
+                                          drafter_kernels=drafter and drafter.with_impls(**chosen))
         self.attn_impl, self.matmul_impl, self.cache_impl = kernels.attention, kernels.matmul, kernels.cache
         # -- tensor parallelism (ddtree_jax/sharding.py): checked before any weight is read
         self.mesh = self._tp_mesh(tp, ckpt, given, oracle is None and method != "ar")

@@ -126,6 +126,9 @@ class KernelTuning:
     moe_experts: str = "dense"  # the plain form, which --tp partitions along the expert axis as it is
     moe_gather_max: int = 0
     deterministic: bool = False
+    # The one-axis jax.sharding.Mesh the round is sharded over (--tp; ddtree_jax/sharding.py), None
+    # on one device: dispatch then runs each Pallas call per shard, inside jax.shard_map.
+    mesh: Any = None
 
     def __post_init__(self) -> None:
         for name, allowed in (("attention", ATTENTION_IMPLS), ("matmul", KERNEL_IMPLS), ("cache", KERNEL_IMPLS)):
@@ -144,6 +147,8 @@ class KernelTuning:
             if bad:
                 raise ValueError(f"the deterministic mode runs its own Pallas kernels, not {', '.join(bad)}; "
                                  f"leave the impls at auto or pick one of {', '.join(DETERMINISTIC_IMPLS)}")
+        if self.mesh is not None and len(self.mesh.axis_names) != 1:
+            raise ValueError(f"KernelTuning.mesh must have one axis, got {self.mesh.axis_names}")
         for name in ("auto_attention", "auto_norms", "auto_matmul", "auto_cache"):
             if getattr(self, name) not in AUTO_CHOICES:
                 raise ValueError(f"KernelTuning.{name}={getattr(self, name)!r}; "
@@ -242,10 +247,19 @@ class Tuning:
     # ((lo, hi, ((option, value), ...)), ...), the first range holding the row count wins.
     round_xla_options: tuple[tuple[int, int, tuple[tuple[str, Any], ...]], ...] = ()
     unroll: int = 1                   # rounds per iteration of the on-device loop
+    # The drafter's kernels where they differ from the target's (None: `kernels`): the drafter only
+    # shapes the tree, so the deterministic mode leaves it on the device's fastest kernels.
+    drafter_kernels: KernelTuning | None = None
 
     def as_deterministic(self, interpret: bool | None = None) -> "Tuning":
-        """This tuning with its kernels in the deterministic mode (KernelTuning.as_deterministic)."""
-        return dataclasses.replace(self, kernels=self.kernels.as_deterministic(interpret))
+        """This tuning with the target's kernels in the deterministic mode (KernelTuning.as_deterministic)."""
+        return dataclasses.replace(self, kernels=self.kernels.as_deterministic(interpret),
+                                   drafter_kernels=self.drafter_kernels or self.kernels)
+
+    @property
+    def drafter(self) -> KernelTuning:
+        """The kernels the drafter runs."""
+        return self.drafter_kernels or self.kernels
 
     def xla_options(self, rows: int) -> dict:
         """The round executable's XLA options for a verify pass of `rows` rows ({}: none)."""

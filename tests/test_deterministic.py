@@ -68,6 +68,9 @@ def test_deterministic_tuning_switches():
                                  core_count=132)
     gpu = tuning_for(h100, deterministic=True).kernels
     assert gpu.deterministic and gpu.attention == gpu.matmul == gpu.norm_impl == "pallas"
+    # the drafter only shapes the tree: it keeps the device's own kernels
+    assert tuning_for(h100, deterministic=True).drafter == tuning_for(h100).kernels
+    assert CPU.as_deterministic().drafter == CPU.kernels and CPU.drafter == CPU.kernels
     q, kc = jax.ShapeDtypeStruct((1, 72, 32, 128), jnp.bfloat16), jax.ShapeDtypeStruct((1, 8, 4096, 128), jnp.bfloat16)
     assert dispatch.attention_choice(gpu, q, kc)[0] == "deterministic"          # never Mosaic GPU
     assert dispatch.verify_rows(gpu, 65, 32, 8, 128, jnp.bfloat16, cache_size=4096) == 65   # no padding

@@ -235,8 +235,8 @@ def draft_hidden(
     x = block_embeds
     cos, sin = rope_tables(block_positions, cfg.rope, cfg.head_dim)
     full = jnp.ones((bt, bs, bs), bool)
-    tril = jnp.tril(full)
     causal = cfg.causal or (False,) * cfg.num_layers
+    tril = jnp.tril(full) if any(causal) else None
     scale = cfg.head_dim**-0.5
     layers = [layer_view(dparams, i) for i in range(len(dparams["layers"]))]
     # As in target.forward: a layer's last residual add is fused with the next norm.
