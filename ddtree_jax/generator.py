@@ -62,7 +62,8 @@ def check_deterministic(attn_impl: str, matmul_impl: str, tp) -> None:
     if chosen:
         raise UserError(f"--deterministic runs its own kernels; drop {' and '.join(chosen)}")
     if tp != 1:
-        raise UserError("--deterministic runs Pallas kernels, which cannot be partitioned; use --tp 1")
+        raise UserError("--deterministic runs its products in the skinny-matmul kernel, which does not run per "
+                        "shard; use --tp 1")
 
 
 def device_memory_limit(device) -> int | None:
@@ -208,7 +209,8 @@ class Generator:
         first device).
         tp: devices of this host the model is sharded over (ddtree_jax.sharding: weights by heads,
         MLP width and experts, caches by kv heads), or "auto": the fewest whose memory holds the
-        weights; above 1 every call runs XLA's kernels (Pallas calls cannot be partitioned).
+        weights; above 1 the attention and norm kernels run per shard (shard_map), the products and
+        cache writes on XLA's ops.
         deterministic: every verify row computes bit for bit what a one-row step computes for its
         token (tuning.KernelTuning.as_deterministic: fixed tiles, no row-count-dependent split), so
         greedy output is the same under every method and budget in bf16 too; the target's Pallas
@@ -340,7 +342,8 @@ class Generator:
     def _tp_mesh(self, tp: int | str, ckpt, given: dict, with_drafter: bool):
         """The mesh of `tp` devices (None for one), after the checks that need no weight read: the
         devices there are, the model's divisibility, the weights' share of a device's memory. Above
-        one device the round runs XLA's kernels and tree build: GSPMD cannot partition a Pallas call."""
+        one device the attention and norm kernels run per shard (shard_map), the products, cache
+        writes and tree build on XLA's ops: GSPMD cannot partition a Pallas call."""
         if isinstance(tp, bool) or not isinstance(tp, (int, str)):
             raise UserError(f"--tp must be a number of devices or auto (got {tp!r})")
         tp = sharding.parse_tp(tp)
@@ -358,15 +361,11 @@ class Generator:
         self.tp = tp
         if tp == 1:
             return None
-        names = dict(attention="--attn-impl", matmul="--matmul-impl", cache="--cache-impl")
-        explicit = [f"{names[k]} {v}" for k, v in given.items() if v not in ("auto", "xla")]
-        if explicit:
-            raise UserError(f"--tp {tp} runs XLA's kernels (GSPMD cannot partition a Pallas call); "
-                            f"drop {', '.join(explicit)}")
-        kernels = self.tuning.kernels.with_impls(attention="xla", norms="xla", matmul="xla", cache="xla")
-        self.tuning = dataclasses.replace(self.tuning, tree=sharding.tree_tuning(devices[0]), kernels=kernels)
-        self.attn_impl = self.matmul_impl = self.cache_impl = "xla"
-        return sharding.make_mesh(tp, devices)
+        sharding.check_tp_impls(tp, given)
+        mesh = sharding.make_mesh(tp, devices)
+        self.tuning = sharding.sharded_tuning(self.tuning, mesh)
+        self.matmul_impl, self.cache_impl = self.tuning.kernels.matmul, self.tuning.kernels.cache
+        return mesh
 
     def _warn(self, message: str) -> None:
         if self.log is not None:

@@ -6,13 +6,16 @@ an MoE block's experts along the expert axis (the router replicated), the embedd
 by vocabulary where it divides, norms replicated. The KV caches go by kv heads; everything else
 (the tree, the walk, sampling) is tiny and replicated. The engine is unchanged: its jitted round
 takes sharded arrays and GSPMD partitions it, inserting the all-reduces after o, down and the
-experts.
+experts. The Pallas attention and norm kernels, which GSPMD cannot partition, run per shard inside
+jax.shard_map (ddtree_jax/kernels/dispatch.py, told the mesh by `KernelTuning.mesh`: `sharded_kernels`);
+the products and cache writes run XLA's ops.
 
 The inference layout under tp > 1 keeps q/k/v and gate/up as separate matrices: a fused [q | k | v]
 cut evenly across devices would not fall on head boundaries, and every layer would reshard.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Iterable, Sequence
 
@@ -25,7 +28,7 @@ from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
 from ddtree_jax.models.family import Dense
 from ddtree_jax.models.layers import KVCache, stack_norms
-from ddtree_jax.tuning import TreeTuning, VocabTopK
+from ddtree_jax.tuning import KernelTuning, TreeTuning, Tuning, VocabTopK
 
 AXIS = "tp"
 
@@ -97,6 +100,34 @@ def make_mesh(tp: int, devices: Sequence[jax.Device] | None = None) -> Mesh:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
+
+
+# kernel families that run XLA's ops under tp > 1, and the flag that picks each one's impl
+XLA_ONLY = {"matmul": "--matmul-impl", "cache": "--cache-impl"}
+
+
+def check_tp_impls(tp: int, impls: dict[str, str]) -> None:
+    """UserError of one line where an explicit impl (family -> impl, as dispatch names the
+    families) asks a kernel that does not run per shard to run on `tp` > 1 devices."""
+    bad = [f"{XLA_ONLY[k]} {v}" for k, v in impls.items() if k in XLA_ONLY and v not in ("auto", "xla")]
+    if tp > 1 and bad:
+        raise UserError(f"--tp {tp} runs the products and cache writes on XLA's ops (their kernels do not run per "
+                        f"shard; the attention and norm kernels do); drop {', '.join(bad)}")
+
+
+def sharded_kernels(kernels: KernelTuning, mesh: Mesh) -> KernelTuning:
+    """The kernels of a round sharded over `mesh`: the attention and norm kernels per shard (dispatch
+    runs a Pallas call inside shard_map: heads, kv heads, the replicated hidden state), the
+    products and cache writes on XLA's ops, which GSPMD partitions (XLA_ONLY)."""
+    return dataclasses.replace(kernels, mesh=mesh, **{k: "xla" for k in XLA_ONLY})
+
+
+def sharded_tuning(tuning: Tuning, mesh: Mesh) -> Tuning:
+    """`tuning` for a round sharded over `mesh`: the target's and the drafter's kernels
+    `sharded_kernels`, the tree build `tree_tuning`'s."""
+    drafter = None if tuning.drafter_kernels is None else sharded_kernels(tuning.drafter_kernels, mesh)
+    return dataclasses.replace(tuning, tree=tree_tuning(mesh.devices.flat[0]),
+                               kernels=sharded_kernels(tuning.kernels, mesh), drafter_kernels=drafter)
 
 
 # ----------------------------------------------------------------------------- per-tensor rules
@@ -306,9 +337,10 @@ def per_device_nbytes(tree) -> int:
 
 def tree_tuning(device) -> TreeTuning:
     """How the tree build runs under tp > 1: XLA's ops, no Pallas call (GSPMD cannot partition
-    one). On the CPU the vocabulary top-k takes its two-stage form (the interpreted threshold
-    kernels: plain XLA ops): XLA:CPU aborts compiling a multi-device program whose lax.top_k
-    feeds an optimization barrier directly, as the one-stage form's does. The same tree."""
+    one; the tree build's kernels do not run in shard_map). On the CPU the vocabulary top-k takes
+    its two-stage form (the interpreted threshold kernels: plain XLA ops): XLA:CPU aborts
+    compiling a multi-device program whose lax.top_k feeds an optimization barrier directly, as
+    the one-stage form's does. The same tree."""
     if device.platform == "cpu":
         return TreeTuning(vocab_topk=VocabTopK(chunks=2))
     return TreeTuning()

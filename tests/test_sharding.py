@@ -7,11 +7,14 @@ results as JSON and the checks run here. Models: a tiny dense Qwen3 pair (4 head
 vocabulary of 384: embedding and head sharded by vocabulary) and a tiny Qwen3-MoE pair (8 experts,
 tied embeddings, a vocabulary of 386: by vocabulary on 2 devices, replicated on 4), both read from
 Hugging Face files without converting. One layer each: the compilations are most of the time.
+The Pallas attention and norm kernels run per shard (jax.shard_map) in their interpret mode on the
+dense pair, and on a GQA attention call of their own.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,6 +28,14 @@ MAX_NEW = 20
 XLA_FLAGS = ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
              "--xla_llvm_disable_expensive_passes=true")
 SIZES = dict(hidden=64, layers=1, heads=4, kv_heads=4, head_dim=16, intermediate=128, max_position=256)
+PALLAS_RUNS = ((2, ("ar", "dflash", "ddtree")), (4, ("ddtree",)))   # (tp, methods) with the Pallas kernels
+
+
+def head_gathers(hlo: str, head_dim: int) -> list[str]:
+    """The result shapes of an HLO text's all-gathers of head-shaped data (last dim the head dim):
+    q, k, v, the caches or an attention output collected from the devices that hold their heads."""
+    shapes = re.findall(r"= (\w+\[[\d,]*\])(?:\{[^}]*\})? all-gather\(", hlo)
+    return sorted({s for s in shapes if s.endswith(f",{head_dim}]")})
 
 
 def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) -> dict:
@@ -34,13 +45,19 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) 
 
     import jax
 
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
     from ddtree_jax import cli, sharding
     from ddtree_jax.checkpoint import load_hf
     from ddtree_jax.errors import UserError, cli_main
     from ddtree_jax.generator import Executables, Generator
+    from ddtree_jax.kernels import dispatch
+    from ddtree_jax.kernels.attention_reference import attention_reference
+    from ddtree_jax.tuning import KernelTuning
 
     assert len(jax.devices()) == 4, jax.devices()
-    out: dict = {"greedy": {}, "sampled": {}, "placement": {}, "errors": {}}
+    out: dict = {"greedy": {}, "sampled": {}, "placement": {}, "errors": {}, "kernels": {}}
 
     def sharded_axis(spec) -> int | None:
         return next((i for i, a in enumerate(spec) if a is not None), None)
@@ -68,6 +85,39 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) 
                         "q shard": list(layer["q"].addressable_shards[0].data.shape)}
 
     ckpt = lambda: load_hf(dense_target, dense_draft, lazy=True)  # noqa: E731
+    # the interpreted Pallas attention and norm kernels, per shard: tokens, and the round's gathers
+    for tp, methods in PALLAS_RUNS:
+        shared = Executables()
+        for method in methods:
+            before = set(shared)
+            gen = Generator(ckpt(), method=method, budget=12, tp=tp, attn_impl="pallas_interpret", executables=shared)
+            out["greedy"][f"dense {method} tp{tp} pallas"] = tokens(gen)
+            [hlo] = [v.as_text() for k, v in shared.items() if k[0] == "rounds" and k not in before]
+            out["kernels"][f"tp{tp} {method}"] = {
+                "gathers": head_gathers(hlo, SIZES["head_dim"]),
+                **{name: name in hlo for name in ("ddtree_attention", "ddtree_add_rms_norm", "ddtree_qk_norm_rope")},
+                "impls": [gen.attn_impl, gen.tuning.kernels.norm_impl, gen.matmul_impl, gen.cache_impl]}
+
+    # one GQA attention call (8 query heads, 4 kv heads, a stacked cache): per shard against one device,
+    # and the same kernel left to GSPMD, which gathers heads (what the round's check would catch)
+    mesh = sharding.make_mesh(2)
+    keys = jax.random.split(jax.random.PRNGKey(0), 5)
+    bt, t, s, dh = 2, 5, 32, SIZES["head_dim"]
+    q, k_new, v_new = (jax.random.normal(key, (bt, t, h, dh)) for key, h in zip(keys, (8, 4, 4)))
+    k_cache, v_cache = (jax.random.normal(key, (2, bt, 4, s, dh)) for key in keys[3:])
+    cache_len, mask = jnp.asarray([7, 20], jnp.int32), jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (bt, t, t))
+    heads, cache = P(None, None, "tp", None), P(None, None, "tp", None, None)
+    args = [jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in
+            zip((q, k_new, v_new, k_cache, v_cache, cache_len, mask), (heads,) * 3 + (cache,) * 2 + (P(),) * 2)]
+    want = attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, mask, scale=0.25, layer=1)
+    for name, kernels in (("per shard", KernelTuning(attention="pallas_interpret", mesh=mesh)),
+                          ("gspmd", KernelTuning(attention="pallas_interpret"))):
+        f = jax.jit(lambda *a, kernels=kernels: dispatch.attention(kernels, *a, scale=0.25, layer=1))
+        got = f(*args)
+        out["kernels"][f"gqa {name}"] = {"error": float(jnp.abs(got - want).max()),
+                                         "axis": sharded_axis(got.sharding.spec),
+                                         "gathers": head_gathers(f.lower(*args).compile().as_text(), dh)}
+
     sampled = dict(temperature=0.8, top_p=0.9, seed=7)
     for tp in (1, 2):
         out["sampled"][f"ddtree tp{tp}"] = tokens(Generator(ckpt(), method="ddtree", budget=12, tp=tp), **sampled)
@@ -91,7 +141,7 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) 
         return "no error"
 
     out["errors"]["api tp3"] = api_error(tp=3)
-    out["errors"]["api pallas"] = api_error(tp=2, attn_impl="pallas_interpret")
+    out["errors"]["api pallas"] = api_error(tp=2, matmul_impl="pallas_interpret", cache_impl="pallas_interpret")
     pair = load_hf(dense_target, dense_draft, lazy=True)
     weights = sum(sharding.weight_bytes_per_device(p, 1) for p in (pair.target_params, pair.drafter_params))
     os.environ["DDTREE_MEMORY_LIMIT_BYTES"] = str(weights * 3 // 4)   # the weights alone overflow one device
@@ -132,6 +182,24 @@ def test_greedy_is_token_identical_to_one_device(results):
                 assert greedy[f"{name} {method} tp{tp}"] == want, f"{name} {method} on {tp} devices"
 
 
+def test_pallas_kernels_run_per_shard(results):
+    """The interpreted Triton attention and the norm kernels under --tp: the tokens of one device,
+    and no head-shaped all-gather in the round (the caches, q/k/v and the attention's output stay
+    on the devices that hold their heads)."""
+    want = results["greedy"]["dense ar tp1"]
+    for tp, methods in PALLAS_RUNS:
+        for method in methods:
+            assert results["greedy"][f"dense {method} tp{tp} pallas"] == want, f"{method} on {tp} devices, Pallas"
+            k = results["kernels"][f"tp{tp} {method}"]
+            assert k["gathers"] == [], k
+            assert k["impls"] == ["pallas_interpret", "pallas_interpret", "xla", "xla"], k
+            assert k["ddtree_attention"] and k["ddtree_add_rms_norm"], k
+            assert k["ddtree_qk_norm_rope"] == (method != "ar"), k    # the drafter's q (the target's are XLA's)
+    gqa, gspmd = results["kernels"]["gqa per shard"], results["kernels"]["gqa gspmd"]
+    assert gqa["error"] < 1e-5 and gqa["gathers"] == [] and gqa["axis"] == 2, gqa      # the output by heads
+    assert gspmd["error"] < 1e-5 and gspmd["gathers"], gspmd   # the check sees a gather where there is one
+
+
 def test_weights_and_caches_are_sharded(results):
     p = results["placement"]
     for name in ("dense", "moe"):
@@ -161,7 +229,8 @@ def test_bad_tp_values_are_one_line(results):
     assert e["cli tp0"].startswith("2 ") and "--tp" in e["cli tp0"] and ">= 1" in e["cli tp0"]
     assert e["cli tpx"].startswith("2 ") and "'two'" in e["cli tpx"]
     assert "does not divide" in e["api tp3"]
-    assert "--attn-impl pallas_interpret" in e["api pallas"]
+    assert "--matmul-impl pallas_interpret, --cache-impl pallas_interpret" in e["api pallas"], e["api pallas"]
+    assert "\n" not in e["api pallas"]
     assert "not enough device memory" in e["api memory tp1"] and "raise --tp" in e["api memory tp1"]
     assert results["auto"] == 2
 

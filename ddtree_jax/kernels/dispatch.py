@@ -16,14 +16,23 @@ the skinny-matmul kernel with `matmul.deterministic_config` (fixed row tile and 
 split), the attention `deterministic_attention.py`, the norms their kernels with a row block
 that does not follow the row count, so that a row's output is the same bits in a pass of any
 size; a shape one of them cannot take is an error, never a silent XLA fallback.
+
+Under --tp (`KernelTuning.mesh`, ddtree_jax/sharding.py) GSPMD partitions the XLA calls, and a
+Pallas call, which it cannot partition, runs per shard inside `jax.shard_map`: the attention over
+its device's heads (q by heads, the caches by kv heads, lengths and masks replicated), the norms
+over the replicated hidden state on every device. Each shard's impl and config are chosen from
+its own shapes. The products and cache writes stay XLA's (`matmul_choice`, `cache_choice`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from ddtree_jax.tuning import KernelTuning
 
@@ -34,10 +43,11 @@ from . import norms
 from . import tree_attention as ta
 from . import tree_attention_mgpu as mgpu
 from .attention_reference import attention_reference, check_attention_shapes
+from .stacking import split_row
 
 __all__ = ["attention_choice", "mosaic_config", "verify_rows", "norm_choice", "matmul_choice", "matmul_path",
-           "cache_choice", "moe_choice", "takes_kernels", "available_impls", "attention", "rms_norm", "add_rms_norm",
-           "qk_norm_rope", "matmul", "write_cache_rows", "expert_rows", "expert_matmul", "row_sum"]
+           "cache_choice", "moe_choice", "takes_kernels", "shards", "available_impls", "attention", "rms_norm",
+           "add_rms_norm", "qk_norm_rope", "matmul", "write_cache_rows", "expert_rows", "expert_matmul", "row_sum"]
 
 FAMILIES = ("attention", "norms", "matmul", "cache")
 
@@ -52,6 +62,8 @@ def takes_kernels(kernels: KernelTuning, family: str) -> bool:
     if family not in FAMILIES:
         raise ValueError(f"unknown kernel family {family!r}; choose one of {', '.join(FAMILIES)}")
     impl = kernels.norm_impl if family == "norms" else getattr(kernels, family)
+    if kernels.mesh is not None and family in ("matmul", "cache") and impl == "auto":
+        return False    # auto is XLA's under --tp (matmul_choice, cache_choice)
     return impl != "xla" and (impl != "auto" or getattr(kernels, f"auto_{family}") == "pallas")
 
 
@@ -131,10 +143,11 @@ def verify_rows(kernels: KernelTuning, t: int, q_heads: int, kv_heads: int, head
     its shapes): "auto" picks it per call."""
     if kernels.attention != "auto" or kernels.auto_attention != "pallas":
         return t
-    tp = -(-t // 8) * 8
-    q = jax.ShapeDtypeStruct((batch, tp, q_heads, head_dim), dtype)
-    kc = jax.ShapeDtypeStruct((batch, kv_heads, cache_size, head_dim), dtype)
-    return t if mosaic_config(kernels, q, kc) is None else tp
+    rows = -(-t // 8) * 8
+    n = shards(kernels)     # under --tp a device's heads choose its kernel
+    q = jax.ShapeDtypeStruct((batch, rows, q_heads // n, head_dim), dtype)
+    kc = jax.ShapeDtypeStruct((batch, kv_heads // n, cache_size, head_dim), dtype)
+    return t if mosaic_config(kernels, q, kc) is None else rows
 
 
 def norm_choice(kernels: KernelTuning, why_not: str | None) -> str:
@@ -152,6 +165,9 @@ def matmul_choice(kernels: KernelTuning, x_shape, w, prologue: str | None = None
     the executable's XLA options), else XLA; an explicit "pallas" takes the table's config where
     there is one (None: the kernel's default)."""
     impl = kernels.matmul
+    if kernels.mesh is not None:
+        _per_shard_refused(impl, "matmul", "a row-parallel product's residual add belongs after its all-reduce")
+        return "xla", None
     if kernels.deterministic:
         return impl, mm.deterministic_config(*w.shape)
     if impl == "auto" and kernels.auto_matmul != "pallas":
@@ -187,7 +203,10 @@ def moe_choice(kernels: KernelTuning, tokens: int) -> str:
 
 
 def cache_choice(kernels: KernelTuning) -> str:
-    """The commit's cache-write impl: "auto" is this device's choice."""
+    """The commit's cache-write impl: "auto" is this device's choice (XLA's under --tp)."""
+    if kernels.mesh is not None:
+        _per_shard_refused(kernels.cache, "cache", "the cache-write kernel does not run per shard")
+        return "xla"
     return kernels.auto_cache if kernels.cache == "auto" else kernels.cache
 
 
@@ -196,8 +215,12 @@ def cache_choice(kernels: KernelTuning) -> str:
 def attention(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *, scale: float,
               kv_start=None, layer=None):
     """ddtree_jax.kernels.tree_attention.attention's contract, the impl and config chosen by
-    `attention_choice` (over one layer's view of a stacked cache)."""
+    `attention_choice` (over one layer's view of a stacked cache); under --tp a Pallas impl runs
+    per shard (`_attention_per_shard`)."""
     check_attention_shapes(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer)
+    if kernels.mesh is not None:
+        return _attention_per_shard(kernels, q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
+                                    kv_start=kv_start, layer=layer)
     k_layer = k_cache if layer is None else jax.ShapeDtypeStruct(k_cache.shape[1:], k_cache.dtype)
     impl, config = attention_choice(kernels, q, k_layer, kv_start, k_cache)
     if impl.startswith("deterministic"):
@@ -212,23 +235,56 @@ def attention(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_le
 
 
 def rms_norm(kernels: KernelTuning, x, w, eps: float, *, layer=None):
-    """ddtree_jax.kernels.norms.rms_norm with `norm_choice`'s impl."""
-    return norms.rms_norm(x, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer,
-                          deterministic=kernels.deterministic)
+    """ddtree_jax.kernels.norms.rms_norm with `norm_choice`'s impl (under --tp a kernel runs on
+    every device over the replicated x)."""
+    impl = norm_choice(kernels, norms.norm_unsupported(x))
+
+    def call(x, w, layer):
+        return norms.rms_norm(x, w, eps, impl=impl, layer=layer, deterministic=kernels.deterministic)
+
+    if kernels.mesh is None or impl == "xla":
+        return call(x, w, layer)
+    return _per_shard(kernels, call, (x, *split_row(w, layer)), (P(),) * 3, P())
 
 
 def add_rms_norm(kernels: KernelTuning, x, delta, w, eps: float, *, layer=None):
-    """ddtree_jax.kernels.norms.add_rms_norm with `norm_choice`'s impl."""
-    return norms.add_rms_norm(x, delta, w, eps, impl=norm_choice(kernels, norms.norm_unsupported(x)), layer=layer,
-                              deterministic=kernels.deterministic)
+    """ddtree_jax.kernels.norms.add_rms_norm with `norm_choice`'s impl (under --tp as rms_norm)."""
+    impl = norm_choice(kernels, norms.norm_unsupported(x))
+
+    def call(x, delta, w, layer):
+        return norms.add_rms_norm(x, delta, w, eps, impl=impl, layer=layer, deterministic=kernels.deterministic)
+
+    if kernels.mesh is None or impl == "xla":
+        return call(x, delta, w, layer)
+    return _per_shard(kernels, call, (x, delta, *split_row(w, layer)), (P(),) * 4, (P(), P()))
 
 
 def qk_norm_rope(kernels: KernelTuning, qkv, q_norm_w, k_norm_w, cos, sin, *, num_heads: int, num_kv_heads: int,
                  head_dim: int, eps: float, layer=None):
-    """ddtree_jax.kernels.norms.qk_norm_rope with `norm_choice`'s impl."""
+    """ddtree_jax.kernels.norms.qk_norm_rope with `norm_choice`'s impl. Under --tp a kernel runs per
+    shard: over a device's heads where qkv is q alone (its columns cut on head boundaries, as
+    sharding.py cuts q), else over the whole replicated qkv on every device."""
     impl = norm_choice(kernels, norms.qk_unsupported(qkv, head_dim))
-    return norms.qk_norm_rope(qkv, q_norm_w, k_norm_w, cos, sin, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                              head_dim=head_dim, eps=eps, impl=impl, layer=layer, deterministic=kernels.deterministic)
+    kw = dict(num_kv_heads=num_kv_heads, head_dim=head_dim, eps=eps, impl=impl, deterministic=kernels.deterministic)
+    args = (qkv, q_norm_w, k_norm_w, cos, sin, layer)
+    if kernels.mesh is None or impl == "xla":
+        return norms.qk_norm_rope(*args[:5], num_heads=num_heads, layer=layer, **kw)
+    n = shards(kernels)
+    by_heads = num_kv_heads == 0 and num_heads % n == 0
+    heads = num_heads // n if by_heads else num_heads
+
+    def call(qkv, q_norm_w, k_norm_w, cos, sin, layer):   # the outputs that are arrays
+        out = norms.qk_norm_rope(qkv, q_norm_w, k_norm_w, cos, sin, num_heads=heads, layer=layer, **kw)
+        return tuple(o for o in out if o is not None)
+
+    if by_heads:
+        ax = kernels.mesh.axis_names[0]
+        specs = (_spec(qkv.ndim, qkv.ndim - 1, ax), P(), P(), P(), P(), P())
+        [q] = _per_shard(kernels, call, args, specs, (_spec(qkv.ndim + 1, qkv.ndim - 1, ax),))
+        return q, None, None
+    outs = iter(_per_shard(kernels, call, args, (P(),) * 6, (P(),) * (bool(num_heads) + 2 * bool(num_kv_heads))))
+    q = next(outs) if num_heads else None
+    return (q, *((next(outs), next(outs)) if num_kv_heads else (None, None)))
 
 
 def matmul(kernels: KernelTuning, x, w, **kw):
@@ -267,6 +323,77 @@ def row_sum(kernels: KernelTuning, x):
         half = x.shape[-1] // 2
         x = x[..., :half] + x[..., half:]
     return x[..., 0]
+
+
+# ----------------------------------------------------------------------------- per shard (--tp)
+
+def shards(kernels: KernelTuning) -> int:
+    """Devices the round is sharded over (`KernelTuning.mesh`; 1: none)."""
+    return 1 if kernels.mesh is None else kernels.mesh.devices.size
+
+
+def _per_shard_refused(impl: str, family: str, why: str) -> None:
+    """ValueError, one line, for an explicit kernel impl of a family that runs XLA's ops under --tp."""
+    if impl not in ("auto", "xla"):
+        raise ValueError(f"{family} impl {impl!r} does not run per shard under --tp ({why}); use 'auto' or 'xla'")
+
+
+def _spec(ndim: int, axis: int, name: str) -> P:
+    """The PartitionSpec of an ndim array cut along `axis` over the mesh axis `name`."""
+    return P(*(name if i == axis else None for i in range(ndim)))
+
+
+def _shard_struct(x, axis: int, n: int) -> jax.ShapeDtypeStruct:
+    """One device's share of x cut n ways along `axis`."""
+    return jax.ShapeDtypeStruct((*x.shape[:axis], x.shape[axis] // n, *x.shape[axis + 1:]), x.dtype)
+
+
+def _per_shard(kernels: KernelTuning, fn, args: tuple, specs: tuple, out_specs):
+    """fn(*args) on every device of kernels.mesh over its share of each argument (`specs`: one
+    PartitionSpec an argument, for all of its leaves), inside jax.shard_map: a Pallas call, which
+    GSPMD cannot partition. Leaves that are not arrays (a static layer index) stay fn's constants."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    leaf_specs = [s for a, s in zip(args, specs) for _ in jax.tree_util.tree_leaves(a)]
+    live = [i for i, x in enumerate(leaves) if isinstance(x, (jax.Array, np.ndarray))]
+
+    def body(*xs):
+        full = list(leaves)
+        for i, x in zip(live, xs):
+            full[i] = x
+        return fn(*jax.tree_util.tree_unflatten(tree, full))
+
+    # check_vma off: a pallas_call states no varying mesh axes of its outputs
+    return jax.shard_map(body, mesh=kernels.mesh, in_specs=tuple(leaf_specs[i] for i in live), out_specs=out_specs,
+                         check_vma=False)(*(leaves[i] for i in live))
+
+
+def _attention_per_shard(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, *,
+                         scale: float, kv_start=None, layer=None):
+    """`attention` under --tp: q and the new K/V by heads, the caches ([L,] Bt, Hkv, S, Dh) by kv
+    heads, lengths and the mask replicated; a device's query heads are the ones its kv heads
+    serve (GQA groups stay whole where the kv heads divide). The impl is the one a device's
+    shapes choose; an XLA one GSPMD partitions as it is."""
+    n = shards(kernels)
+    hkv = k_new.shape[2]
+    if hkv % n:
+        raise ValueError(f"{hkv} kv heads do not split over {n} devices (sharding.check_tp refuses this --tp)")
+    one = dataclasses.replace(kernels, mesh=None)
+    cache_axis = k_cache.ndim - 3
+    local_cache = _shard_struct(k_cache, cache_axis, n)
+    k_layer = local_cache if layer is None else jax.ShapeDtypeStruct(local_cache.shape[1:], k_cache.dtype)
+    impl, _ = attention_choice(one, _shard_struct(q, 2, n), k_layer, kv_start, local_cache)
+    if impl == "xla":
+        return attention_reference(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
+                                   kv_start=kv_start, layer=layer)
+
+    def call(q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer):
+        return attention(one, q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, scale=scale,
+                         kv_start=kv_start, layer=layer)
+
+    ax = kernels.mesh.axis_names[0]
+    heads, cache = _spec(4, 2, ax), _spec(k_cache.ndim, cache_axis, ax)
+    return _per_shard(kernels, call, (q, k_new, v_new, k_cache, v_cache, cache_len, new_mask, kv_start, layer),
+                      (heads, heads, heads, cache, cache, P(), P(), P(), P()), heads)
 
 
 def write_cache_rows(kernels: KernelTuning, caches, news, start, rows, **kw):
