@@ -11,10 +11,16 @@ over --rounds rounds; the stage breakdown either from `ddtree_jax.profile.profil
 stage a separate call followed by a sync, as `--profile` times it) or, with --stage-loop, from
 each stage alone in a device loop (no host dispatch per stage: what the large shapes need).
 
-A mixture-of-experts shape (qwen3-30b-a3b; tiny-moe on the CPU) also reports per row the distinct
-experts a layer the round's verify reads (one more pass after the timed calls, on the last call's
-final state) and the round's bytes floor from them (moe_round_stats): which part of a round is
-the experts' bytes, and how far the round is from reading only those.
+A mixture-of-experts shape of a dense family (qwen3-30b-a3b; tiny-moe on the CPU; not a hybrid
+one: the count runs models/target.py) also reports per row the distinct experts a layer the
+round's verify reads (one more pass after the timed calls, on the last call's final state) and
+the round's bytes floor from them (moe_round_stats): which part of a round is the experts'
+bytes, and how far the round is from reading only those.
+
+A hybrid shape (qwen3.5-9b, qwen3.5-35b-a3b; tiny-hybrid on the CPU: Gated DeltaNet and gated
+attention layers, models/hybrid.py) is built from its HF config by HybridConfig.from_hf, its random
+weights drawn from the checkpoint name table (init_from_entries); its rows also report the cache's
+bytes, the recurrent states' share of them, and the bytes a verify pass leaves for the commit.
 """
 from __future__ import annotations
 
@@ -34,11 +40,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax import engine, profile
+from ddtree_jax.checkpoint import names
 from ddtree_jax.cost import ModelSignature
 from ddtree_jax.generator import Generator, tree_nbytes as nbytes
 from ddtree_jax.models import moe as moe_block, target as tmodel
-from ddtree_jax.models.config import DrafterConfig, MoeConfig, RopeConfig, TargetConfig
-from ddtree_jax.models.init import init_drafter, init_target
+from ddtree_jax.models.config import (DrafterConfig, MoeConfig, RopeConfig, TargetConfig, check_pair,
+                                      default_target_layer_ids)
+from ddtree_jax.models.family import Hybrid, family_of
+from ddtree_jax.models.hybrid import HybridConfig
+from ddtree_jax.models.init import init_drafter, init_from_entries, init_target
 from ddtree_jax.models.layers import fuse_layer_weights
 
 # H100 SXM's HBM3 bandwidth (datasheet): the MoE rows' bytes floor is for the card they are timed on
@@ -76,6 +86,38 @@ SHAPES = {
         drafter=dict(num_layers=1, block_size=8, target_layer_ids=(1, 2)),
         theta=10000.0,
     ),
+    # Hybrid targets: `hf` is the HF config (a dict, or (transformers class, architecture): that
+    # class's defaults, which are the published model's shape; rope theta and context are
+    # transformers' defaults, which cost the same); the drafter's taps default to
+    # default_target_layer_ids, its heads / head_dim / intermediate size to the target's.
+    # Qwen3.5-9B: 32 layers (every 4th full attention), hidden 4096, 16 q / 4 kv heads of 256,
+    # rotary 0.25, GDN 16 key / 32 value heads of 128, vocab 248320 (8.95 B params). Its drafter is
+    # assumed (z-lab's config was not read): 5 layers, block 16, taps 1, 8, .., 29 and 32 heads of
+    # 128 as a third-party card of a tuned copy describes it; 8 kv heads and intermediate 12288 as
+    # Qwen3-8B's drafter.
+    "qwen3.5-9b": dict(
+        hf=("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
+        drafter=dict(num_layers=5, block_size=16, num_heads=32, num_kv_heads=8, head_dim=128),
+    ),
+    # Qwen3.5-35B-A3B: 40 layers, hidden 2048, 16 q / 2 kv heads of 256, every MLP 256 experts of
+    # 512 (8 a token) and a shared expert of 512 (34.7 B params, 3.5 B a token). Its drafter is
+    # assumed as the qwen3-30b-a3b entry's (32 / 4 heads of 128, intermediate 6144).
+    "qwen3.5-35b-a3b": dict(
+        hf=("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
+        drafter=dict(num_layers=5, block_size=16, num_heads=32, num_kv_heads=4, head_dim=128,
+                     intermediate_size=6144),
+        # 69 GB of weights in bf16: more of an 80 GB card than JAX's default 75 %
+        mem_fraction=0.95,
+    ),
+    # a few MB of dense hybrid target for the CPU tests: layers GDN, GDN, GDN, attention
+    "tiny-hybrid": dict(
+        hf=dict(architectures=["Qwen3_5ForCausalLM"], vocab_size=512, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_conv_kernel_dim=4, max_position_embeddings=4096,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
+        drafter=dict(num_layers=1, block_size=8, target_layer_ids=(1, 2)),
+    ),
     # a few MB of MoE target for the CPU tests
     "tiny-moe": dict(
         target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -106,8 +148,54 @@ def xla_options(items) -> dict | None:
     return out
 
 
+def hf_config(model: str) -> dict:
+    """A hybrid shape's HF config (config.json's dict): its own, or its transformers class's defaults."""
+    hf = SHAPES[model]["hf"]
+    if isinstance(hf, dict):
+        return dict(hf)
+    cls_name, arch = hf
+    import transformers
+
+    cls = getattr(transformers, cls_name, None)
+    if cls is None:
+        raise SystemExit(f"bench round --model {model} reads transformers.{cls_name}'s defaults; transformers "
+                         f"{transformers.__version__} has none (install a release with Qwen3.5)")
+    return {**cls().to_dict(), "architectures": [arch]}
+
+
+def hybrid_configs(model: str) -> tuple[HybridConfig, DrafterConfig]:
+    """A hybrid shape's target config (HybridConfig.from_hf of its HF config) and its drafter's."""
+    tc = HybridConfig.from_hf(hf_config(model), where=f"bench round --model {model}")
+    d = SHAPES[model]["drafter"]
+    n = d["num_layers"]
+    dc = DrafterConfig(hidden_size=tc.hidden_size, intermediate_size=d.get("intermediate_size", tc.intermediate_size),
+                       num_layers=n, num_heads=d.get("num_heads", tc.num_heads),
+                       num_kv_heads=d.get("num_kv_heads", tc.num_kv_heads), head_dim=d.get("head_dim", tc.head_dim),
+                       rms_eps=1e-6, block_size=d["block_size"],
+                       target_layer_ids=tuple(d.get("target_layer_ids") or default_target_layer_ids(tc.num_layers, n)),
+                       mask_token_id=tc.vocab_size - 1, num_target_layers=tc.num_layers, vocab_size=tc.vocab_size,
+                       sliding_windows=(None,) * n, rope=tc.rope)
+    check_pair(tc, dc)
+    return tc, dc
+
+
+def build_hybrid(model: str, dtype) -> types.SimpleNamespace:
+    """A hybrid shape's configs and random weights on the device: the target in the inference
+    layout (each layer fused as drawn: a Generator's fuse_params then copies nothing)."""
+    tc, dc = hybrid_configs(model)
+    # unsafe_rbg: as build's (threefry is slow for GBs of weights)
+    tp = init_from_entries(names.entries_for(tc), jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True,
+                           fuse=functools.partial(family_of(tc).fuse_params, stack=False))
+    dp = init_drafter(dc, jax.random.key(1, impl="unsafe_rbg"), dtype, jit=True)
+    jax.block_until_ready((tp, dp))
+    return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
+                                 tokenizer_dir=None, meta={})
+
+
 def build(model: str, dtype) -> types.SimpleNamespace:
     s = SHAPES[model]
+    if "hf" in s:
+        return build_hybrid(model, dtype)
     t = s["target"]
     rope = RopeConfig(theta=s["theta"])
     kind = (dict(family="qwen3_moe", architecture="Qwen3MoeForCausalLM",
@@ -162,8 +250,11 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: i
     def args(max_new: int) -> tuple:
         return prompt, lens, jnp.full((batch,), max_new, jnp.int32), knobs, jax.random.PRNGKey(0)
 
-    shapes = engine.state_shapes(gen.tparams, gen.dparams, *args(max_new_tokens), **static)
-    into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args(max_new_tokens), **static).compile(
+    # the prefill's static args as generate passes them: rows that differ in the tree alone (and a
+    # Generator of the same shapes) share its executable
+    pre_static = dict(static, spec=engine.prefill_spec(spec))
+    shapes = engine.state_shapes(gen.tparams, gen.dparams, *args(max_new_tokens), **pre_static)
+    into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args(max_new_tokens), **pre_static).compile(
         compiler_options=gen.compiler_options)
 
     def zeros():
@@ -228,9 +319,11 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         prefill_ms.append(1e3 * (time.perf_counter() - t0))
     run = engine.run_rounds.lower(gen.tparams, gen.dparams, state, knobs, jnp.int32(rounds), **static).compile(
         compiler_options=gen.round_options(spec))
+    hybrid = hybrid_bytes(gen, spec, state) if family_of(gen.tcfg) is Hybrid else {}
 
     fresh = (lambda prev: req.refill(None)) if fresh_buffers else req.refill
-    kept = [] if gen.tcfg.moe is not None else None  # the last call's final state: the MoE stats' input
+    # the last call's final state: the MoE stats' input (a dense family's: they run models/target.py)
+    kept = [] if gen.tcfg.moe is not None and family_of(gen.tcfg) is not Hybrid else None
     fused, steady = fused_times(gen, run, fresh, knobs, rounds, repeats, keep=kept)
     call_fixed = [(f - s) * rounds for f, s in zip(fused, steady)]
     loops = {}
@@ -260,6 +353,28 @@ def measure(gen: Generator, prompt_len: int, rounds: int, repeats: int, stage_re
         "nodes": engine.num_nodes(spec, gen.dcfg),
         "cache_size": spec.cache_size,
         **moe,
+        **hybrid,
+    }
+
+
+def hybrid_bytes(gen: Generator, spec, state) -> dict:
+    """A hybrid target's row fields: its cache's bytes (Hybrid.cache_bytes: the attention layers'
+    KV at spec.cache_size positions and the GDN layers' conv and recurrent states), the states'
+    share alone, and the bytes one verify pass leaves for the commit (the attention layers' new
+    K/V and the GDN layers' gdn.TreeStates; auto: its largest candidate's), from the traced
+    shapes (nothing runs)."""
+    tcfg, batch = gen.tcfg, state.length.shape[0]
+    itemsize = jnp.dtype(gen.tparams["embed"].dtype).itemsize
+    static = dict(tcfg=tcfg, dcfg=gen.dcfg, spec=spec)
+
+    def verify_outs(tp, dp, st):  # one per tree the round may verify (auto's candidates)
+        return [engine.verify_stage(tp, st, tree, **static)[2] for tree in _next_trees(tp, dp, st, **static)[1]]
+
+    new = jax.eval_shape(verify_outs, gen.tparams, gen.dparams, state)
+    return {
+        "cache_bytes": Hybrid.cache_bytes(tcfg, batch, spec.cache_size, itemsize),
+        "recurrent_state_bytes": Hybrid.cache_bytes(tcfg, batch, 0, itemsize),
+        "verify_state_bytes": max(map(nbytes, new)),
     }
 
 
@@ -587,6 +702,9 @@ def main(argv=None) -> int:
                       + (f"; experts a layer {r['moe_distinct_experts_mean']:.1f} (max "
                          f"{r['moe_distinct_experts_max']}), bytes floor {r['bytes_floor_ms']:.4g} ms, steady "
                          f"x{r['floor_ratio']:.2f}" if "bytes_floor_ms" in r else "")
+                      + (f"; cache {r['cache_bytes'] / 2**20:.4g} MiB (recurrent states "
+                         f"{r['recurrent_state_bytes'] / 2**20:.4g}), a verify leaves "
+                         f"{r['verify_state_bytes'] / 2**20:.4g} MiB" if "cache_bytes" in r else "")
                       + f"  [{time.perf_counter() - t0:.0f}s, "
                       f"at {time.perf_counter() - t_start:.0f}s]", flush=True)
                 save()

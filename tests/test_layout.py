@@ -19,7 +19,7 @@ ALLOWED = {
     "trees": {"kernels"},
     "drafters": {"kernels", "models"},
     "round": {"kernels", "models", "trees"},            # walk.py, sampling.py
-    "checkpoint": {"models"},
+    "checkpoint": {"models", "drafters"},               # drafters: the DFlash 2 config a drafter dir may hold
     "tokenizer": set(),
     "token_map": {"models", "checkpoint", "tokenizer"},
     "engine": {"kernels", "models", "trees", "drafters", "round"},

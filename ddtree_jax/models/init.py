@@ -1,5 +1,8 @@
-"""Random parameters in the layouts of target.py and drafter.py (training, tests, benchmarks)."""
+"""Random parameters in the layouts of target.py and drafter.py (training, tests, benchmarks), and
+of any family from its checkpoint name table (init_from_entries: hybrid targets too)."""
 from __future__ import annotations
+
+from typing import Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -113,3 +116,78 @@ def init_drafter(cfg: DrafterConfig, key: jax.Array, dtype=jnp.float32, *, jit: 
         "norm": jnp.ones((cfg.hidden_size,), dtype),
         "layers": [layer(keys[1 + n], None, None) for n in range(cfg.num_layers)],
     }
+
+
+def _draw_kind(path: tuple, shape: tuple[int, ...]) -> tuple[str, float]:
+    """How init_from_entries draws the param at `path` of `shape`: (kind, scale)."""
+    name = str(path[-1])
+    if name == "A_log":
+        return "A_log", 0.0
+    if name == "dt_bias":
+        return "ones", 0.0  # transformers' Qwen3.5 init
+    if len(shape) == 1:
+        if name.endswith("norm"):
+            return "ones", 0.0
+        return "normal", 0.02  # biases
+    if name == "embed":
+        return "normal", 1.0
+    if name == "conv" and len(shape) == 3:  # a GDN layer's depthwise conv [C, 1, K]: fan-in K
+        return "normal", shape[-1] ** -0.5
+    return "normal", shape[-2] ** -0.5  # [in, out] or stacked [E, in, out]: fan-in
+
+
+def _draw(key, shape: tuple[int, ...], kind: str, scale: float, dtype) -> jax.Array:
+    if kind == "ones":
+        return jnp.ones(shape, dtype)
+    if kind == "A_log":  # decays exp(-A softplus(.)) with A in 0.02..0.8: the state keeps the text
+        return jnp.log(jax.random.uniform(key, shape, jnp.float32, 0.02, 0.8)).astype(dtype)
+    return _dense(key, shape, dtype, scale)
+
+
+def _draw_group(keys, group: tuple, dtype) -> list[jax.Array]:
+    """The params of `group` ((shape, kind, scale) each), one key each."""
+    return [_draw(k, shape, kind, scale, dtype) for k, (shape, kind, scale) in zip(keys, group)]
+
+
+def init_from_entries(entries: Iterable[Any], key: jax.Array, dtype=jnp.float32, *, jit: bool = False,
+                      fuse: Callable[[dict], dict] | None = None) -> dict:
+    """Random params of any family from its name table: `entries` are objects with `.path` (e.g.
+    ("layers", 3, "linear", "qkv")) and `.shape` in our layout, as checkpoint.names.entries_for(cfg)
+    lists them (a target's, a hybrid target's or a drafter's), so the tree is the one a loader
+    builds. Matrices ~ N(0, 1/fan-in) as _dense, the embedding N(0, 1), norms ones, biases
+    N(0, 0.02^2), a GDN layer's A_log / dt_bias as decays that keep the state. jit: each layer one
+    jitted program on the device, shared by the layers of one kind (as init_target's). fuse: a
+    family's fuse_params (e.g. family_of(cfg).fuse_params), given the layers as an iterator: each
+    layer is fused as soon as it is drawn, so its pieces are freed before the next (the result is
+    already in the inference layout, which a Generator's own fuse_params then keeps as is)."""
+    top, layers = [], {}
+    for e in entries:
+        path, shape = tuple(e.path), tuple(e.shape)
+        if path[0] == "layers":
+            layers.setdefault(int(path[1]), []).append((path[2:], shape))
+        else:
+            top.append((path, shape))
+    n = len(layers)
+    if sorted(layers) != list(range(n)):
+        raise ValueError(f"the entries' layers are {sorted(layers)}, not 0..{n - 1}")
+    draw = jax.jit(_draw_group, static_argnums=(1, 2)) if jit else _draw_group
+    keys = jax.random.split(key, n + 1)
+    dtype = jnp.dtype(dtype)
+
+    def group(k, items: list) -> dict:
+        values = draw(jax.random.split(k, len(items)),
+                      tuple((shape, *_draw_kind(path, shape)) for path, shape in items), dtype)
+        out: dict = {}
+        for (path, _), value in zip(items, values):
+            node = out
+            for p in path[:-1]:
+                node = node.setdefault(p, {})
+            node[path[-1]] = value
+        return out
+
+    params = group(keys[0], top)
+    drawn = (group(keys[1 + i], layers[i]) for i in range(n))
+    if fuse is None:
+        return {**params, "layers": list(drawn)}
+    out = fuse({**params, "layers": drawn})
+    return {**out, "layers": list(out["layers"])}
