@@ -219,16 +219,21 @@ def test_shipped_h100_model_is_the_results_rows_at_the_8b_shape():
     lines = (ROOT / "bench" / "RESULTS.md").read_text().splitlines()
     ab = next(line for line in lines if "the shipped cost model's batch-1 points" in line)
     by_batch = next(line for line in lines if "rounds by batch, 1 / 4 / 16 rows" in line)
+    b32 = next(line for line in lines if "rounds at batch 32, one start" in line)
     assert "4dc328d" in ab and "96c1c4d" in by_batch and "96c1c4d" in cm.source
+    assert "e923fe0" in b32 and "e923fe0" in cm.source
     column = {4: 1, 16: 2}
     for p in cm.points:
+        name = {"ar": "AR", "dflash": "DFlash", "ddtree": "DDTree-64"}[p.method]
         if p.batch == 1:
             assert f"/ {p.round_ms:.3f}" in ab, p
+        elif p.batch == 32:
+            assert f"{name} {p.round_ms:.3f}" in b32, p
         else:
-            name = {"ar": "AR", "dflash": "DFlash", "ddtree": "DDTree-64"}[p.method]
             figures = by_batch.split(f"{name} ")[1].split(";")[0].split(" ms")[0].split(" / ")
             assert float(figures[column[p.batch]]) == p.round_ms, p
     assert cm.candidates(1) == ("ar", "dflash", 64, 256) and cm.candidates(4) == ("ar", "dflash", 64)
+    assert cm.candidates(32) == ("ar", "dflash", 64)
 
 
 # -- the chooser ---------------------------------------------------------------------------------
