@@ -28,6 +28,33 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from ddtree_jax.kernels.tree_attention_mgpu import prepare_cpu_for_interpret  # noqa: E402
 
 prepare_cpu_for_interpret()
+
+
+# Compiling is most of this suite's time on the CPU. LLVM without its optimisation passes compiles
+# ~40 % faster (XLA's passes all still run); the project's fuzz and tree tests used these options
+# per executable before. The tests whose time is running, not compiling, ask for XLA's defaults
+# back (DEFAULT_COMPILE). DDTREE_TEST_FAST_COMPILE=0 runs the suite with XLA's defaults throughout.
+FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# XLA's defaults of those flags, as compile options (Generator(compiler_options=...), jax.jit(compiler_options=...))
+DEFAULT_COMPILE = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
+
+
+def _fast_compile_flags() -> None:
+    """FAST_COMPILE_FLAGS into XLA_FLAGS, for this process and the CLIs the tests start, unless
+    turned off or this jaxlib lacks one (an unknown flag in XLA_FLAGS aborts every jax process, so
+    a child process tries them first; the xdist workers inherit the result)."""
+    if os.environ.get("DDTREE_TEST_FAST_COMPILE", "1") == "0" or FAST_COMPILE_FLAGS in os.environ.get("XLA_FLAGS", ""):
+        return
+    import subprocess
+
+    flags = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAGS}".strip()
+    probe = subprocess.run([sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1).block_until_ready()"],
+                           env=dict(os.environ, XLA_FLAGS=flags), capture_output=True)
+    if probe.returncode == 0:
+        os.environ["XLA_FLAGS"] = flags
+
+
+_fast_compile_flags()
 # In-process CLI runs would turn JAX's persistent cache on for the rest of a worker; loading an
 # XLA:CPU executable that another process wrote can crash the loader (jax-ml/jax#28908), so test
 # workers compile for themselves. The CLI subprocesses the tests start share the cache above.

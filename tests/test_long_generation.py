@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from ddtree_jax.checkpoint import load_checkpoint
+from conftest import DEFAULT_COMPILE
+
+from ddtree_jax.checkpoint import DEFAULT_CKPT, load_checkpoint
 from ddtree_jax.errors import UserError
-from ddtree_jax.checkpoint import DEFAULT_CKPT
 from ddtree_jax.generator import Generator
 from ddtree_jax.tokenizer import load_tokenizer
 
@@ -30,7 +31,9 @@ BUDGET = 64
 def test_long_ddtree_generation_equals_autoregressive():
     ck = load_checkpoint(DEFAULT_CKPT, dtype="float32")
     ids = load_tokenizer(ck).encode(PROMPT, add_special_tokens=False)
-    ddtree = Generator(ck, method="ddtree", budget=BUDGET)
+    # ~2,900 rounds and steps to run: XLA's default code generation (the suite's cheapest-compile
+    # flags would double the running time)
+    ddtree = Generator(ck, method="ddtree", budget=BUDGET, compiler_options=DEFAULT_COMPILE)
     with pytest.raises(UserError, match="--budget 64 needs") as e:
         ddtree.check_request([len(ids)], WANTED, 0.0, 1.0)
     assert "\n" not in str(e.value)
@@ -48,7 +51,7 @@ def test_long_ddtree_generation_equals_autoregressive():
     tree = ddtree.generate_ids([ids], max_new_tokens=n)[0]
     t_tree = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ar = Generator(ck, method="ar").generate_ids([ids], max_new_tokens=n)[0]
+    ar = Generator(ck, method="ar", compiler_options=DEFAULT_COMPILE).generate_ids([ids], max_new_tokens=n)[0]
     t_ar = time.perf_counter() - t0
     print(f"\n{n} tokens: ddtree {t_tree:.1f} s with compilation ({tree.time_s:.1f} s generating, "
           f"{tree.rounds} rounds, mean acceptance {tree.mean_acceptance:.2f}); "
