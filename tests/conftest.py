@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,51 @@ _fast_compile_flags()
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_compilation_cache", False)
+
+
+def _compile_interpreted_threads_once() -> None:
+    """Mosaic GPU's interpret mode runs a kernel's grid points one after the other, each as one
+    CPU computation a warpgroup, and jax's thread_map._run_jaxpr compiles that computation anew
+    every time (an AOT compile, which no cache keeps): the same program, 1-5 s a compile, dozens
+    of times a kernel call. Here each (program, argument types) compiles once and every grid
+    point's threads run that executable on their own inputs, as before. Left alone where this
+    jax's _run_jaxpr is not the one replaced."""
+    import functools
+    import inspect
+    import threading
+
+    try:
+        from jax._src.pallas.mosaic.interpret import thread_map
+        source = inspect.getsource(thread_map._run_jaxpr)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return
+    if "traced.lower().compile()(consts, *args)" not in source:
+        return
+    from jax import core as jax_core
+
+    def _run(jaxpr, consts, *args):
+        jax_core.eval_jaxpr(jaxpr, consts, *args)
+
+    lock = threading.Lock()  # a grid point's threads ask for one program at once: one compiles it
+
+    @functools.lru_cache(maxsize=None)
+    def compiled(jaxpr, tree, types):
+        consts, args = jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(s, d) for s, d in types])
+        return jax.jit(_run, static_argnums=(0,)).trace(jaxpr, consts, *args).lower().compile()
+
+    def run_jaxpr(jaxpr, consts, *args):
+        leaves, tree = jax.tree.flatten((consts, args))
+        # shapes and dtypes as the arrays state them (reading a jax array's value here would wait)
+        types = tuple((np.shape(x), x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype) for x in leaves)
+        with lock:
+            program = compiled(jaxpr, tree, types)
+        program(consts, *args)
+
+    thread_map._run_jaxpr = run_jaxpr
+    globals()["_interpreted_thread_programs"] = compiled  # module level: release_executables clears it
+
+
+_compile_interpreted_threads_once()
 if "DDTREE_COMPILE_CACHE" not in os.environ:  # the CLIs' compile cache: per test session, not ~/.cache
     import tempfile
 

@@ -702,6 +702,11 @@ def test_vocab_top_k_settings():
     assert ddtree._stage1_options(TreeTuning()) == {}
 
 
+# vocab_top_k in one program per static setting, compiled once for every kind of value: called
+# op by op, each interpreted kernel call traces its kernel anew and compiles it again
+vocab_top_k_jit = jax.jit(ddtree.vocab_top_k, static_argnames=("k", "chunks", "keep", "stage1", "stage2"))
+
+
 @pytest.mark.parametrize("stage1", ["xla", "threshold_interpret"])
 @pytest.mark.parametrize("kind", KINDS + ["zeros"])
 @pytest.mark.parametrize("shape,k,chunks", [((2, 3, 20000), 16, 128), ((1, 2, 30000), 64, 128),
@@ -717,7 +722,7 @@ def test_second_stage_by_threshold_is_lax_top_k(stage1, kind, shape, k, chunks):
     else:
         x = jnp.asarray(make_logp(kind, shape if len(shape) == 3 else (1, *shape), seed=k).reshape(shape))
     want = jax.lax.top_k(x, k)
-    got = ddtree.vocab_top_k(x, k, chunks=chunks, stage1=stage1, stage2="threshold_interpret")
+    got = vocab_top_k_jit(x, k=k, chunks=chunks, stage1=stage1, stage2="threshold_interpret")
     np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
@@ -775,7 +780,7 @@ def test_second_stage_by_select_is_lax_top_k(stage1, kind, shape, k, chunks, kee
     else:
         x = jnp.asarray(make_logp(kind, shape if len(shape) == 3 else (1, *shape), seed=k).reshape(shape))
     want = jax.lax.top_k(x, k)
-    got = ddtree.vocab_top_k(x, k, chunks=chunks, keep=keep, stage1=stage1, stage2="select_interpret")
+    got = vocab_top_k_jit(x, k=k, chunks=chunks, keep=keep, stage1=stage1, stage2="select_interpret")
     np.testing.assert_array_equal(np.asarray(got[0]).view(np.int32), np.asarray(want[0]).view(np.int32))
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
