@@ -84,10 +84,21 @@ def test_deterministic_tuning_switches():
 SAMPLE = (0, 3, 16, 64, 139)   # rows of a 140-row product: several row tiles, and past MAX_ROWS a row grid
 
 
+def split_config(monkeypatch, split: int) -> None:
+    """deterministic_config with K cut in `split` parts (16-row K steps), as the large shapes are."""
+    if split > 1:
+        whole = mm.deterministic_config
+        monkeypatch.setattr(mm, "deterministic_config",
+                            lambda k, n: dataclasses.replace(whole(k, n), block_k=16, split_k=split))
+
+
+@pytest.mark.parametrize("split", [1, 4])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_matmul_row_is_the_one_row_product(dtype):
+def test_matmul_row_is_the_one_row_product(monkeypatch, dtype, split):
     k, n = 64, 80                                     # a ragged last column block
+    split_config(monkeypatch, split)
     cfg = mm.deterministic_config(k, n)
+    assert cfg.split_k == split
     x, w = rnd(0, (140, k), dtype), rnd(1, (k, n), dtype, 0.2)
     nw, res = 1 + rnd(2, (k,), jnp.float32, 0.1), rnd(3, (140, n), dtype)
     gu, wd = rnd(4, (140, 2 * k), dtype), rnd(5, (k, n), dtype, 0.2)
@@ -111,10 +122,14 @@ def test_matmul_row_is_the_one_row_product(dtype):
 
 def test_matmul_plan_is_row_count_free():
     cfg = mm.deterministic_config(4096, 4096)
-    assert (cfg.block_k, cfg.split_k, cfg.row_tile) == (128, 1, 16) and mm.deterministic_config(192, 64).block_k == 64
+    assert (cfg.block_n, cfg.block_k, cfg.split_k, cfg.row_tile) == (64, 128, 4, 16)
+    assert mm.deterministic_config(192, 64).block_k == 64 and mm.deterministic_config(192, 64).split_k == 1
+    # wide products keep K whole; narrow ones split until enough programs or 1024 K rows a part
+    assert mm.deterministic_config(4096, 151936).split_k == 1 and mm.deterministic_config(12288, 4096).split_k == 4
+    assert mm.deterministic_config(2048, 128).split_k == 2
     for m in (1, 17, 65, 128, 129, 1024):
         plan = mm.matmul_plan(m, 4096, 4096, cfg)
-        assert {h for _, h in plan.tiles} == {16} and plan.block_k == 128 and plan.split_k == 1
+        assert {h for _, h in plan.tiles} == {16} and plan.block_k == 128 and plan.split_k == 4
         assert plan.row_blocks * plan.rows_per_block >= m and plan.rows_per_block <= mm.MAX_ROWS
 
 
@@ -150,10 +165,12 @@ def test_norm_rows_are_one_row_norms(dtype):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("split", [1, 2])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_expert_rows_are_one_row_products(dtype):
+def test_expert_rows_are_one_row_products(monkeypatch, dtype, split):
     """The MoE experts' grouped product: a (token, expert) row's output in a pass of 13 tokens is
     its output in a pass of one, and the plain deterministic product of that row alone."""
+    split_config(monkeypatch, split)
     e, h, i, k = 8, 64, 32, 2
     gu, dn = rnd(0, (e, h, 2 * i), dtype, 0.2), rnd(1, (e, i, h), dtype, 0.2)
     x, idx = rnd(2, (13, h), dtype), np.random.default_rng(3).integers(0, e, (13, k)).astype(np.int32)

@@ -12,8 +12,8 @@ shapes and the frozen KernelTuning), so they are made at trace time and cost not
 so that "auto" can take the Mosaic GPU kernel (whose TMA boxes need T % 8 == 0).
 
 The deterministic mode (KernelTuning.deterministic) decides nothing by shape: every product runs
-the skinny-matmul kernel with `matmul.deterministic_config` (fixed row tile and K step, no
-split), the attention `deterministic_attention.py`, the norms their kernels with a row block
+the skinny-matmul kernel with `matmul.deterministic_config` (fixed row tile, K step and split
+count, the parts summed in one order), the attention `deterministic_attention.py`, the norms their kernels with a row block
 that does not follow the row count, so that a row's output is the same bits in a pass of any
 size; a shape one of them cannot take is an error, never a silent XLA fallback.
 

@@ -9,7 +9,7 @@ row tile, plus a 16-row tail tile for rows just above it; rows past M are masked
 moves no bytes), streams its slab through shared memory ``block_k`` rows at a time (Triton's
 software pipeline, ``num_stages`` deep) and stores its output tile once: each weight byte is
 read exactly once. With ``split_k > 1`` the K range is cut
-into parts whose float32 partials one XLA reduction adds (for narrow N, where column slabs alone
+into parts whose float32 partials one XLA fusion adds in a fixed order (for narrow N, where column slabs alone
 give too few programs to keep HBM busy). ``swap_ab`` accumulates w_tile^T @ x_tile^T instead,
 so the weight tile fills the MMA's 64-row side and the few rows of x its narrow side (a tile
 option for the tuned table; bench/bench_gemm.py sweeps it).
@@ -24,9 +24,9 @@ float32 accumulation); the summation order differs from cuBLAS', so bf16 results
 the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never TF32.
 
 Deterministic mode (ddtree_jax.tuning.KernelTuning.deterministic): `deterministic_config` fixes
-the row tile (16 rows, each tile its own MMA of one shape), the K step and the column slab by the
-weight's shape alone, with no split, so a row's output is the same bits in a product of any
-number of rows; `grouped_matmul` runs an MoE's experts the same way (`group_rows` lays out
+the row tile (16 rows, each tile its own MMA of one shape), the K step, the column slab and the
+split count by the weight's shape alone, and the parts are summed in one order, so a row's output
+is the same bits in a product of any number of rows; `grouped_matmul` runs an MoE's experts the same way (`group_rows` lays out
 their rows).
 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
@@ -188,22 +188,28 @@ def default_matmul_config(m: int, k: int, n: int) -> MatmulConfig:
 
 
 DETERMINISTIC_ROW_TILE = 16
+DETERMINISTIC_PROGRAMS = 256  # about two per SM of an H100 (132)
 
 
 def deterministic_config(k: int, n: int) -> MatmulConfig:
     """The deterministic mode's config for x [m, k] @ w [k, n], whatever m: every row in a
     16-row tile of its own MMA, a fixed K step (the largest power of two <= 128 dividing k, so
-    that any k the models have fits), no split, so a row's sum runs in the same order in a
-    one-row step and in a verify of any size. swap_ab puts the weight tile on the MMA's M side
-    and the 16 rows on its N side: one instruction shape for every tile, and each weight tile is
-    read once for all the rows of a program (up to MAX_ROWS). Only the shape (k, n) picks the
-    tiles: 32-column slabs where 64 would leave fewer than ~128 programs (an H100 has 132 SMs;
-    untuned)."""
+    that any k the models have fits) and a split count fixed by (k, n), its parts summed in one
+    order, so a row's sum runs the same way in a one-row step and in a verify of any size.
+    swap_ab puts the weight tile on the MMA's M side and the 16 rows on its N side: one
+    instruction shape for every tile, and each weight tile is read once for all the rows of a
+    program (up to MAX_ROWS). 64-column slabs (128-byte weight rows), and K split in halves
+    while there are fewer than DETERMINISTIC_PROGRAMS programs and a part keeps >= 1024 rows of
+    K: a one-row product reads its weight at the card's rate only with enough programs in flight."""
     bk = 128
     while bk > 16 and k % bk:
         bk //= 2
-    bn = 64 if pl.cdiv(n, 64) >= 128 else 32
-    return MatmulConfig(block_n=bn, block_k=bk, num_warps=4, num_stages=4, split_k=1, tail_rows=False,
+    bn = 64
+    split = 1
+    while (pl.cdiv(n, bn) * split < DETERMINISTIC_PROGRAMS and k % (2 * split * bk) == 0
+           and k // (2 * split) >= 1024):
+        split *= 2
+    return MatmulConfig(block_n=bn, block_k=bk, num_warps=4, num_stages=4, split_k=split, tail_rows=False,
                         swap_ab=True, row_tile=DETERMINISTIC_ROW_TILE)
 
 
@@ -249,8 +255,6 @@ def _unsupported(m: int, k: int, n: int, cfg: MatmulConfig) -> str | None:
         return "empty operand"
     if m > MAX_ROWS and not cfg.row_tile:
         return f"{m} rows > {MAX_ROWS}"
-    if cfg.row_tile and cfg.split_k > 1:
-        return "a fixed row tile takes no split_k"
     for name, v in (("block_n", cfg.block_n), ("block_k", cfg.block_k), ("split_k", cfg.split_k),
                     ("row_tile", cfg.row_tile or 1)):
         if v < 1 or v & (v - 1):
@@ -344,7 +348,8 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
     per-column float32 scales, applied to the accumulated columns. norm: the x tile is
     x * norm_w[layer] (rounded to x's dtype) and the accumulated rows are scaled by
     rsqrt(mean(x^2) + eps), the mean taken over the K columns this program streams anyway
-    (RMSNorm's scale is per row, so it commutes with the product; split_k must be 1).
+    (RMSNorm's scale is per row, so it commutes with the product; with split_k > 1 each part
+    first sums the squares over all of K, then scales its partial).
     residual: out = residual + (the product
     rounded to the output dtype), rounded again (the models' `x + linear(...)`). swap: the
     accumulators are [BN, rows] (w_tile^T @ x_tile^T), transposed once after the K loop.
@@ -377,6 +382,18 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
         w_rows = lambda ks: w_ref.at[e, ks, :]  # noqa: E731  (one indexer: the lowering takes no chain)
         steps = jnp.where(expert >= 0, jnp.int32(steps), jnp.int32(0))
     layer = clamp_layer(layer_ref[()], n_layers) if norm else None
+    # split: a row's mean of squares needs all of K, which every part reads from x first (x is
+    # small and in L2), in the order of the unsplit loop; the parts' products then take its scale
+    whole_row_ss = norm and plan.split_k > 1
+
+    def row_ss(i, sss):
+        ks = pl.ds(pl.multiple_of(i * bk, bk), bk)
+        out = []
+        for (r0, h), ok, ss in zip(tiles, rows_ok, sss):
+            x32 = pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok, other=None if ok is None else 0.0)
+            x32 = x32.astype(jnp.float32)
+            out.append(ss + jnp.sum(x32 * x32, axis=1))
+        return tuple(out)
 
     def step(i, carry):
         accs, sss = carry
@@ -393,7 +410,8 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
                 xt = (g32 / (1.0 + jnp.exp(-g32)) * up.astype(jnp.float32)).astype(xt.dtype)
             if norm:
                 x32 = xt.astype(jnp.float32)
-                ss = ss + jnp.sum(x32 * x32, axis=1)
+                if not whole_row_ss:
+                    ss = ss + jnp.sum(x32 * x32, axis=1)
                 xt = (x32 * nw[None, :]).astype(xt.dtype)
             wx = wt.astype(xt.dtype)
             # swap: [BN, h] += w_tile^T @ x_tile^T; else [h, BN] += x_tile @ w_tile
@@ -405,6 +423,8 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
 
     zeros = (tuple(jnp.zeros((bn, h) if swap else (h, bn), jnp.float32) for _, h in tiles),
              tuple(jnp.zeros((h,), jnp.float32) for _, h in tiles))
+    if whole_row_ss:
+        zeros = (zeros[0], lax.fori_loop(0, k_total // bk, row_ss, zeros[1]))
     accs, sss = lax.fori_loop(0, steps, step, zeros)
     if swap:
         accs = tuple(acc.T for acc in accs)
@@ -441,15 +461,13 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     if norm:
         norm_layer, norm_w = as_stack(norm_layer, norm_w)
     n_layers = norm_w.shape[0] if norm else 1
-    if norm and split:
-        raise ValueError("the rmsnorm prologue needs split_k = 1 (each program's K range is the whole row)")
     fuse_residual = residual is not None and not split
     kernel = lambda *refs: _kernel(*refs, m=m, n=n, plan=plan, precision=_precision(x2.dtype),  # noqa: E731
                                    swiglu_in=prologue == "swiglu", scaled=scaled, norm=norm, eps=eps,
                                    residual=fuse_residual, swap=cfg.swap_ab, n_layers=n_layers,
                                    grouped=groups is not None)
     if split:
-        out_spec = pl.BlockSpec((None, bm, bn), lambda j, s, r: (s, 0, j))
+        out_spec = pl.BlockSpec((None, bm, bn), lambda j, s, r: (s, r, j))
         out_shape = jax.ShapeDtypeStruct((plan.split_k, m, n), jnp.float32)
     else:
         out_spec = pl.BlockSpec((bm, bn), lambda j, s, r: (r, j))
@@ -486,7 +504,10 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     )(*args)
     if not split:
         return y
-    y = y.sum(axis=0).astype(out_dtype)
+    total = y[0]
+    for part in range(1, plan.split_k):  # one fixed order, whatever the rows: a row's bits are its own
+        total = total + y[part]
+    y = total.astype(out_dtype)
     return y if residual is None else residual + y.astype(residual.dtype)
 
 
@@ -557,8 +578,8 @@ def _plan_call(x_shape, w, impl: str, config: MatmulConfig | None, prologue: str
                          + (" (swiglu takes [gate ; up]: 2K columns)" if prologue == "swiglu" else ""))
     m = math.prod(x_shape[:-1])
     path, cfg = _resolve(impl, m, k, n, config)
-    if path != "xla" and prologue == "rmsnorm" and cfg.split_k > 1:
-        cfg = dataclasses.replace(cfg, split_k=1)  # the row's mean of squares needs all of K
+    if path != "xla" and prologue == "rmsnorm" and cfg.split_k > 1 and not cfg.row_tile:
+        cfg = dataclasses.replace(cfg, split_k=1)  # tuned tiles: a program's K range is the whole row
     return path, cfg, m, k, n, kx
 
 
