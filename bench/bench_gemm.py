@@ -25,8 +25,9 @@ layers' context k/v in one product, drafters.dflash.fuse_params) and fc; NAME_in
 same with int8 weights (a quantized drafter's; bytes floor at 1 byte a weight). Variants: "xla"
 (what `layers.linear` runs), "xla:OPTION=VALUE" (the same with an XLA option, e.g.
 xla_gpu_exhaustive_tiling_search=true), "pallas" (default_matmul_config) and
-"pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]" configs (block_n, block_k, num_warps, num_stages, split_k,
-tail_rows 1/0, swap_ab 1/0: ddtree_jax.kernels.matmul.MatmulConfig's fields in order); --sweep
+"pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP[xROWTILE]]]" configs (block_n, block_k, num_warps, num_stages,
+split_k, tail_rows 1/0, swap_ab 1/0, row_tile: ddtree_jax.kernels.matmul.MatmulConfig's fields in
+order), and "det" (the deterministic mode's product, matmul.deterministic_config); --sweep
 adds variants for the --sweep-rows and --sweep-shapes only.
 Results go to DIR/bench_gemm.json, rewritten after every row. ``--write-table FILE`` then merges
 the winners into a tuned table (ddtree_jax/kernels/matmul_configs.json's format: per device kind, the
@@ -72,15 +73,18 @@ def prologue_of(shape: str) -> str | None:
 
 
 def parse_variant(v: str):
-    """'xla' | 'xla:K=V' | 'pallas' | 'pallas:64x128x4x4x1' -> (kind, options or MatmulConfig|None)."""
+    """'xla' | 'xla:K=V' | 'pallas' | 'pallas:64x128x4x4x1' | 'det' -> (kind, options or MatmulConfig|None)."""
     kind, _, rest = v.partition(":")
+    if v == "det":
+        return "det", None
     if kind == "xla":
         return "xla", (xla_options([rest]) if rest else None)
     if kind == "pallas":
         if not rest:
             return "pallas", None
         return "pallas", mm.MatmulConfig(*(int(x) for x in rest.split("x")))
-    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas or pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP]]")
+    raise SystemExit(f"unknown variant {v!r}: xla, xla:OPTION=VALUE, pallas, pallas:BNxBKxWxSxSPLIT[xTAIL[xSWAP[xROWTILE]]] "
+                     "or det")
 
 
 def bucket(m: int) -> tuple[int, int]:
@@ -265,6 +269,8 @@ def main(argv=None) -> int:
                     break
                 kind, opt = parse_variant(v)
                 impl = "xla" if kind == "xla" else pallas_impl
+                if kind == "det":  # the deterministic mode's product (its config is the shape's alone)
+                    kind, opt = "pallas", mm.deterministic_config(k, n)
                 if kind == "pallas" and opt is None:  # explicit, so a tuned table cannot change it
                     opt = mm.default_matmul_config(m, k, n)
                 try:

@@ -321,7 +321,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--methods", default="ar,dflash,ddtree:64",
-                    help="comma-separated METHOD[:BUDGET][/UNROLL], e.g. ar/1,ar/4,ddtree:64 (unroll 0 or none: the default)")
+                    help="comma-separated METHOD[:BUDGET][/UNROLL], e.g. ar/1,ar/4,ddtree:64,ddtree:auto (unroll 0 or "
+                         "none: the default)")
+    ap.add_argument("--cost-model", default=None, metavar="FILE", help="ddtree:auto's cost model (default: the shipped one)")
+    ap.add_argument("--auto-budgets", default=None, help="the budgets ddtree:auto chooses among, comma-separated")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--attn-impl", default="auto")
     ap.add_argument("--matmul-impl", default="auto")
@@ -331,6 +334,8 @@ def main(argv=None) -> int:
     ap.add_argument("--graphs", action="store_true",
                     help=f"trace the command buffers as they run unprofiled ({GRAPHS_OPTION}); default: "
                          "op by op, as XLA runs them under a profiler")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="the deterministic mode's kernels (Generator's deterministic=True)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -343,10 +348,12 @@ def main(argv=None) -> int:
         m, _, u = m.partition("/")
         method, _, b = m.partition(":")
         opts = xla_options(args.xla_option)
-        gen = Generator(ck, method=method, budget=int(b or 64), attn_impl=args.attn_impl, unroll=int(u or 0),
-                        compiler_options=opts, matmul_impl=args.matmul_impl,
-                        cache_impl=args.cache_impl)
-        label = f"{method}{b}_u{gen.unroll}"
+        auto = {} if b != "auto" else {"cost_model": args.cost_model, **(
+            {"auto_budgets": tuple(int(x) for x in args.auto_budgets.split(",") if x)} if args.auto_budgets else {})}
+        gen = Generator(ck, method=method, budget=b if b == "auto" else int(b or 64), attn_impl=args.attn_impl,
+                        unroll=int(u or 0), compiler_options=opts, matmul_impl=args.matmul_impl,
+                        cache_impl=args.cache_impl, deterministic=args.deterministic, **auto)
+        label = f"{method}{b}_u{gen.unroll}{'_det' * args.deterministic}"
         r = profile_one(gen, args.prompt_len, args.rounds, out, label, graphs=args.graphs)
         results.append(r)
         print(f"[profile] {label}: wall {r['wall_ms_per_round']:.3f} ms/round, steady {r['steady_ms_per_round']:.3f} (compile {r['compile_s']:.0f}s), busy {r.get('busy_ms_per_round', 0):.3f}, "
