@@ -26,6 +26,7 @@ from ddtree_jax.cost import CostModel, ModelSignature, auto_lines, resolve_cost_
 from ddtree_jax.profile import profiled_rounds
 from ddtree_jax.errors import UserError
 from ddtree_jax.drafters import dflash as dmodel
+from ddtree_jax.models.config import TargetConfig
 from ddtree_jax.models.family import family_of
 from ddtree_jax.models.layers import stacks_norms_for
 from ddtree_jax.sampling import SamplingConfig
@@ -281,6 +282,10 @@ class Generator:
         self.deterministic = bool(deterministic)
         if self.deterministic:
             check_deterministic(attn_impl, matmul_impl, tp)
+            if not isinstance(self.tcfg, TargetConfig):  # a tree's recurrence is not a decode step's
+                raise UserError(f"--deterministic covers attention targets (Qwen3, Qwen2, Llama and their MoE "
+                                f"forms); this {self.tcfg.family} target's Gated DeltaNet layers have no "
+                                "deterministic kernels; drop --deterministic")
             self.tuning = self.tuning.as_deterministic()
             given = dict(cache=cache_impl)
         chosen = {k: v for k, v in given.items() if v != "auto"}
