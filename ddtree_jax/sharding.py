@@ -3,8 +3,11 @@
 One `Mesh` axis, "tp". The target's and the drafter's weights are placed by name, Megatron's way:
 attention by heads (q/k/v by columns, o by rows), the MLP's gate/up by columns and down by rows,
 an MoE block's experts along the expert axis (the router replicated), the embedding and LM head
-by vocabulary where it divides, norms replicated. The KV caches go by kv heads; everything else
-(the tree, the walk, sampling) is tiny and replicated. The engine is unchanged: its jitted round
+by vocabulary where it divides, norms replicated. A hybrid target: its gated attention's q_proj
+(per head [query | gate]) by columns; its Gated DeltaNet layers' per-value-head projections (z,
+b, a) by columns and the output by rows; their fused [q | k | v] conv input, the conv and the
+recurrent states replicated (an even cut of it would not fall on heads). The KV caches go by kv
+heads; everything else (the tree, the walk, sampling) is tiny and replicated. The engine is unchanged: its jitted round
 takes sharded arrays and GSPMD partitions it, inserting the all-reduces after o, down and the
 experts. The Pallas attention and norm kernels, which GSPMD cannot partition, run per shard inside
 jax.shard_map (ddtree_jax/kernels/dispatch.py, told the mesh by `KernelTuning.mesh`: `sharded_kernels`);
@@ -26,16 +29,18 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
-from ddtree_jax.models.family import Dense
+from ddtree_jax.models.family import Dense, family_of
 from ddtree_jax.models.layers import KVCache, stack_norms
 from ddtree_jax.tuning import KernelTuning, TreeTuning, Tuning, VocabTopK
 
 AXIS = "tp"
 
 # weights sharded by their output columns (heads, MLP width), by their input rows, along experts
-_COLUMNS = {"q", "k", "v", "gate", "up", "shared_gate", "shared_up"}
-_COLUMN_BIASES = {"q_bias", "k_bias", "v_bias"}
-_ROWS = {"o", "down", "shared_down"}
+# "qg": a gated attention's q_proj as stored, per head [query | gate]: an even cut falls on heads;
+# "z", "b", "a": a Gated DeltaNet layer's per-value-head projections
+_COLUMNS = {"q", "qg", "q_gate", "k", "v", "gate", "up", "shared_gate", "shared_up", "z", "b", "a"}
+_COLUMN_BIASES = {"q_bias", "qg_bias", "q_gate_bias", "k_bias", "v_bias"}
+_ROWS = {"o", "down", "shared_down", "out"}
 _EXPERTS = {"experts_gate", "experts_up", "experts_gate_up", "experts_down"}
 
 
@@ -52,9 +57,11 @@ def parse_tp(text: str | int) -> int | str:
     return n
 
 
-def _divided(tcfg: TargetConfig, dcfg: DrafterConfig | None) -> list[tuple[str, int]]:
-    """(what, size) of every dimension tensor parallelism cuts."""
+def _divided(tcfg: Any, dcfg: DrafterConfig | None) -> list[tuple[str, int]]:
+    """(what, size) of every dimension tensor parallelism cuts (a TargetConfig's or a HybridConfig's)."""
     dims = [("the target's attention heads", tcfg.num_heads), ("the target's kv heads", tcfg.num_kv_heads)]
+    if getattr(tcfg, "gdn", None) is not None:
+        dims.append(("the target's Gated DeltaNet value heads", tcfg.gdn.num_v_heads))
     if tcfg.moe is None or not all(tcfg.moe.sparse_layers):
         dims.append(("the target's MLP width (intermediate_size)", tcfg.intermediate_size))
     if tcfg.moe is not None:
@@ -84,8 +91,6 @@ def check_tp(tp: int, tcfg: Any, dcfg: DrafterConfig | None, num_devices: int | 
                         f"({jax.devices()[0].platform}); lower --tp")
     if tp == 1:
         return
-    if not isinstance(tcfg, TargetConfig):
-        raise UserError(f"--tp {tp}: this target ({type(tcfg).__name__}) runs on one device only; use --tp 1")
     why = valid_tp(tp, tcfg, dcfg)
     if why is not None:
         fits = [n for n in range(1, num_devices + 1) if valid_tp(n, tcfg, dcfg) is None]
@@ -159,7 +164,9 @@ def _named(tree: dict) -> Iterable[tuple[str, Any]]:
     for k, v in tree.items():
         if k == "layers":
             for layer in v:
-                yield from layer.items()
+                yield from _named(layer)
+        elif isinstance(v, dict):   # a hybrid layer's Gated DeltaNet params ("linear")
+            yield from v.items()
         else:
             yield k, v
 
@@ -172,19 +179,22 @@ def weight_bytes_per_device(params: dict | None, tp: int) -> int:
                for n, x in _named(params))
 
 
-def cache_bytes_per_device(tcfg: TargetConfig, dcfg: DrafterConfig | None, positions: int, itemsize: int,
+def cache_bytes_per_device(tcfg: Any, dcfg: DrafterConfig | None, positions: int, itemsize: int,
                            tp: int, batch: int = 1) -> int:
-    """Bytes of the target's (and drafter's) KV caches of `positions` positions on one of `tp` devices."""
-    caches = [Dense.cache_bytes(c, batch, positions, itemsize) for c in (tcfg, dcfg) if c is not None]
+    """Bytes of the target's (and drafter's) caches of `positions` positions on one of `tp` devices
+    (a hybrid target's recurrent states, replicated, counted as cut too: they are small)."""
+    caches = [family_of(tcfg).cache_bytes(tcfg, batch, positions, itemsize)]
+    if dcfg is not None:
+        caches.append(Dense.cache_bytes(dcfg, batch, positions, itemsize))
     return sum(caches) // tp
 
 
-def auto_tp(tcfg: TargetConfig, dcfg: DrafterConfig | None, weights_at: Callable[[int], int], itemsize: int,
+def auto_tp(tcfg: Any, dcfg: DrafterConfig | None, weights_at: Callable[[int], int], itemsize: int,
             limit: int | None, num_devices: int, positions: int = 4096) -> int:
     """`--tp auto`: the fewest devices that divide the model and hold its weights (`weights_at(tp)`
     bytes a device) and the caches (`itemsize` bytes a value) of one request of `positions`
     positions. Without a known device memory (`limit` None), one device."""
-    if limit is None or not isinstance(tcfg, TargetConfig):
+    if limit is None:
         return 1
     positions = min(positions, tcfg.max_position)
     for tp in range(1, num_devices + 1):
@@ -258,7 +268,9 @@ def put_target(params: dict, mesh: Mesh, *, stack: bool) -> dict:
     layers = []
     for layer in params["layers"]:
         layer = _host_fused(layer, {"experts_gate_up": ("experts_gate", "experts_up")})
-        layers.append({k: s.put(k, v) for k, v in layer.items()})
+        # a hybrid layer's Gated DeltaNet params are a dict of their own ("linear")
+        layers.append({k: {n: s.put(n, x) for n, x in v.items()} if isinstance(v, dict) else s.put(k, v)
+                       for k, v in layer.items()})
     out = {**top, "layers": layers}
     return _stacked(out, mesh) if stack else out
 

@@ -4,9 +4,10 @@ device does.
 The test process has initialised JAX with one CPU device, so every case runs in one child process
 with four forced host devices (`--xla_force_host_platform_device_count=4`); the child prints its
 results as JSON and the checks run here. Models: a tiny dense Qwen3 pair (4 heads, 4 kv heads, a
-vocabulary of 384: embedding and head sharded by vocabulary) and a tiny Qwen3-MoE pair (8 experts,
-tied embeddings, a vocabulary of 386: by vocabulary on 2 devices, replicated on 4), both read from
-Hugging Face files without converting. One layer each: the compilations are most of the time.
+vocabulary of 384: embedding and head sharded by vocabulary), a tiny Qwen3-MoE pair (8 experts,
+tied embeddings, a vocabulary of 386: by vocabulary on 2 devices, replicated on 4) and a tiny
+Qwen3.5-MoE hybrid pair (a Gated DeltaNet and a gated attention layer; 2 kv heads: 2 devices), all
+read from Hugging Face files without converting. One layer each: the compilations are most of the time.
 The Pallas attention and norm kernels run per shard (jax.shard_map) in their interpret mode on the
 dense pair, and on a GQA attention call of their own.
 """
@@ -20,7 +21,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from hf_fixtures import make_drafter, make_target
+from hf_fixtures import make_drafter, make_hybrid_target, make_target
 
 PROMPTS = [[5, 17, 42, 9, 77, 3, 120, 8], [200, 11, 64]]
 MAX_NEW = 20
@@ -38,7 +39,8 @@ def head_gathers(hlo: str, head_dim: int) -> list[str]:
     return sorted({s for s in shapes if s.endswith(f",{head_dim}]")})
 
 
-def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) -> dict:
+def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str, hybrid_target: str,
+          hybrid_draft: str) -> dict:
     """Every case, on four forced CPU devices; returns what the parent checks."""
     import contextlib
     import io
@@ -83,6 +85,23 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str) 
                     out["placement"][f"{name} tp{tp}"] = {
                         **{k: sharded_axis(x.sharding.spec) for k, x in arrays.items()},
                         "q shard": list(layer["q"].addressable_shards[0].data.shape)}
+
+    # a hybrid MoE target (Gated DeltaNet and gated attention layers, experts and a shared expert)
+    hybrid = lambda: load_hf(hybrid_target, hybrid_draft, lazy=True)  # noqa: E731
+    out["greedy"]["hybrid ar tp1"] = tokens(Generator(hybrid(), method="ar"))
+    shared = Executables()
+    for method in ("ar", "dflash", "ddtree"):
+        gen = Generator(hybrid(), method=method, budget=12, tp=2, executables=shared)
+        out["greedy"][f"hybrid {method} tp2"] = tokens(gen)
+    linear, attn = gen.tparams["layers"][0]["linear"], gen.tparams["layers"][1]
+    out["placement"]["hybrid tp2"] = {k: sharded_axis(x.sharding.spec) for k, x in {
+        **{k: linear[k] for k in ("qkv", "z", "b", "a", "out")}, "qg": attn["qg"],
+        "experts_down": attn["experts_down"], "shared_down": attn["shared_down"]}.items()}
+    try:
+        Generator(hybrid(), method="ddtree", tp=4)
+        out["errors"]["api hybrid tp4"] = "no error"
+    except UserError as e:
+        out["errors"]["api hybrid tp4"] = str(e)
 
     ckpt = lambda: load_hf(dense_target, dense_draft, lazy=True)  # noqa: E731
     # the interpreted Pallas attention and norm kernels, per shard: tokens, and the round's gathers
@@ -163,10 +182,15 @@ def results(tmp_path_factory):
     moe = make_target(d / "moe", "qwen3_moe", vocab=386, tie=True, experts=8, top_k=2, expert_intermediate=32,
                       norm_topk_prob=True, **SIZES)
     moe_draft = make_drafter(d / "moe_draft", moe, layers=1, block_size=8, target_layer_ids=[0])
+    hybrid = make_hybrid_target(d / "hybrid", vocab=384, layer_types=["linear_attention", "full_attention"],
+                                experts=8, top_k=2)
+    hybrid_draft = make_drafter(d / "hybrid_draft", hybrid, layers=1, block_size=8, target_layer_ids=[0, 1],
+                                intermediate=64)
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=XLA_FLAGS,
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     env.pop("DDTREE_MEMORY_LIMIT_BYTES", None)
-    r = subprocess.run([sys.executable, __file__, *map(str, (dense, dense_draft, moe, moe_draft))], cwd=ROOT, env=env,
+    args = map(str, (dense, dense_draft, moe, moe_draft, hybrid, hybrid_draft))
+    r = subprocess.run([sys.executable, __file__, *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -180,6 +204,39 @@ def test_greedy_is_token_identical_to_one_device(results):
         for tp in (2, 4):
             for method in ("ar", "dflash", "ddtree"):
                 assert greedy[f"{name} {method} tp{tp}"] == want, f"{name} {method} on {tp} devices"
+
+
+def test_a_hybrid_target_on_two_devices_is_token_identical_to_one(results):
+    """Gated DeltaNet layers with per-head projections cut by heads, gated attention, an MoE block
+    with a shared expert: the greedy tokens of one device for every method; kv heads (2) bound --tp."""
+    greedy = results["greedy"]
+    want = greedy["hybrid ar tp1"]
+    assert all(len(t) == MAX_NEW for t in want), want
+    for method in ("ar", "dflash", "ddtree"):
+        assert greedy[f"hybrid {method} tp2"] == want, f"hybrid {method} on 2 devices"
+    assert results["placement"]["hybrid tp2"] == dict(qkv=None, z=1, b=1, a=1, out=0, qg=1, experts_down=0,
+                                                       shared_down=0)
+    assert "--tp 4 does not divide the target's kv heads (2)" in results["errors"]["api hybrid tp4"]
+
+
+def test_tp_auto_sizes_a_hybrid_target_by_its_weights_and_caches():
+    """--tp auto on a hybrid target: the fewest devices that divide it and hold its weights and one
+    request's caches (KV caches and recurrent states); no parent device needed."""
+    from bench import bench_round
+
+    from ddtree_jax import sharding
+    from ddtree_jax.models.family import family_of
+    from ddtree_jax.models.hybrid import HybridConfig
+
+    cfg = HybridConfig.from_hf(bench_round.hf_config("tiny-hybrid"))
+    positions = min(4096, cfg.max_position)
+    cache = family_of(cfg).cache_bytes(cfg, 1, positions, 2)
+    weights = 40 * cache
+    assert sharding.cache_bytes_per_device(cfg, None, positions, 2, 2) == cache // 2
+    fits_two = (weights + cache) // 2 + 1
+    assert sharding.auto_tp(cfg, None, lambda n: weights // n, 2, fits_two, 4) == 2
+    assert sharding.auto_tp(cfg, None, lambda n: weights // n, 2, weights + cache, 4) == 1
+    assert sharding.auto_tp(cfg, None, lambda n: weights // n, 2, None, 4) == 1   # memory unknown: one device
 
 
 def test_pallas_kernels_run_per_shard(results):
@@ -236,4 +293,4 @@ def test_bad_tp_values_are_one_line(results):
 
 
 if __name__ == "__main__":
-    print(json.dumps(child(*sys.argv[1:5])))
+    print(json.dumps(child(*sys.argv[1:7])))
