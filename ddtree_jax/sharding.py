@@ -7,9 +7,9 @@ by vocabulary where it divides, norms replicated. A hybrid target: its gated att
 (per head [query | gate]) by columns; its Gated DeltaNet layers' per-value-head projections (z,
 b, a) by columns and the output by rows; their fused [q | k | v] conv input, the conv and the
 recurrent states replicated (an even cut of it would not fall on heads). The KV caches go by kv
-heads; everything else (the tree, the walk, sampling) is tiny and replicated. The engine is unchanged: its jitted round
-takes sharded arrays and GSPMD partitions it, inserting the all-reduces after o, down and the
-experts. The Pallas attention and norm kernels, which GSPMD cannot partition, run per shard inside
+heads; everything else (the tree, the walk, sampling) is tiny and replicated. The engine is
+unchanged: its jitted round takes sharded arrays and GSPMD partitions it, inserting the
+all-reduces after o, down and the experts. The Pallas attention and norm kernels, which GSPMD cannot partition, run per shard inside
 jax.shard_map (ddtree_jax/kernels/dispatch.py, told the mesh by `KernelTuning.mesh`: `sharded_kernels`);
 the products and cache writes run XLA's ops.
 
@@ -58,7 +58,7 @@ def parse_tp(text: str | int) -> int | str:
 
 
 def _divided(tcfg: Any, dcfg: DrafterConfig | None) -> list[tuple[str, int]]:
-    """(what, size) of every dimension tensor parallelism cuts (a TargetConfig's or a HybridConfig's)."""
+    """(what, size) of every dimension tensor parallelism cuts (a TargetConfig or a HybridConfig)."""
     dims = [("the target's attention heads", tcfg.num_heads), ("the target's kv heads", tcfg.num_kv_heads)]
     if getattr(tcfg, "gdn", None) is not None:
         dims.append(("the target's Gated DeltaNet value heads", tcfg.gdn.num_v_heads))

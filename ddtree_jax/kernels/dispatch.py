@@ -13,9 +13,10 @@ so that "auto" can take the Mosaic GPU kernel (whose TMA boxes need T % 8 == 0).
 
 The deterministic mode (KernelTuning.deterministic) decides nothing by shape: every product runs
 the skinny-matmul kernel with `matmul.deterministic_config` (fixed row tile, K step and split
-count, the parts summed in one order), the attention `deterministic_attention.py`, the norms their kernels with a row block
-that does not follow the row count, so that a row's output is the same bits in a pass of any
-size; a shape one of them cannot take is an error, never a silent XLA fallback.
+count, the parts summed in one order), the attention `deterministic_attention.py`, the norms
+their kernels with a row block that does not follow the row count, so that a row's output is
+the same bits in a pass of any size; a shape one of them cannot take is an error, never a silent
+XLA fallback.
 
 Under --tp (`KernelTuning.mesh`, ddtree_jax/sharding.py) GSPMD partitions the XLA calls, and a
 Pallas call, which it cannot partition, runs per shard inside `jax.shard_map`: the attention over

@@ -8,9 +8,9 @@ row. Here every program owns a column slab of ``w`` and all the rows of ``x`` (a
 row tile, plus a 16-row tail tile for rows just above it; rows past M are masked, so padding
 moves no bytes), streams its slab through shared memory ``block_k`` rows at a time (Triton's
 software pipeline, ``num_stages`` deep) and stores its output tile once: each weight byte is
-read exactly once. With ``split_k > 1`` the K range is cut
-into parts whose float32 partials one XLA fusion adds in a fixed order (for narrow N, where column slabs alone
-give too few programs to keep HBM busy). ``swap_ab`` accumulates w_tile^T @ x_tile^T instead,
+read exactly once. With ``split_k > 1`` the K range is cut into parts whose float32 partials
+one XLA fusion adds in a fixed order (for narrow N, where column slabs alone give too few
+programs to keep HBM busy). ``swap_ab`` accumulates w_tile^T @ x_tile^T instead,
 so the weight tile fills the MMA's 64-row side and the few rows of x its narrow side (a tile
 option for the tuned table; bench/bench_gemm.py sweeps it).
 
@@ -25,9 +25,9 @@ the last bit. float32 inputs use IEEE-exact dots (``Precision.HIGHEST``), never 
 
 Deterministic mode (ddtree_jax.tuning.KernelTuning.deterministic): `deterministic_config` fixes
 the row tile (16 rows, each tile its own MMA of one shape), the K step, the column slab and the
-split count by the weight's shape alone, and the parts are summed in one order, so a row's output
-is the same bits in a product of any number of rows; `grouped_matmul` runs an MoE's experts the same way (`group_rows` lays out
-their rows).
+split count by the weight's shape alone, and the parts are summed in one order, so a row's
+output is the same bits in a product of any number of rows; `grouped_matmul` runs an MoE's
+experts the same way (`group_rows` lays out their rows).
 
 Backend: Pallas with the Triton lowering (as tree_attention.py); ``interpret=True`` on CPU for
 the tests. The models' "auto" (ddtree_jax.kernels.dispatch) takes the kernel only where it was
@@ -386,14 +386,14 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
     # small and in L2), in the order of the unsplit loop; the parts' products then take its scale
     whole_row_ss = norm and plan.split_k > 1
 
+    def sum_sq(ss, x32):  # a row's running sum of squares, one K step at a time
+        return ss + jnp.sum(x32 * x32, axis=1)
+
     def row_ss(i, sss):
         ks = pl.ds(pl.multiple_of(i * bk, bk), bk)
-        out = []
-        for (r0, h), ok, ss in zip(tiles, rows_ok, sss):
-            x32 = pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok, other=None if ok is None else 0.0)
-            x32 = x32.astype(jnp.float32)
-            out.append(ss + jnp.sum(x32 * x32, axis=1))
-        return tuple(out)
+        return tuple(sum_sq(ss, pltriton.load(x_ref.at[pl.ds(r0, h), ks], mask=ok,
+                                              other=None if ok is None else 0.0).astype(jnp.float32))
+                     for (r0, h), ok, ss in zip(tiles, rows_ok, sss))
 
     def step(i, carry):
         accs, sss = carry
@@ -411,7 +411,7 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
             if norm:
                 x32 = xt.astype(jnp.float32)
                 if not whole_row_ss:
-                    ss = ss + jnp.sum(x32 * x32, axis=1)
+                    ss = sum_sq(ss, x32)
                 xt = (x32 * nw[None, :]).astype(xt.dtype)
             wx = wt.astype(xt.dtype)
             # swap: [BN, h] += w_tile^T @ x_tile^T; else [h, BN] += x_tile @ w_tile
