@@ -149,8 +149,9 @@ def test_norm_rows_are_one_row_norms(dtype):
     @jax.jit
     def run(x, d, qkv, cos, sin):
         y = norms.rms_norm(x, w, 1e-6, impl="pallas_interpret", layer=2, deterministic=True)
+        u = norms.rms_norm(x, w - 1, 1e-6, impl="pallas_interpret", layer=1, deterministic=True, unit_offset=True)
         s, z = norms.add_rms_norm(x, d, w, 1e-6, impl="pallas_interpret", layer=0, deterministic=True)
-        return (y, s, z, *norms.qk_norm_rope(qkv, qw, kw, cos, sin, **qk))
+        return (y, u, s, z, *norms.qk_norm_rope(qkv, qw, kw, cos, sin, **qk))
 
     many = run(x, d, qkv, cos, sin)
     for r in (0, 4, 16):
@@ -158,7 +159,8 @@ def test_norm_rows_are_one_row_norms(dtype):
         for a, b in zip(many, one):
             assert np.array_equal(bits(a[r:r + 1]), bits(b)), r
     plain = {k: v for k, v in qk.items() if k not in ("impl", "deterministic")}
-    ref = (norms.rms_norm_reference(x, w, 1e-6, layer=2), *norms.add_rms_norm_reference(x, d, w, 1e-6, layer=0),
+    ref = (norms.rms_norm_reference(x, w, 1e-6, layer=2), norms.rms_norm_reference(x, w - 1, 1e-6, layer=1, unit_offset=True),
+           *norms.add_rms_norm_reference(x, d, w, 1e-6, layer=0),
            *norms.qk_norm_rope_reference(qkv, qw, kw, cos, sin, **plain))
     tol = 2e-2 if dtype == jnp.bfloat16 else 1e-5
     for a, b in zip(many, ref):
@@ -228,6 +230,37 @@ def test_attention_row_is_the_decode_step(dtype):
             assert np.array_equal(bits(out[b:b + 1, r:r + 1]), bits(one)), (t, b, r)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gdn_tree_nodes_are_one_node_steps(dtype):
+    """The Gated DeltaNet recurrence kernel: a tree node's output and state are bit for bit a
+    one-node call's (a decode step) from its parent's state, and match the layer's recurrent
+    form in XLA (models.gdn: l2norm, the gated delta rule, q^T S). Two value heads a key head,
+    two column blocks a head."""
+    from ddtree_jax.kernels.gdn_recurrence import recurrence
+    from ddtree_jax.models import gdn
+
+    bt, hk, hv, dk, dv, n = 2, 2, 4, 16, 64, len(PARENTS)
+    q, k, v = rnd(20, (bt, n, hk, dk), dtype), rnd(21, (bt, n, hk, dk), dtype), rnd(22, (bt, n, hv, dv), dtype)
+    g = -jnp.abs(rnd(23, (bt, n, hv), jnp.float32, 0.3))
+    beta = jax.nn.sigmoid(rnd(24, (bt, n, hv), jnp.float32))
+    s0 = rnd(25, (bt, hv, dk, dv), jnp.float32, 0.5)
+    call = jax.jit(lambda *a: recurrence(*a, interpret=True))
+    o, states = call(q, k, v, g, beta, np.broadcast_to(np.array(PARENTS, np.int32), (bt, n)), s0)
+    cfg = gdn.GdnConfig(hidden=16, num_k_heads=hk, num_v_heads=hv, head_k_dim=dk, head_v_dim=dv)
+    root = np.full((1, 1), -1, np.int32)
+    for b in range(bt):
+        for i, p in enumerate(PARENTS):
+            before = s0[b:b + 1] if p < 0 else states[b:b + 1, :, p]
+            one_o, one_s = call(*(x[b:b + 1, i:i + 1] for x in (q, k, v, g, beta)), root, before)
+            assert np.array_equal(bits(one_o[0, 0]), bits(o[b, i])), (b, i)
+            assert np.array_equal(bits(one_s[0, :, 0]), bits(states[b, :, i])), (b, i)
+            qn, kn = (gdn._expand(gdn._l2norm(x[b:b + 1, i].astype(jnp.float32)), cfg) for x in (q, k))
+            want = gdn._delta_step(before, kn, v[b:b + 1, i].astype(jnp.float32), g[b:b + 1, i], beta[b:b + 1, i])
+            want_o = jnp.einsum("bhk,bhkv->bhv", qn * dk ** -0.5, want, precision="highest")
+            np.testing.assert_allclose(np.asarray(states[b, :, i]), np.asarray(want[0]), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(o[b, i]), np.asarray(want_o[0]), rtol=1e-5, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------- target
 
 def _first_layers(conv, n: int):
@@ -292,6 +325,49 @@ def test_moe_target_verify_rows_are_decode_steps(qwen3_moe_pair):
     _verify_rows_are_decode_steps(params, cfg, ((0, 8), (1, 11)))
 
 
+def test_hybrid_target_verify_rows_are_decode_steps(tmp_path):
+    """A tiny Qwen3.5-MoE target (a Gated DeltaNet layer, a gated attention layer; experts, a
+    shared expert, tied embeddings) in bfloat16: a verify row's logits are bit for bit the last of
+    the decode steps along its root path, and the commit of that path leaves those steps' state
+    (recurrent state, conv window, K/V), bitwise."""
+    from hf_fixtures import make_drafter, make_hybrid_target
+
+    from ddtree_jax.checkpoint import load_hf
+    from ddtree_jax.models import hybrid
+    from ddtree_jax.models.family import Hybrid
+
+    target = make_hybrid_target(tmp_path / "t", vocab=256, layer_types=["linear_attention", "full_attention"],
+                                experts=8, top_k=2, tie=True)
+    draft = make_drafter(tmp_path / "d", target, layers=1, block_size=8, target_layer_ids=[0, 1], intermediate=64)
+    ck = load_hf(target, draft, dtype="bfloat16")
+    params, cfg = Hybrid.fuse_params(jax.tree.map(jnp.asarray, ck.target_params)), ck.target_cfg
+    prompt, n = 12, len(PARENTS)
+    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, prompt + n), dtype=np.int32)
+    _, _, state = jax.jit(hybrid.prefill, static_argnames="cfg")(    # the prefix through XLA's kernels
+        params, cfg, tokens[:, :prompt], hybrid.HybridState.zeros(cfg, 2, 40, jnp.bfloat16))
+    mask = ancestor_mask(PARENTS)
+    tree = tokens[:, prompt:]
+    logits, _, out = jax.jit(lambda *a: hybrid.verify_tree(params, cfg, *a, kernels=KERNELS))(
+        tree, np.broadcast_to(np.array(PARENTS, np.int32), (2, n)), np.broadcast_to(mask, (2, n, n)),
+        np.broadcast_to(mask.sum(-1).astype(np.int32) - 1, (2, n)), state)
+    decode = jax.jit(lambda tok, st: hybrid.decode(params, cfg, tok, st, kernels=KERNELS))
+    commit = jax.jit(lambda st, out, path, path_len: hybrid.commit(cfg, st, out, path, path_len, kernels=KERNELS))
+    for r in (0, 8, 11):                                     # the root, depth 5, a sibling's subtree
+        path = [j for j in range(n) if mask[r, j]]           # root first, r last
+        stepped = state
+        for j in path:
+            one, _, stepped = decode(tree[:, j], stepped)
+        assert np.array_equal(bits(logits[:, r]), bits(one)), f"logits of node {r}"
+        padded = np.array([path + [0] * (6 - len(path))] * 2, np.int32)    # entries past path_len: any node
+        done = commit(state, out, padded, np.full(2, len(path), np.int32))
+        assert np.array_equal(done.lengths, stepped.lengths)
+        end = prompt + len(path)                             # the commit's writes past it are unread
+        for name, a, b in (("rec", done.rec, stepped.rec), ("conv", done.conv, stepped.conv),
+                           ("k", done.kv.k[..., :end, :], stepped.kv.k[..., :end, :]),
+                           ("v", done.kv.v[..., :end, :], stepped.kv.v[..., :end, :])):
+            assert np.array_equal(bits(a), bits(b)), f"{name} after node {r}'s path"
+
+
 # ----------------------------------------------------------------------------- the GPU path
 
 @pytest.mark.parametrize("t,s,dtype", [(1, 4096, jnp.bfloat16), (65, 4096, jnp.bfloat16), (65, 512, jnp.float32),
@@ -299,7 +375,8 @@ def test_moe_target_verify_rows_are_decode_steps(qwen3_moe_pair):
 def test_triton_lowering_verifies(monkeypatch, t, s, dtype):
     """The deterministic kernels lower for CUDA (Triton dialect) and every module verifies, on a
     CPU machine, at the 8B shape's heads: the attention, a fused product, a grouped expert
-    product and the q/k norm + RoPE."""
+    product, the q/k norm + RoPE, Qwen3.5's norm and the Gated DeltaNet recurrence (Qwen3.5-9B's
+    16 key and 32 value heads of 128)."""
     from test_kernels import _verified_triton_modules
 
     modules = _verified_triton_modules(monkeypatch)
@@ -307,19 +384,23 @@ def test_triton_lowering_verifies(monkeypatch, t, s, dtype):
     sds = jax.ShapeDtypeStruct
     hq, hkv, dh, h = 32, 8, 128, 4096
 
-    def fn(q, kn, vn, kc, vc, lengths, mask, x, w, nw, ew, groups, qkv, cos):
+    def fn(q, kn, vn, kc, vc, lengths, mask, x, w, nw, ew, groups, qkv, cos, s0):
         o = dispatch.attention(gpu, q, kn, vn, kc, vc, lengths, mask, scale=dh ** -0.5, layer=1)
         y = dispatch.matmul(gpu, x, w, prologue="rmsnorm", norm_w=nw, residual=x)
         e = dispatch.expert_matmul(gpu, jnp.zeros((16 * groups.shape[0], h), x.dtype), ew, groups)
-        return o, y, e, dispatch.qk_norm_rope(gpu, qkv, nw[:dh], nw[:dh], cos, cos, num_heads=hq, num_kv_heads=hkv,
-                                              head_dim=dh, eps=1e-6)
+        u = dispatch.rms_norm(gpu, x, nw, 1e-6, unit_offset=True)
+        qk = q[:, :, :16]                                  # [1, t, 16, 128]: the key heads' q and k
+        gates = cos[None, :, :32]                          # [1, t, 32]: per value head
+        rec = dispatch.gdn_recurrence(gpu, qk, qk, q, gates, gates, mask[:, 0].astype(jnp.int32) - 1, s0)
+        return o, y, e, u, rec, dispatch.qk_norm_rope(gpu, qkv, nw[:dh], nw[:dh], cos, cos, num_heads=hq,
+                                                      num_kv_heads=hkv, head_dim=dh, eps=1e-6)
 
     args = (sds((1, t, hq, dh), dtype), sds((1, t, hkv, dh), dtype), sds((1, t, hkv, dh), dtype),
             sds((2, 1, hkv, s, dh), dtype), sds((2, 1, hkv, s, dh), dtype), sds((1,), jnp.int32), sds((1, t, t), bool),
             sds((t, h), dtype), sds((h, h), dtype), sds((h,), dtype), sds((4, h, 256), dtype), sds((3,), jnp.int32),
-            sds((t, (hq + 2 * hkv) * dh), dtype), sds((t, dh), jnp.float32))
+            sds((t, (hq + 2 * hkv) * dh), dtype), sds((t, dh), jnp.float32), sds((1, hq, dh, dh), jnp.float32))
     jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
-    assert len(modules) == 4
+    assert len(modules) == 6
     for module in modules:
         assert module.operation.verify()
 
@@ -341,3 +422,25 @@ def test_greedy_ddtree_equals_ar_in_bfloat16(qwen3_pair):
         prompts, max_new_tokens=new)
     assert [r.token_ids for r in res] == [g[:new] for g in greedy]
     assert max(a for r in res for a in r.acceptance_lengths) > 2  # rounds committed verify rows' tokens
+
+
+def test_greedy_ddtree_equals_ar_on_a_hybrid_target_in_bfloat16(tmp_path):
+    """The same for a tiny Qwen3.5 target (Gated DeltaNet and gated attention layers): each round's
+    commit steps the accepted path's recurrence again, so later rounds start from AR's states."""
+    from hf_fixtures import make_drafter, make_hybrid_target
+
+    from ddtree_jax.checkpoint import load_hf
+    from ddtree_jax.generator import Generator
+    from tiny import oracle_extra, oracle_params
+
+    target = make_hybrid_target(tmp_path / "t", vocab=256, layer_types=["linear_attention", "full_attention"])
+    ck = load_hf(target, make_drafter(tmp_path / "d", target, layers=1, block_size=8, target_layer_ids=[0, 1]),
+                 dtype="bfloat16")
+    prompts, new = [[5, 17, 3, 99, 42, 7, 250, 11], [9, 8, 7]], 10
+    greedy = [r.token_ids for r in Generator(ck, method="ar", deterministic=True).generate_ids(
+        prompts, max_new_tokens=new + oracle_extra(ck))]
+    oracle = oracle_params(ck, prompts, new, greedy=greedy)
+    res = Generator(ck, method="ddtree", budget=8, oracle=oracle, deterministic=True).generate_ids(
+        prompts, max_new_tokens=new)
+    assert [r.token_ids for r in res] == [g[:new] for g in greedy]
+    assert max(a for r in res for a in r.acceptance_lengths) > 2

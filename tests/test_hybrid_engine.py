@@ -168,21 +168,6 @@ def test_a_conversation_cannot_continue_in_a_recurrent_cache(ddtree):
         ddtree.generate_ids([[3, 4]], max_new_tokens=4, start=0)
 
 
-def test_the_deterministic_mode_refuses_a_hybrid_target(ckpt, hybrid_pair, capsys):
-    """Its kernels make an attention layer's verify row a decode step; a Gated DeltaNet layer's
-    tree recurrence is another sum order: refused in one line, the CLI before any weight is read."""
-    with pytest.raises(UserError, match="Gated DeltaNet layers have no deterministic kernels"):
-        Generator(ckpt, method="ddtree", budget=16, deterministic=True)
-    from ddtree_jax import cli
-    from ddtree_jax.errors import cli_main
-
-    capsys.readouterr()
-    assert cli_main(cli.main, ["--ckpt", str(hybrid_pair[2]), "--prompt", "x", "--max-new-tokens", "2",
-                               "--deterministic"], prog="ddtree_jax.generate") == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "drop --deterministic" in err[0], err
-
-
 # ---------------------------------------------------------------------------------------------
 # Sampling: --budget auto (DFlash's chain or a DDTree tree, in one lax.switch) follows the target
 

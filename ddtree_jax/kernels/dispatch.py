@@ -13,8 +13,9 @@ so that "auto" can take the Mosaic GPU kernel (whose TMA boxes need T % 8 == 0).
 
 The deterministic mode (KernelTuning.deterministic) decides nothing by shape: every product runs
 the skinny-matmul kernel with `matmul.deterministic_config` (fixed row tile, K step and split
-count, the parts summed in one order), the attention `deterministic_attention.py`, the norms
-their kernels with a row block that does not follow the row count, so that a row's output is
+count, the parts summed in one order), the attention `deterministic_attention.py`, a Gated
+DeltaNet layer's recurrence `gdn_recurrence.py` (node by node: a step is a one-node tree), the
+norms their kernels with a row block that does not follow the row count, so that a row's output is
 the same bits in a pass of any size; a shape one of them cannot take is an error, never a silent
 XLA fallback.
 
@@ -39,6 +40,7 @@ from ddtree_jax.tuning import KernelTuning
 
 from . import cache_write as cw
 from . import deterministic_attention as det
+from . import gdn_recurrence as gdn_rec
 from . import matmul as mm
 from . import norms
 from . import tree_attention as ta
@@ -48,7 +50,8 @@ from .stacking import split_row
 
 __all__ = ["attention_choice", "mosaic_config", "verify_rows", "norm_choice", "matmul_choice", "matmul_path",
            "cache_choice", "moe_choice", "takes_kernels", "shards", "available_impls", "attention", "rms_norm",
-           "add_rms_norm", "qk_norm_rope", "matmul", "write_cache_rows", "expert_rows", "expert_matmul", "row_sum"]
+           "add_rms_norm", "qk_norm_rope", "matmul", "write_cache_rows", "expert_rows", "expert_matmul", "row_sum",
+           "gdn_recurrence"]
 
 FAMILIES = ("attention", "norms", "matmul", "cache")
 
@@ -235,13 +238,14 @@ def attention(kernels: KernelTuning, q, k_new, v_new, k_cache, v_cache, cache_le
                         impl=impl, config=config, layer=layer)
 
 
-def rms_norm(kernels: KernelTuning, x, w, eps: float, *, layer=None):
+def rms_norm(kernels: KernelTuning, x, w, eps: float, *, layer=None, unit_offset: bool = False):
     """ddtree_jax.kernels.norms.rms_norm with `norm_choice`'s impl (under --tp a kernel runs on
     every device over the replicated x)."""
     impl = norm_choice(kernels, norms.norm_unsupported(x))
 
     def call(x, w, layer):
-        return norms.rms_norm(x, w, eps, impl=impl, layer=layer, deterministic=kernels.deterministic)
+        return norms.rms_norm(x, w, eps, impl=impl, layer=layer, deterministic=kernels.deterministic,
+                              unit_offset=unit_offset)
 
     if kernels.mesh is None or impl == "xla":
         return call(x, w, layer)
@@ -324,6 +328,15 @@ def row_sum(kernels: KernelTuning, x):
         half = x.shape[-1] // 2
         x = x[..., :half] + x[..., half:]
     return x[..., 0]
+
+
+def gdn_recurrence(kernels: KernelTuning, q, k, v, g, beta, parents, s0):
+    """The deterministic mode's Gated DeltaNet core (gdn_recurrence.recurrence: node by node, one
+    code path for a step, a tree and a commit), compiled or interpreted as the mode's attention."""
+    if not kernels.deterministic:
+        raise ValueError("the node-by-node Gated DeltaNet kernel is the deterministic mode's; "
+                         "models.gdn runs the parallel form otherwise")
+    return gdn_rec.recurrence(q, k, v, g, beta, parents, s0, interpret=kernels.attention == "pallas_interpret")
 
 
 # ----------------------------------------------------------------------------- per shard (--tp)

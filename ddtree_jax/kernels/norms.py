@@ -121,11 +121,14 @@ def _compiler_params(interpret: bool, tile: int):
 
 # ----------------------------------------------------------------------------- references
 
-def rms_norm_reference(x: jax.Array, w: jax.Array, eps: float, *, layer=None) -> jax.Array:
-    """The XLA path of :func:`rms_norm` (layers.rms_norm's math); layer: w is stacked [L, H]."""
+def rms_norm_reference(x: jax.Array, w: jax.Array, eps: float, *, layer=None, unit_offset: bool = False) -> jax.Array:
+    """The XLA path of :func:`rms_norm` (layers.rms_norm's math); layer: w is stacked [L, H];
+    unit_offset: Qwen3.5's form, the weight read as 1 + w and multiplied in float32 before the cast."""
     w = one_layer(w, layer)
     x32 = x.astype(jnp.float32)
     y = x32 * lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    if unit_offset:
+        return (y * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
     return w.astype(x.dtype) * y.astype(x.dtype)
 
 
@@ -177,9 +180,9 @@ def _tail_mask(block: int, n: int, ndim: int):
     return ok.reshape(block, *[1] * (ndim - 1))
 
 
-def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
-    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w[layer]. Refs are [BR, Hp]
-    tiles; w's the whole stack [L, Hp]; layer's a scalar."""
+def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool, unit_offset: bool = False):
+    """One block of rows: [s = x + delta;] y = rms_norm(s or x) * w[layer] (unit_offset: * (1 + w)
+    in float32, then cast). Refs are [BR, Hp] tiles; w's the whole stack [L, Hp]; layer's a scalar."""
     if residual:
         x_ref, d_ref, w_ref, layer_ref, s_ref, y_ref = refs
     else:
@@ -192,15 +195,17 @@ def _norm_kernel(*refs, n_rows: int, hidden: int, eps: float, residual: bool):
     # The weight row first: its load waits on the layer's, and neither may move above the store
     # of s below (the compiler does not reorder a load above a store; see _qk_kernel). Untimed.
     w_row = w_ref.at[_layer_rows(layer_ref, w_ref.shape[0])[0]]
-    w = pltriton.load(w_row, mask=col_ok, other=None if col_ok is None else 0.0).astype(y_ref.dtype)
+    w = pltriton.load(w_row, mask=col_ok, other=None if col_ok is None else 0.0)
+    w = 1.0 + w.astype(jnp.float32) if unit_offset else w.astype(y_ref.dtype)
     x = pltriton.load(x_ref, mask=mask, other=fill).astype(y_ref.dtype)
     if residual:  # in the activation dtype, as x + delta
         x = x + pltriton.load(d_ref, mask=mask, other=fill).astype(y_ref.dtype)
         pltriton.store(s_ref, x, mask=mask)
     x32 = x.astype(jnp.float32)
     ms = jnp.sum(x32 * x32, axis=1, keepdims=True) / hidden
-    y = (x32 * lax.rsqrt(ms + eps)).astype(x.dtype)
-    pltriton.store(y_ref, w[None, :] * y, mask=mask)
+    y = x32 * lax.rsqrt(ms + eps)
+    y = (y * w[None, :]).astype(x.dtype) if unit_offset else w[None, :] * y.astype(x.dtype)
+    pltriton.store(y_ref, y, mask=mask)
 
 
 def norm_unsupported(x) -> str | None:
@@ -218,7 +223,7 @@ def _block_rows(per_row: int, n: int, deterministic: bool) -> int:
     return rows if deterministic else min(rows, _pow2_at_least(n))
 
 
-def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool, deterministic: bool = False):
+def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool, deterministic: bool = False, unit_offset: bool = False):
     """Rows [..., H] -> (s or None, y); one pallas_call. delta: like x; w: the stacked weights
     [L, H], normalising with row layer (read at run time)."""
     h = x.shape[-1]
@@ -236,7 +241,7 @@ def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool, deterministic: boo
     out_shape = jax.ShapeDtypeStruct((n, h), dtype)
     outs = pl.pallas_call(
         lambda *refs: _norm_kernel(*refs, n_rows=n, hidden=h, eps=eps,
-                                   residual=delta is not None),
+                                   residual=delta is not None, unit_offset=unit_offset),
         grid=(pl.cdiv(n, br),),
         # the whole stack (wider than H, masked) and the layer: one kernel for every layer
         in_specs=specs + [pl.BlockSpec((w.shape[0], hp), lambda i: (0, 0)),
@@ -252,20 +257,21 @@ def _norm_pallas(x, delta, w, layer, eps, *, interpret: bool, deterministic: boo
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float, *, impl: str = "xla", layer=None,
-             deterministic: bool = False) -> jax.Array:
+             deterministic: bool = False, unit_offset: bool = False) -> jax.Array:
     """RMSNorm of x [..., H] with weight w [H], as ``layers.rms_norm``; one kernel on Pallas.
 
     layer (a Python int or an int32 scalar, possibly traced): w is every layer's weight stacked
     [L, H], and row ``layer`` is the weight (see the module doc); or w a StackedRow and no layer.
     deterministic: the kernel's row block does not depend on the number of rows, so a row's
-    output is bit for bit the same in a call of any size (a tile's reduction order is its shape's)."""
+    output is bit for bit the same in a call of any size (a tile's reduction order is its shape's).
+    unit_offset: Qwen3.5's RMSNorm, y * (1 + w) in float32 and then cast."""
     w, layer = _weight(w, layer, x.shape[-1], "norm")
     impl = _resolve(impl, norm_unsupported(x))
     if impl == "xla":
-        return rms_norm_reference(x, w, eps, layer=layer)
+        return rms_norm_reference(x, w, eps, layer=layer, unit_offset=unit_offset)
     layer, w = as_stack(layer, w)
     return _norm_pallas(x, None, w, layer, eps, interpret=impl == "pallas_interpret",
-                        deterministic=deterministic)[1]
+                        deterministic=deterministic, unit_offset=unit_offset)[1]
 
 
 def add_rms_norm(x: jax.Array, delta: jax.Array, w: jax.Array, eps: float, *,

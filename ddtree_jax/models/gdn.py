@@ -52,6 +52,11 @@ N (C + Hk dk + 2 Hv dv + 3 Hv) numbers (72 KiB a node, 4.5 MiB a layer at N = 64
 the engine should keep `TreeStates`, never node states, and commit with `path_states_parallel`
 (one masked product a layer: the state read and written once) rather than `path_states` (D+1
 recurrent steps in sequence, `step`'s arithmetic: D+1 passes over the state).
+
+The deterministic mode (kernels.deterministic) trades that for bitwise equality with decoding:
+`step`, `tree_verify` and the commit (`path_states_deterministic`) all run the recurrent form node
+by node in one kernel (ddtree_jax/kernels/gdn_recurrence.py), the norms in theirs. The prefill
+keeps the chunked form: every method starts from the same prefill.
 """
 from __future__ import annotations
 
@@ -64,6 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.errors import ConfigError
+from ddtree_jax.kernels import dispatch
 from ddtree_jax.models.config import _Fields, _show
 from ddtree_jax.models.layers import linear
 from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
@@ -165,15 +171,17 @@ def init_states(cfg: GdnConfig, batch: int, dtype) -> tuple[jax.Array, jax.Array
 )
 @dataclasses.dataclass(frozen=True)
 class TreeStates:
-    """What `tree_verify` leaves for the commit, per node (no node's recurrent state)."""
+    """What `tree_verify` leaves for the commit, per node (no node's recurrent state). In the
+    deterministic mode k and v are the conv's outputs as the kernel reads them (model dtype, k
+    not normalised), and w and cum are None: that commit steps the path again."""
 
     inputs: jax.Array  # [Bt, N, C], model dtype: the node's conv input (the next windows' entry)
     k: jax.Array  # [Bt, N, Hk, dk] f32: L2-normalised key
     v: jax.Array  # [Bt, N, Hv, dv] f32
     g: jax.Array  # [Bt, N, Hv] f32: log decay
     beta: jax.Array  # [Bt, N, Hv] f32
-    w: jax.Array  # [Bt, N, Hv, dv] f32: the delta written to the state (given the pre-round state)
-    cum: jax.Array  # [Bt, N, Hv] f32: sum of g over the node's root path, itself included
+    w: jax.Array | None  # [Bt, N, Hv, dv] f32: the delta written to the state (given the pre-round state)
+    cum: jax.Array | None  # [Bt, N, Hv] f32: sum of g over the node's root path, itself included
 
 
 # ----------------------------------------------------------------------------- per token
@@ -197,20 +205,29 @@ def _l2norm(x: jax.Array) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + _L2_EPS)
 
 
-def _features(p: dict, cfg: GdnConfig, c: jax.Array, b: jax.Array, a: jax.Array):
-    """The conv output c [..., C] and b, a [..., Hv] -> q, k [..., Hk, dk], v [..., Hv, dv],
-    g, beta [..., Hv], all f32; q normalised and scaled, k normalised."""
-    kd = cfg.key_dim
-    lead = c.shape[:-1]
-    q = c[..., :kd].reshape(*lead, cfg.num_k_heads, cfg.head_k_dim).astype(jnp.float32)
-    k = c[..., kd:2 * kd].reshape(*lead, cfg.num_k_heads, cfg.head_k_dim).astype(jnp.float32)
-    v = c[..., 2 * kd:].reshape(*lead, cfg.num_v_heads, cfg.head_v_dim).astype(jnp.float32)
-    q = _l2norm(q) * cfg.head_k_dim**-0.5
-    k = _l2norm(k)
+def _heads(cfg: GdnConfig, c: jax.Array):
+    """The conv output c [..., C] -> q, k [..., Hk, dk], v [..., Hv, dv] in c's dtype."""
+    kd, lead = cfg.key_dim, c.shape[:-1]
+    return (c[..., :kd].reshape(*lead, cfg.num_k_heads, cfg.head_k_dim),
+            c[..., kd:2 * kd].reshape(*lead, cfg.num_k_heads, cfg.head_k_dim),
+            c[..., 2 * kd:].reshape(*lead, cfg.num_v_heads, cfg.head_v_dim))
+
+
+def _gates(p: dict, b: jax.Array, a: jax.Array):
+    """b, a [..., Hv] -> the log decay g and beta [..., Hv] f32."""
     beta = jax.nn.sigmoid(b).astype(jnp.float32)  # in the model's dtype first, as transformers does
     g = -jnp.exp(p["A_log"].astype(jnp.float32)) * jax.nn.softplus(
         a.astype(jnp.float32) + p["dt_bias"].astype(jnp.float32))
-    return q, k, v, g, beta
+    return g, beta
+
+
+def _features(p: dict, cfg: GdnConfig, c: jax.Array, b: jax.Array, a: jax.Array):
+    """The conv output c [..., C] and b, a [..., Hv] -> q, k [..., Hk, dk], v [..., Hv, dv],
+    g, beta [..., Hv], all f32; q normalised and scaled, k normalised."""
+    q, k, v = (x.astype(jnp.float32) for x in _heads(cfg, c))
+    q = _l2norm(q) * cfg.head_k_dim**-0.5
+    k = _l2norm(k)
+    return (q, k, v, *_gates(p, b, a))
 
 
 def _expand(x: jax.Array, cfg: GdnConfig) -> jax.Array:
@@ -221,9 +238,12 @@ def _expand(x: jax.Array, cfg: GdnConfig) -> jax.Array:
 def _output(p: dict, cfg: GdnConfig, o: jax.Array, z: jax.Array, dtype, kernels: KernelTuning) -> jax.Array:
     """The core output o [..., Hv, dv] f32 and the gate z [..., Hv dv] -> y [..., H] in `dtype`:
     transformers' Qwen3_5RMSNormGated (its casts included), then out_proj."""
-    o = o.astype(dtype).astype(jnp.float32)
-    o = o * jax.lax.rsqrt(jnp.mean(o * o, axis=-1, keepdims=True) + cfg.rms_eps)
-    o = p["norm"].astype(dtype) * o.astype(dtype)
+    if kernels.deterministic:  # the norm's sum in its kernel: one order whatever the rows
+        o = dispatch.rms_norm(kernels, o.astype(dtype), p["norm"], cfg.rms_eps)
+    else:
+        o = o.astype(dtype).astype(jnp.float32)
+        o = o * jax.lax.rsqrt(jnp.mean(o * o, axis=-1, keepdims=True) + cfg.rms_eps)
+        o = p["norm"].astype(dtype) * o.astype(dtype)
     gate = z.reshape(o.shape).astype(jnp.float32)
     o = (o.astype(jnp.float32) * jax.nn.silu(gate)).astype(dtype)
     return linear(o.reshape(*o.shape[:-2], cfg.value_dim), p["out"], kernels=kernels)
@@ -356,6 +376,11 @@ def step(params: dict, cfg: GdnConfig, x_t: jax.Array, conv_state: jax.Array, re
     u, z, b, a = _project(params, x_t, kernels)
     ext = jnp.concatenate([conv_state.astype(u.dtype), u[:, None]], axis=1)  # [Bt, K, C]
     c = _conv(params, [ext[:, j] for j in range(cfg.conv_kernel)], u.dtype)
+    if kernels.deterministic:  # a one-node tree through the kernel that verifies trees
+        root = jnp.full((x_t.shape[0], 1), -1, jnp.int32)
+        o, states = dispatch.gdn_recurrence(kernels, *(x[:, None] for x in (*_heads(cfg, c), *_gates(params, b, a))),
+                                            root, rec_state)
+        return _output(params, cfg, o[:, 0], z, x_t.dtype, kernels), ext[:, 1:], states[:, :, 0]
     q, k, v, g, beta = _features(params, cfg, c, b, a)
     s = _delta_step(rec_state.astype(jnp.float32), _expand(k, cfg), v, g, beta)
     o = jnp.einsum("bhk,bhkv->bhv", _expand(q, cfg), s, precision=_HI)
@@ -400,6 +425,12 @@ def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.A
     for _ in range(kernel - 1):
         rows.append(jnp.take_along_axis(pred, rows[-1], axis=1))
     c = _conv(params, [jnp.take_along_axis(ext, r[:, :, None], axis=1) for r in reversed(rows)], u.dtype)
+    if kernels.deterministic:  # every node one recurrent step from its parent's state, as `step`
+        q, k, v = _heads(cfg, c)
+        g, beta = _gates(params, b, a)
+        o, _ = dispatch.gdn_recurrence(kernels, q, k, v, g, beta, parents, rec_state)
+        y = _output(params, cfg, o, z, x_nodes.dtype, kernels)
+        return y, TreeStates(inputs=u, k=k, v=v, g=g, beta=beta, w=None, cum=None)
     q, k, v, g, beta = _features(params, cfg, c, b, a)
     cum = jnp.einsum("bij,bjh->bih", ancestor_mask.astype(jnp.float32), g, precision=_HI)
     qh, kh, vh = (_heads_first(t) for t in (_expand(q, cfg), _expand(k, cfg), v))
@@ -451,3 +482,17 @@ def path_states_parallel(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path
     cum_end = jnp.take_along_axis(tree.cum, last[:, None, None], axis=1)[:, 0]  # [Bt, Hv]
     live = (jnp.arange(path.shape[1]) < path_len[:, None])[:, None, :]  # [Bt, 1, P]
     return conv_state, _advance(rec_state.astype(jnp.float32), k, w, cum, cum_end, live)
+
+
+def path_states_deterministic(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path_len: jax.Array,
+                              conv_state: jax.Array, rec_state: jax.Array, *, kernels: KernelTuning):
+    """`path_states` for the deterministic mode's TreeStates: the path stepped again as a chain
+    through the verify's kernel, so the state is bit for bit what decoding its tokens leaves.
+    Same arguments and result as `path_states`."""
+    ext = jnp.concatenate([conv_state.astype(tree.inputs.dtype), _gather_path(tree.inputs, path)], axis=1)
+    conv_state = _last_inputs(ext, path_len, cfg.conv_kernel)
+    k, v, g, beta = (_gather_path(x, path) for x in (tree.k, tree.v, tree.g, tree.beta))
+    chain = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=jnp.int32) - 1, path.shape)
+    _, states = dispatch.gdn_recurrence(kernels, k, k, v, g, beta, chain, rec_state)  # q unread: o is dropped
+    last = (path_len - 1).astype(jnp.int32).reshape(-1, 1, 1, 1, 1)
+    return conv_state, jnp.take_along_axis(states, last, axis=2)[:, :, 0]

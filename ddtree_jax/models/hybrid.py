@@ -246,8 +246,11 @@ class VerifyOut:
 
 # ----------------------------------------------------------------------------- the layers
 
-def norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
-    """Qwen3_5RMSNorm: rmsnorm(x) * (1 + w), the product in f32 and then cast (not Llama's order)."""
+def norm(x: jax.Array, w: jax.Array, eps: float, kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
+    """Qwen3_5RMSNorm: rmsnorm(x) * (1 + w), the product in f32 and then cast (not Llama's order);
+    in the deterministic mode through its norm kernel (a row's sum in one order whatever the rows)."""
+    if kernels.deterministic:
+        return dispatch.rms_norm(kernels, x, w, eps, unit_offset=True)
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return (y * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
@@ -271,8 +274,8 @@ def _attention(p: dict, cfg: HybridConfig, h, cos, sin, kv: KVCache | None, laye
         gate = linear(h, p["q_gate"], p.get("q_gate_bias"), kernels=kernels)
     k = split_heads(linear(h, p["k"], p.get("k_bias"), kernels=kernels), cfg.num_kv_heads, cfg.head_dim)
     v = split_heads(linear(h, p["v"], p.get("v_bias"), kernels=kernels), cfg.num_kv_heads, cfg.head_dim)
-    q = _rope(norm(q, p["q_norm"], cfg.rms_eps), cos, sin, cfg.rotary_dim)
-    k = _rope(norm(k, p["k_norm"], cfg.rms_eps), cos, sin, cfg.rotary_dim)
+    q = _rope(norm(q, p["q_norm"], cfg.rms_eps, kernels), cos, sin, cfg.rotary_dim)
+    k = _rope(norm(k, p["k_norm"], cfg.rms_eps, kernels), cos, sin, cfg.rotary_dim)
     scale = cfg.head_dim**-0.5
     if kv is None:
         o = masked_attention(q, k, v, new_mask, scale)
@@ -292,7 +295,7 @@ def _run(params: dict, cfg: HybridConfig, tokens, positions, state: HybridState,
     n = len(params["layers"])
     for i, p in enumerate(params["layers"]):
         with jax.named_scope(f"layer{i}"):
-            h = norm(x, p["attn_norm"], cfg.rms_eps)
+            h = norm(x, p["attn_norm"], cfg.rms_eps, kernels)
             if cfg.layer_types[i] == "full_attention":
                 o, k, v = _attention(p, cfg, h, cos, sin, state.kv, len(new_k), state.lengths, new_mask, kernels)
                 new_k.append(k)
@@ -301,10 +304,10 @@ def _run(params: dict, cfg: HybridConfig, tokens, positions, state: HybridState,
                 o, keep = mixer(p["linear"], len(kept), h)
                 kept.append(keep)
             x = x + o
-            h = norm(x, p["mlp_norm"], cfg.rms_eps)
+            h = norm(x, p["mlp_norm"], cfg.rms_eps, kernels)
             x = x + (mlp(p, h, kernels=kernels) if cfg.moe is None else moe_block.block(p, h, cfg.moe, kernels=kernels))
             tapped[i] = x
-    h = norm(x, params["norm"], cfg.rms_eps)
+    h = norm(x, params["norm"], cfg.rms_eps, kernels)
     # tap i is HF's hidden_states[i + 1]: layer i's output, final-normed for the last layer
     tap = jnp.concatenate([h if i == n - 1 else tapped[i] for i in taps], axis=-1) if taps else None
     return h, tap, new_k, new_v, kept
@@ -313,6 +316,8 @@ def _run(params: dict, cfg: HybridConfig, tokens, positions, state: HybridState,
 def lm_head(params: dict, cfg: HybridConfig, h: jax.Array, *, kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """Logits in float32 for final-normed h [..., H]."""
     if cfg.tie_embeddings or "lm_head" not in params:
+        if kernels.deterministic:  # the deterministic mode's one product: a row's logits whatever the rows
+            return dispatch.matmul(kernels, h, params["embed"].T, out_dtype=jnp.float32)
         return jnp.einsum("...h,vh->...v", h, params["embed"].astype(h.dtype), preferred_element_type=jnp.float32)
     return dispatch.matmul(kernels, h, params["lm_head"], out_dtype=jnp.float32)
 
@@ -427,8 +432,13 @@ def commit(cfg: HybridConfig, state: HybridState, out: VerifyOut, path: jax.Arra
         kv = append(kv, list(out.k), list(out.v), state.lengths, rows=path, kernels=kernels)
     conv, rec = state.conv, state.rec
     if out.tree is not None:
-        pairs = [gdn.path_states_parallel(cfg.gdn, jax.tree.map(lambda x: x[j], out.tree), path, path_len,
-                                          state.conv[j], state.rec[j]) for j in range(state.conv.shape[0])]
+        def path_states(tree, conv, rec):
+            if kernels.deterministic:
+                return gdn.path_states_deterministic(cfg.gdn, tree, path, path_len, conv, rec, kernels=kernels)
+            return gdn.path_states_parallel(cfg.gdn, tree, path, path_len, conv, rec)
+
+        pairs = [path_states(jax.tree.map(lambda x: x[j], out.tree), state.conv[j], state.rec[j])
+                 for j in range(state.conv.shape[0])]
         conv, rec = jnp.stack([c for c, _ in pairs]), jnp.stack([r for _, r in pairs])
     lengths = state.lengths + path_len
     if active is not None:
