@@ -483,7 +483,7 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     tree = fns["tree"](logp, state, vocab) if spec.speculative else engine.root_tree(state)
     if "walk" in names or "commit" in names:  # their inputs: one verify, token choice and walk
         logits, tapped, new_kv = fns["verify"](gen.tparams, state, tree)
-        target_tokens = fns["choose"](logits, state.key, knobs)
+        target_tokens = fns["choose"](logits, state.key, knobs, state.length[:, None] + tree.depths + 1)
         result = jax.block_until_ready(fns["walk"](tree, target_tokens))
         del logits
     depth = dcfg.depth if spec.speculative else 0
@@ -499,7 +499,9 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     def verify(acc, tp, st, tr, kn):
         tr, acc = bar((tr, acc))
         lg, _, _ = engine.verify_stage(tp, st, tr, tcfg=tcfg, dcfg=dcfg, spec=spec)
-        return acc + every(bar(engine.choose_tokens(st.key, lg, spec.sampling, kn.temperature, kn.top_p)))
+        return acc + every(bar(engine.choose_tokens(st.key, lg, spec.sampling, kn.temperature, kn.top_p,
+                                                    st.length[:, None] + tr.depths + 1,
+                                                    spec.tuning.kernels.deterministic)))
 
     def walk_(acc, tr, tt):
         tt, acc = bar((tt, acc))

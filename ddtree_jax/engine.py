@@ -317,8 +317,7 @@ def commit_stage(
 
 def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: DecodeSpec,
                enabled: jax.Array | None = None) -> State:
-    """One round; enabled=False (traced bool) computes it but commits nothing and keeps the key."""
-    key, sub = jax.random.split(state.key)
+    """One round; enabled=False (traced bool) computes it but commits nothing."""
     depth = dcfg.depth if spec.speculative else 0
     if spec.speculative:
         with jax.named_scope("draft"):
@@ -336,7 +335,9 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         """The target's verify of `tree` and the walk of its tokens: (K/V of every row, taps, walk result)."""
         with jax.named_scope("verify"):
             logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
-            target_tokens = choose_tokens(sub, logits, spec.sampling, knobs.temperature, knobs.top_p)
+            # a node at position p draws the token of position p + 1 (sampling.py: keyed by position)
+            target_tokens = choose_tokens(state.key, logits, spec.sampling, knobs.temperature, knobs.top_p,
+                                          state.length[:, None] + tree.depths + 1, spec.tuning.kernels.deterministic)
         with jax.named_scope("walk"):
             return new_kv, tapped, walk(tree, target_tokens, depth)
 
@@ -359,11 +360,8 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         # makes XLA copy every cache around it (~0.4 ms a round at the 8B shape).
         kv, tapped, result = jax.lax.switch(choice, [functools.partial(verified_path, t) for t in trees], state)
     with jax.named_scope("commit"):
-        state = commit_stage(dparams, state, kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
-                             enabled=enabled)
-    if enabled is not None:
-        key = jnp.where(enabled, key, state.key)
-    return dataclasses.replace(state, key=key)
+        return commit_stage(dparams, state, kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
+                            enabled=enabled)
 
 
 def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
@@ -415,10 +413,9 @@ def _prefill(tparams, dparams, cache: KVCache | HybridCache, dcache: KVCache | N
     cache, h, tapped = _prefill_target(tparams, tcfg, cache, prompt, prompt_len, start, taps, spec)
     pos = start[:, None] + jnp.arange(p, dtype=jnp.int32)
     last = jnp.take_along_axis(h, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
-    key, sub = jax.random.split(key)
     kernels = spec.tuning.kernels
-    first = choose_tokens(sub, family_of(tcfg).lm_head(tparams, tcfg, last, kernels=kernels), spec.sampling,
-                          knobs.temperature, knobs.top_p)
+    first = choose_tokens(key, family_of(tcfg).lm_head(tparams, tcfg, last, kernels=kernels), spec.sampling,
+                          knobs.temperature, knobs.top_p, start + prompt_len.astype(jnp.int32), kernels.deterministic)
     if dcache is not None:  # the prompt's context K/V through XLA's writes
         dcache = dmodel.extend_cache(dparams, dcfg, dcache, start, tapped, pos,
                                      kernels=spec.tuning.drafter.with_impls(cache="xla"))

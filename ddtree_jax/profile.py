@@ -51,8 +51,8 @@ def _stage_key(name: str, tcfg, dcfg, spec: DecodeSpec) -> tuple:
     if name == "tree":  # extra: the drafter's depth, which auto's chain candidate reads
         return None, None, dataclasses.replace(spec, unroll=default.unroll, sampling=default.sampling,
                                                prefill_chunk=default.prefill_chunk), dcfg.depth if dcfg else 0
-    if name == "choose":  # the token choice reads the sampling alone (see _stage_fn)
-        return None, None, DecodeSpec(sampling=spec.sampling), None
+    if name == "choose":  # the token choice reads the sampling and (extra) the deterministic mode alone
+        return None, None, DecodeSpec(sampling=spec.sampling), spec.tuning.kernels.deterministic
     if name == "walk":  # extra: the tree depth, all the walk reads
         return None, None, default, dcfg.depth if spec.speculative else 0
     raise ValueError(name)
@@ -76,8 +76,8 @@ def _stage_fn(name: str, tcfg, dcfg, spec: DecodeSpec, extra, options: tuple = (
     if name == "verify":
         return jit(functools.partial(float32_exact(verify_stage), tcfg=tcfg, dcfg=dcfg, spec=spec))
     if name == "choose":
-        def _choose(logits, key, knobs):
-            return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p)
+        def _choose(logits, key, knobs, positions):
+            return choose_tokens(key, logits, spec.sampling, knobs.temperature, knobs.top_p, positions, bool(extra))
 
         return jit(_choose)
     if name == "walk":
@@ -115,7 +115,6 @@ def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, 
         return out
 
     while not np.asarray(state.done).all():
-        key, sub = jax.random.split(state.key)
         if spec.speculative:
             logp = timed("draft", fns["draft"], tparams, dparams, state)
             tree = timed("tree", fns["tree"], logp, state, engine.draft_vocab(dparams))
@@ -124,10 +123,9 @@ def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, 
         else:
             tree = engine.root_tree(state)
         logits, tapped, new_kv = timed("verify", fns["verify"], tparams, state, tree)
-        target_tokens = timed("verify", fns["choose"], logits, sub, knobs)
+        target_tokens = timed("verify", fns["choose"], logits, state.key, knobs, state.length[:, None] + tree.depths + 1)
         result = timed("walk", fns["walk"], tree, target_tokens)
         state = timed("commit", fns["commit"], dparams, state, new_kv, tapped, result, knobs)
-        state = dataclasses.replace(state, key=key)
         rounds += 1
         if on_round is not None and on_round(state):
             break

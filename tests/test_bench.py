@@ -384,7 +384,7 @@ def _stage_inputs(gen, spec, knobs):
                                             gen.tparams, state, tree)
     tokens = jax.ShapeDtypeStruct(logits.shape[:-1], jnp.int32)
     result = jax.eval_shape(lambda t, x: walk(t, x, dc.depth if spec.speculative else 0), tree, tokens)
-    args = {"verify": (gen.tparams, state, tree), "choose": (logits, key, knobs), "walk": (tree, tokens),
+    args = {"verify": (gen.tparams, state, tree), "choose": (logits, key, knobs, tokens), "walk": (tree, tokens),
             "commit": (gen.dparams, state, new_kv, tapped, result, knobs)}
     if spec.speculative:
         args.update(draft=(gen.tparams, gen.dparams, state), tree=(logp, state))

@@ -424,6 +424,26 @@ def test_greedy_ddtree_equals_ar_in_bfloat16(qwen3_pair):
     assert max(a for r in res for a in r.acceptance_lengths) > 2  # rounds committed verify rows' tokens
 
 
+def test_sampled_ddtree_equals_ar_in_bfloat16(qwen3_pair):
+    """Sampling draws each position's token with that position's noise (sampling.py), so with the
+    deterministic kernels a seed gives AR's sampled text under DDTree too. The oracle drafter
+    proposes AR's sampled continuation: rounds accept deep paths of sampled tokens only if the
+    verify rows draw what AR's steps drew."""
+    from ddtree_jax.generator import Generator
+    from tiny import oracle_extra, oracle_params
+
+    ck = load_checkpoint(qwen3_pair.out, dtype="bfloat16")
+    prompts, new = [[5, 17, 3, 99, 42, 7, 250, 11], [9, 8, 7]], 10
+    kw = dict(temperature=0.9, top_k=50, top_p=0.95, seed=3)
+    ar = [r.token_ids for r in Generator(ck, method="ar", deterministic=True).generate_ids(
+        prompts, max_new_tokens=new + oracle_extra(ck), **kw)]
+    oracle = oracle_params(ck, prompts, new, greedy=ar)
+    res = Generator(ck, method="ddtree", budget=8, oracle=oracle, deterministic=True).generate_ids(
+        prompts, max_new_tokens=new, **kw)
+    assert [r.token_ids for r in res] == [a[:new] for a in ar]
+    assert max(a for r in res for a in r.acceptance_lengths) > 2
+
+
 def test_greedy_ddtree_equals_ar_on_a_hybrid_target_in_bfloat16(tmp_path):
     """The same for a tiny Qwen3.5 target (Gated DeltaNet and gated attention layers): each round's
     commit steps the accepted path's recurrence again, so later rounds start from AR's states."""

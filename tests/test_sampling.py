@@ -149,13 +149,15 @@ def test_wrong_distribution_is_detected(pair):
 
 def test_nucleus_matches_reference():
     """process_logits' top-p keeps exactly the smallest most-likely set reaching top_p (ties in
-    random float logits do not occur), after temperature and top-k; the top token always."""
+    random float logits do not occur), after temperature and top-k; the top token always; its
+    deterministic mode's fixed-order sums too."""
     from ddtree_jax.sampling import process_logits
 
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((64, 50)).astype(np.float32) * 3
-    for temperature, top_k, top_p in [(1.0, 0, 0.9), (0.5, 10, 0.5), (2.0, 0, 1e-6), (1.0, 5, 0.999)]:
-        x = process_logits(jnp.asarray(logits), jnp.float32(temperature), top_k, jnp.float32(top_p))
+    for (temperature, top_k, top_p), det in itertools.product(
+            [(1.0, 0, 0.9), (0.5, 10, 0.5), (2.0, 0, 1e-6), (1.0, 5, 0.999)], (False, True)):
+        x = process_logits(jnp.asarray(logits), jnp.float32(temperature), top_k, jnp.float32(top_p), det)
         got = np.isfinite(np.asarray(x))
         want = processed(logits, temperature, top_k, top_p) > 0
         np.testing.assert_array_equal(got, want)
