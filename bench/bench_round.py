@@ -49,6 +49,7 @@ from ddtree_jax.models.config import (DrafterConfig, MoeConfig, RopeConfig, Targ
 from ddtree_jax.models.family import Hybrid, family_of
 from ddtree_jax.models.hybrid import HybridConfig
 from ddtree_jax.models.init import init_drafter, init_from_entries, init_target
+from ddtree_jax.tuning import MOE_EXPERT_IMPLS, tuning_for
 from ddtree_jax.models.layers import fuse_layer_weights
 
 # H100 SXM's HBM3 bandwidth (datasheet): the MoE rows' bytes floor is for the card they are timed on
@@ -589,6 +590,9 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul-impl", default="auto", help="matmul impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--drafter-quant", default="none", help="drafter weights, comma-separated: none,int8")
+    ap.add_argument("--moe-experts", default="auto",
+                    help="an MoE target's expert impl(s) beyond the tuning's gather range, comma-separated: auto "
+                         "(this device's), dense, ragged, grouped")
     ap.add_argument("--deterministic", default="off",
                     help="off, on, or off,on: the default kernels, the deterministic mode's (Generator's "
                          "deterministic=True, its impls its own), or both in one call")
@@ -608,6 +612,9 @@ def main(argv=None) -> int:
     dets = [{"off": False, "on": True}.get(d) for d in args.deterministic.split(",") if d]
     if not dets or None in dets:
         ap.error(f"--deterministic takes off, on or off,on (got {args.deterministic!r})")
+    moe_impls = [m for m in args.moe_experts.split(",") if m]
+    if not moe_impls or any(m not in ("auto", *MOE_EXPERT_IMPLS) for m in moe_impls):
+        ap.error(f"--moe-experts takes auto or {', '.join(MOE_EXPERT_IMPLS)}, comma-separated (got {args.moe_experts!r})")
     try:
         batches = [int(b) for b in args.batch.split(",") if b]
     except ValueError:
@@ -657,10 +664,13 @@ def main(argv=None) -> int:
             (Path(args.out) / name).write_text(json.dumps(out, indent=1))
 
     for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
-        impls = [(a, m, c, q, d) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
+        impls = [(a, m, c, q, d, e) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
                  for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q
-                 for d in dets]
-        for impl, mm_impl, c_impl, quant, det in impls:
+                 for d in dets for e in moe_impls]
+        for impl, mm_impl, c_impl, quant, det, moe_impl in impls:
+            tuning = None if moe_impl == "auto" else dataclasses.replace(
+                tuning_for(), kernels=dataclasses.replace(tuning_for().kernels, moe_experts=moe_impl))
+            tag = "" if moe_impl == "auto" else f"/moe={moe_impl}"
             made = None
             for (method, budget), batch in ((run, b) for run in runs for b in batches):
                 if quant != "none" and method == "ar":
@@ -670,7 +680,7 @@ def main(argv=None) -> int:
                 if made != (method, budget):  # one generator a run, for all its batches
                     gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                     matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
-                                    compiler_options=opts, draft_vocab=vocab, deterministic=det,
+                                    compiler_options=opts, draft_vocab=vocab, deterministic=det, tuning=tuning,
                                     **({"cost_model": args.cost_model, **auto_budgets} if budget == "auto" else {}))
                     made = (method, budget)
                 try:
@@ -678,7 +688,7 @@ def main(argv=None) -> int:
                                 verify_loop=args.verify_loop, stage_loop=args.stage_loop,
                                 fresh_buffers=args.fresh_buffers)
                 except Exception as e:  # one row that fails to compile or run must not cost the others
-                    msg = (f"P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{'/det' * det} {method} "
+                    msg = (f"P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{tag}{'/det' * det} {method} "
                            f"B={budget}: "
                            f"{type(e).__name__}: {e}")
                     out.setdefault("errors", []).append(msg[:2000])
@@ -688,11 +698,12 @@ def main(argv=None) -> int:
                 mem = device_memory()  # the process's peak so far: what the largest row needed
                 r.update(device_peak_bytes=mem and mem["peak"], method=method, budget="auto" if gen.auto else gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
-                         draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers, deterministic=det)
+                         draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers, deterministic=det,
+                         moe_experts=moe_impl)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
-                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv}"
+                print(f"[bench_round] P={prompt_len} x{batch} {impl}/mm={mm_impl}/kv={c_impl}/dq={quant}{dv}{tag}"
                       f"{'/det' * det} {method:6s} B={'auto' if gen.auto else gen.budget:>5} N={r['nodes']:5d} round "
                       f"{r['round_ms_median']:.3f} ms, steady {r['round_ms_steady']:.3f}, a call's fixed "
                       f"{r['call_fixed_ms']:.1f} ms"

@@ -71,7 +71,7 @@ ATTENTION_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret", "mosai
 KERNEL_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")   # norms, products, cache writes
 AUTO_CHOICES = ("xla", "pallas")
 DETERMINISTIC_IMPLS = ("pallas", "triton", "pallas_interpret")
-MOE_EXPERT_IMPLS = ("ragged", "dense", "gather")
+MOE_EXPERT_IMPLS = ("ragged", "dense", "gather", "grouped")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +122,9 @@ class KernelTuning:
     xla_options: tuple[tuple[str, Any], ...] = ()
     # How an MoE block's experts run (models.moe.experts; dispatch.moe_choice): "ragged" (grouped
     # lax.ragged_dot), "dense" (every expert over every token, each token's k picked after) or
-    # "gather" (each token's k experts' weights gathered); passes of up to moe_gather_max tokens gather.
+    # "gather" (each token's k experts' weights gathered) or "grouped" (the rows grouped by expert into
+    # the skinny-matmul kernel's row tiles: each touched expert read once a tile; Pallas only); passes
+    # of up to moe_gather_max tokens gather.
     moe_experts: str = "dense"  # the plain form, which --tp partitions along the expert axis as it is
     moe_gather_max: int = 0
     deterministic: bool = False

@@ -164,6 +164,21 @@ def test_bench_round_times_the_deterministic_mode_beside_the_default(tmp_path):
         bench_round.main(["--model", "tiny", "--deterministic", "maybe"])
 
 
+def test_bench_round_times_each_moe_experts_impl(tmp_path):
+    """--moe-experts: one row an impl (the grouped Pallas product interpreted here), each recorded."""
+    from bench import bench_round
+
+    assert bench_round.main(["--model", "tiny-moe", "--prompt-len", "16", "--methods", "ar", "--moe-experts",
+                             "dense,grouped", "--matmul-impl", "pallas_interpret", "--rounds", "2", "--repeats", "1",
+                             "--stage-repeats", "0", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "round_tiny-moe_auto.json").read_text())
+    assert "errors" not in data
+    assert [r["moe_experts"] for r in data["rows"]] == ["dense", "grouped"]
+    assert all(r["round_ms_median"] > 0 for r in data["rows"])
+    with pytest.raises(SystemExit):
+        bench_round.main(["--model", "tiny-moe", "--moe-experts", "sparse"])
+
+
 @pytest.mark.parametrize("methods", ["ar,dflash", "ddtree"])  # two tests of a few compiles each
 def test_bench_round_moe_rows_report_the_experts_a_round_reads(tmp_path, capsys, methods):
     """An MoE shape's rows: the distinct experts per layer the round's verify reads (AR at batch 1:

@@ -277,7 +277,8 @@ def _reference_block(p: dict, x: np.ndarray, m: MoeConfig) -> np.ndarray:
 @pytest.mark.parametrize("shared,norm", [(0, True), (24, False)])
 def test_ragged_block_matches_a_loop_over_experts(shape, shared, norm, monkeypatch):
     """Decode (T = 1), batch rows, a verify's rows, a prefill chunk; unfused and fused layouts;
-    the grouped ragged_dot and the GPUs' alternatives (dense, in chunks too; gather)."""
+    the grouped ragged_dot and the GPUs' alternatives (dense, in chunks too; gather; the grouped
+    Pallas product, interpreted)."""
     m = _moe_cfg(shared, norm)
     p = _block_params(m, jax.random.PRNGKey(shape[1] + shared))
     x = np.random.default_rng(sum(shape)).standard_normal((*shape, HIDDEN)).astype(np.float32)
@@ -285,9 +286,10 @@ def test_ragged_block_matches_a_loop_over_experts(shape, shared, norm, monkeypat
     fused = tmodel.fuse_params({"embed": None, "norm": None, "layers": [p]}, stack=False)["layers"][0]
     assert "experts_gate_up" in fused and ("shared_gate_up" in fused) == bool(shared)
     monkeypatch.setattr(moe, "DENSE_CHUNK", 16)     # 40 tokens: three chunks, the last padded
-    for impl, gather_max in (("ragged", 0), ("dense", 0), ("ragged", 64)):
-        kernels = dataclasses.replace(CPU_KERNELS, moe_experts=impl, moe_gather_max=gather_max)
-        for layout in (p, fused):
+    for impl, gather_max in (("ragged", 0), ("dense", 0), ("ragged", 64), ("grouped", 0)):
+        kernels = dataclasses.replace(CPU_KERNELS, moe_experts=impl, moe_gather_max=gather_max,
+                                      matmul="pallas_interpret" if impl == "grouped" else "auto")
+        for layout in ((p, fused) if impl != "grouped" else (fused,)):   # the grouped kernel reads the fused experts
             got = jax.jit(lambda q, v: moe.block(q, v, m, kernels=kernels))(layout, jnp.asarray(x))
             np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-5, err_msg=f"{impl} {gather_max}")
 

@@ -78,9 +78,10 @@ def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str
     rows, back to token order; "dense": every expert over every token, the unchosen weighted 0 (no
     sort; E/k times the work, which on GPUs beat XLA's ragged_dot: tuning.GPU_KERNELS); "gather":
     each token's k experts' weights gathered (a few tokens: only the chosen experts are read);
-    "deterministic" (`kernels` in that mode): the (token, expert) rows grouped by expert into the
-    deterministic product's row tiles (dispatch.expert_rows), each expert's weights read once, a
-    row's output its one-row product's."""
+    "deterministic" (`kernels` in that mode) or "grouped" (outside it; the Pallas matmul kernel):
+    the (token, expert) rows grouped by expert into the deterministic product's row tiles
+    (dispatch.expert_rows), each touched expert's weights read once a tile, a row's output its
+    one-row product's."""
     n, k = idx.shape
     gate_up = _gate_up(p).astype(x.dtype)
     down = p["experts_down"].astype(x.dtype)
@@ -103,7 +104,7 @@ def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str
     if impl == "gather":
         act = swiglu(jnp.einsum("nh,nkhi->nki", x, gate_up[idx]))
         out = jnp.einsum("nki,nkih->nkh", act, down[idx], preferred_element_type=jnp.float32)
-    elif impl == "deterministic":
+    elif impl in ("deterministic", "grouped"):  # grouped: the same kernel outside the deterministic mode
         dest, groups, tile = dispatch.expert_rows(kernels, idx.reshape(-1), num_experts)
         rows = jnp.zeros((groups.shape[0] * tile, x.shape[-1]), x.dtype).at[dest].set(jnp.repeat(x, k, axis=0))
         act = dispatch.expert_matmul(kernels, rows, gate_up, groups)
@@ -124,7 +125,7 @@ def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str
         inverse = jnp.zeros_like(order).at[order].set(jnp.arange(n * k, dtype=order.dtype))
         out = out[inverse].reshape(n, k, -1)
     else:
-        raise ValueError(f"unknown MoE experts impl {impl!r}; choose ragged, dense or gather")
+        raise ValueError(f"unknown MoE experts impl {impl!r}; choose ragged, dense, gather or grouped")
     # each expert's output rounded to x's dtype and scaled by the rounded weight, as transformers;
     # the k terms summed in float32, in a fixed order (the top-k order), so a token's sum does not
     # depend on what else is in the pass
