@@ -49,8 +49,8 @@ from ddtree_jax.models.config import (DrafterConfig, MoeConfig, RopeConfig, Targ
 from ddtree_jax.models.family import Hybrid, family_of
 from ddtree_jax.models.hybrid import HybridConfig
 from ddtree_jax.models.init import init_drafter, init_from_entries, init_target
-from ddtree_jax.tuning import MOE_EXPERT_IMPLS, tuning_for
 from ddtree_jax.models.layers import fuse_layer_weights
+from ddtree_jax.tuning import MOE_EXPERT_IMPLS, tuning_for
 
 # H100 SXM's HBM3 bandwidth (datasheet): the MoE rows' bytes floor is for the card they are timed on
 HBM_BYTES_PER_S = 3.35e12
@@ -484,7 +484,7 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
     tree = fns["tree"](logp, state, vocab) if spec.speculative else engine.root_tree(state)
     if "walk" in names or "commit" in names:  # their inputs: one verify, token choice and walk
         logits, tapped, new_kv = fns["verify"](gen.tparams, state, tree)
-        target_tokens = fns["choose"](logits, state.key, knobs, state.length[:, None] + tree.depths + 1)
+        target_tokens = fns["choose"](logits, state.key, knobs, engine.draw_positions(state, tree))
         result = jax.block_until_ready(fns["walk"](tree, target_tokens))
         del logits
     depth = dcfg.depth if spec.speculative else 0
@@ -501,7 +501,7 @@ def stage_loop_times(gen: Generator, spec, state, knobs, rounds: int, repeats: i
         tr, acc = bar((tr, acc))
         lg, _, _ = engine.verify_stage(tp, st, tr, tcfg=tcfg, dcfg=dcfg, spec=spec)
         return acc + every(bar(engine.choose_tokens(st.key, lg, spec.sampling, kn.temperature, kn.top_p,
-                                                    st.length[:, None] + tr.depths + 1,
+                                                    engine.draw_positions(st, tr),
                                                     spec.tuning.kernels.deterministic)))
 
     def walk_(acc, tr, tt):
@@ -668,8 +668,9 @@ def main(argv=None) -> int:
                  for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q
                  for d in dets for e in moe_impls]
         for impl, mm_impl, c_impl, quant, det, moe_impl in impls:
+            here = tuning_for()
             tuning = None if moe_impl == "auto" else dataclasses.replace(
-                tuning_for(), kernels=dataclasses.replace(tuning_for().kernels, moe_experts=moe_impl))
+                here, kernels=dataclasses.replace(here.kernels, moe_experts=moe_impl))
             tag = "" if moe_impl == "auto" else f"/moe={moe_impl}"
             made = None
             for (method, budget), batch in ((run, b) for run in runs for b in batches):

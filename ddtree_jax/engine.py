@@ -315,6 +315,12 @@ def commit_stage(
 # ----------------------------------------------------------------------------- round and loop
 
 
+def draw_positions(state: State, tree: DraftTree) -> jax.Array:
+    """int32 [Bt, N]: the position of the token each tree node's logits draw (a node at position
+    p draws position p + 1's; sampling.py keys the noise by it)."""
+    return state.length[:, None] + tree.depths + 1
+
+
 def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: DecodeSpec,
                enabled: jax.Array | None = None) -> State:
     """One round; enabled=False (traced bool) computes it but commits nothing."""
@@ -335,9 +341,8 @@ def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: D
         """The target's verify of `tree` and the walk of its tokens: (K/V of every row, taps, walk result)."""
         with jax.named_scope("verify"):
             logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
-            # a node at position p draws the token of position p + 1 (sampling.py: keyed by position)
             target_tokens = choose_tokens(state.key, logits, spec.sampling, knobs.temperature, knobs.top_p,
-                                          state.length[:, None] + tree.depths + 1, spec.tuning.kernels.deterministic)
+                                          draw_positions(state, tree), spec.tuning.kernels.deterministic)
         with jax.named_scope("walk"):
             return new_kv, tapped, walk(tree, target_tokens, depth)
 

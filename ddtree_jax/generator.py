@@ -26,7 +26,6 @@ from ddtree_jax.cost import CostModel, ModelSignature, auto_lines, resolve_cost_
 from ddtree_jax.profile import profiled_rounds
 from ddtree_jax.errors import UserError
 from ddtree_jax.drafters import dflash as dmodel
-from ddtree_jax.models.config import TargetConfig
 from ddtree_jax.models.family import family_of
 from ddtree_jax.models.layers import stacks_norms_for
 from ddtree_jax.sampling import SamplingConfig

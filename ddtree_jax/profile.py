@@ -123,7 +123,8 @@ def profiled_rounds(tparams, dparams, state: engine.State, knobs: engine.Knobs, 
         else:
             tree = engine.root_tree(state)
         logits, tapped, new_kv = timed("verify", fns["verify"], tparams, state, tree)
-        target_tokens = timed("verify", fns["choose"], logits, state.key, knobs, state.length[:, None] + tree.depths + 1)
+        target_tokens = timed("verify", fns["choose"], logits, state.key, knobs,
+                              engine.draw_positions(state, tree))
         result = timed("walk", fns["walk"], tree, target_tokens)
         state = timed("commit", fns["commit"], dparams, state, new_kv, tapped, result, knobs)
         rounds += 1
