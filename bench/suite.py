@@ -85,6 +85,7 @@ class SuiteOptions:
     drafter_quant: str = "none"  # the speculative rows' drafter weights (AR has none)
     compile_workers: int = 1  # > 1: compile every row's executables first, in that many threads
     verify_loop: bool = False  # also time each row's verify pass alone in a device loop (overhead_beyond_verify)
+    deterministic: bool = False  # the Generator's deterministic kernels (a verify row = the one-row step, bitwise)
 
 
 def matrix(methods: Sequence[str], policies: Sequence[str], budgets: Sequence[int]) -> list[RunConfig]:
@@ -330,7 +331,8 @@ def make_generator(ckpt, cfg: RunConfig, opts: SuiteOptions, executables):
 
     return Generator(ckpt, method=cfg.method, policy=cfg.policy, budget=cfg.budget or 1, attn_impl=opts.attn_impl,
                      matmul_impl=opts.matmul_impl, cache_impl=opts.cache_impl,
-                     drafter_quant="none" if cfg.method == "ar" else opts.drafter_quant, executables=executables)
+                     drafter_quant="none" if cfg.method == "ar" else opts.drafter_quant, executables=executables,
+                     deterministic=opts.deterministic)
 
 
 def compile_ahead(ckpt, prompts, configs: Sequence[RunConfig], opts: SuiteOptions, executables, *, log=print,
@@ -610,6 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cache-impl", default="auto", choices=("auto", "xla", "pallas", "pallas_interpret"))
     ap.add_argument("--drafter-quant", default="none", choices=("none", "int8"),
                     help="the speculative rows' drafter weights (int8: acceptance may change a little)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="every row with generate's --deterministic kernels: greedy rows equal AR's in bf16 too")
     ap.add_argument("--torch-baseline", action="store_true",
                     help="also time transformers' greedy generate (float32, static cache) on the same prompts")
     ap.add_argument("--torch-repeats", type=int, default=None, help="timed passes of the baseline (default: --repeats)")
@@ -675,6 +679,10 @@ def validate(args) -> dict:
             raise UserError(f"{flag} must be >= {lo} (got {v})")
     if not 0 < args.top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.deterministic:
+        from ddtree_jax.generator import check_deterministic
+
+        check_deterministic(args.attn_impl, args.matmul_impl, 1)
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise UserError(f"--time-limit must be a positive number of seconds (got {args.time_limit})")
     if args.round_latency is not None:
@@ -775,7 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         profile_temperatures=v["profile_temperatures"],
                         attn_impl=args.attn_impl, matmul_impl=args.matmul_impl, cache_impl=args.cache_impl,
                         drafter_quant=args.drafter_quant, compile_workers=args.compile_workers,
-                        verify_loop=args.verify_loop)
+                        verify_loop=args.verify_loop, deterministic=args.deterministic)
     env = environment(args.commit)
     log(f"[bench] {len(configs)} configs x {len(opts.temperatures)} temperatures on {len(prompts)} prompts, "
         f"{args.repeats} repeats, {env['device_kind']} ({env['platform']}), commit {env['commit']}; "
@@ -795,7 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "torch_device": args.torch_device,
                 "profile_prompts": opts.profile_prompts, "profile_temperatures": v["profile_temperatures"],
                 "stop_ids": stop, "attn_impl": args.attn_impl, "matmul_impl": args.matmul_impl,
-                "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant,
+                "cache_impl": args.cache_impl, "drafter_quant": args.drafter_quant, "deterministic": args.deterministic,
                 "compile_workers": args.compile_workers, "time_limit": args.time_limit,
                 "batch_size": 1, "argv": list(sys.argv[1:] if argv is None else argv),
             },
@@ -818,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "timed passes (timed_generate_s of it inside generate's clock), profiled pass, compiles seen",
             ],
         }
-        if not bench["all_lossless"] and dtype != "float32":
+        if not bench["all_lossless"] and dtype != "float32" and not args.deterministic:
             bench["notes"].append(
                 "greedy mismatches with low-precision weights can be numerical near-ties (verify runs 1 + N tokens "
                 "through other matmul shapes than AR's 1); rerun with --dtype float32 to tell them from a bug")

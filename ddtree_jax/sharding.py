@@ -123,8 +123,10 @@ def check_tp_impls(tp: int, impls: dict[str, str]) -> None:
 def sharded_kernels(kernels: KernelTuning, mesh: Mesh) -> KernelTuning:
     """The kernels of a round sharded over `mesh`: the attention and norm kernels per shard (dispatch
     runs a Pallas call inside shard_map: heads, kv heads, the replicated hidden state), the
-    products and cache writes on XLA's ops, which GSPMD partitions (XLA_ONLY)."""
-    return dataclasses.replace(kernels, mesh=mesh, **{k: "xla" for k in XLA_ONLY})
+    products and cache writes on XLA's ops, which GSPMD partitions (XLA_ONLY), and an MoE's grouped
+    experts (a Pallas product) as "dense", which it partitions along the expert axis."""
+    moe = "dense" if kernels.moe_experts == "grouped" else kernels.moe_experts
+    return dataclasses.replace(kernels, mesh=mesh, moe_experts=moe, **{k: "xla" for k in XLA_ONLY})
 
 
 def sharded_tuning(tuning: Tuning, mesh: Mesh) -> Tuning:

@@ -180,6 +180,7 @@ def test_policy_list_parsing():
     (["--compile-workers", "0"], "--compile-workers"),
     (["--torch-baseline", "--torch-device", "cuda"], "--torch-device cpu"),  # this CPU-only torch
     (["--prompts", "/nonexistent/p.jsonl"], "not found"),
+    (["--deterministic", "--attn-impl", "xla"], "drop --attn-impl"),
 ])
 def test_bad_options_are_user_errors(tmp_path, args, needle):
     from bench.suite import main
@@ -187,6 +188,17 @@ def test_bad_options_are_user_errors(tmp_path, args, needle):
     with pytest.raises(UserError) as e:
         main([*args, "--out", str(tmp_path / "o")])
     assert needle in str(e.value)
+
+
+def test_deterministic_reaches_every_rows_generator(monkeypatch):
+    import ddtree_jax.generator as gen_mod
+    from bench.suite import RunConfig, SuiteOptions, make_generator
+
+    seen = []
+    monkeypatch.setattr(gen_mod, "Generator", lambda ckpt, **kw: seen.append(kw))
+    for det in (False, True):
+        make_generator(None, RunConfig("ddtree", "ddtree", 8), SuiteOptions(deterministic=det), executables=None)
+    assert [kw["deterministic"] for kw in seen] == [False, True]
 
 
 def test_empty_prompt_file(tmp_path):

@@ -131,6 +131,14 @@ def test_matmul_plan_is_row_count_free():
         plan = mm.matmul_plan(m, 4096, 4096, cfg)
         assert {h for _, h in plan.tiles} == {16} and plan.block_k == 128 and plan.split_k == 4
         assert plan.row_blocks * plan.rows_per_block >= m and plan.rows_per_block <= mm.MAX_ROWS
+    # a program's pipeline fits a Hopper block's shared memory: the 8B down product's swiglu
+    # prologue streams gate and up tiles, so it holds fewer rows (257 bf16 rows asked 260 KiB)
+    down = mm.deterministic_config(12288, 4096)
+    for itemsize, streams, rows in ((2, 1, 128), (2, 2, 64), (4, 1, 32), (4, 2, 16)):
+        plan = mm.matmul_plan(257, 12288, 4096, down, itemsize=itemsize, x_streams=streams)
+        assert plan.rows_per_block == rows and plan.row_blocks * rows >= 257
+        stage = plan.block_k * (plan.block_n + streams * rows) * itemsize
+        assert (down.num_stages - 1) * stage <= mm.ROW_TILE_SMEM_BYTES
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

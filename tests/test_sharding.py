@@ -13,6 +13,7 @@ dense pair, and on a GQA attention call of their own.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -294,3 +295,20 @@ def test_bad_tp_values_are_one_line(results):
 
 if __name__ == "__main__":
     print(json.dumps(child(*sys.argv[1:7])))
+
+
+def test_sharded_kernels_run_grouped_experts_as_dense():
+    """GSPMD cannot partition the grouped experts' Pallas product: under a mesh an MoE's experts
+    run "dense" (partitioned along the expert axis), the products and cache writes on XLA's ops."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from ddtree_jax import sharding
+    from ddtree_jax.tuning import GPU_KERNELS
+
+    assert GPU_KERNELS.moe_experts == "grouped"
+    mesh = Mesh(np.array(jax.devices()[:1]), ("tp",))
+    k = sharding.sharded_kernels(GPU_KERNELS, mesh)
+    assert (k.moe_experts, k.moe_gather_max, k.matmul, k.cache, k.mesh) == ("dense", 4, "xla", "xla", mesh)
+    assert sharding.sharded_kernels(dataclasses.replace(GPU_KERNELS, moe_experts="ragged"), mesh).moe_experts == "ragged"

@@ -189,6 +189,9 @@ def default_matmul_config(m: int, k: int, n: int) -> MatmulConfig:
 
 DETERMINISTIC_ROW_TILE = 16
 DETERMINISTIC_PROGRAMS = 256  # about two per SM of an H100 (132)
+# Shared memory a fixed-row-tile program's pipeline may fill (its num_stages - 1 buffered steps of
+# one weight tile and every x tile): Hopper gives a block 227 KiB, and the epilogue takes the rest.
+ROW_TILE_SMEM_BYTES = 160 * 1024
 
 
 def deterministic_config(k: int, n: int) -> MatmulConfig:
@@ -231,8 +234,19 @@ class MatmulPlan:
         return sum(h for _, h in self.tiles)
 
 
-def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig) -> MatmulPlan:
-    """The static launch shape for x [m, k] @ w [k, n]; raises ValueError for shapes it cannot take."""
+def row_tiles_per_block(cfg: MatmulConfig, k: int, itemsize: int = 2, x_streams: int = 1) -> int:
+    """Row tiles a program of a fixed-row-tile config holds: up to MAX_ROWS rows, fewer where the
+    pipeline's buffers (each K step: a [block_k, block_n] weight tile and x_streams [row_tile,
+    block_k] x tiles per row tile, swiglu's gate and up being two) would pass ROW_TILE_SMEM_BYTES.
+    A row's product is its own tile's MMA whatever the count, so the count changes no bits."""
+    bk, buffers = min(cfg.block_k, k), max(1, cfg.num_stages - 1)
+    w_tile, x_tile = bk * cfg.block_n * itemsize, x_streams * cfg.row_tile * bk * itemsize
+    return max(1, min(MAX_ROWS // cfg.row_tile, (ROW_TILE_SMEM_BYTES // buffers - w_tile) // x_tile))
+
+
+def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig, *, itemsize: int = 2, x_streams: int = 1) -> MatmulPlan:
+    """The static launch shape for x [m, k] @ w [k, n] (x's element size `itemsize`; x_streams 2
+    for the swiglu prologue's gate and up); raises ValueError for shapes it cannot take."""
     why = _unsupported(m, k, n, cfg)
     if why:
         raise ValueError(f"the Pallas matmul cannot take [{m}, {k}] @ [{k}, {n}]: {why}; use impl='xla'")
@@ -241,7 +255,7 @@ def matmul_plan(m: int, k: int, n: int, cfg: MatmulConfig) -> MatmulPlan:
                   col_blocks=pl.cdiv(n, cfg.block_n))
     if cfg.row_tile:
         rt = cfg.row_tile
-        per_block = min(pl.cdiv(m, rt), max(1, MAX_ROWS // rt))
+        per_block = min(pl.cdiv(m, rt), row_tiles_per_block(cfg, k, itemsize, x_streams))
         return MatmulPlan(block_m=rt, tail_m=0, tiles=tuple((i * rt, rt) for i in range(per_block)),
                           row_blocks=pl.cdiv(m, per_block * rt), **common)
     bm, tail = _pow2_at_least(m, 16), 0
@@ -451,7 +465,7 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
     w[groups[r]] (-1: none, the block's rows come out 0)."""
     m, kx = x2.shape
     k, n = w.shape[-2:]
-    plan = matmul_plan(m, k, n, cfg)
+    plan = matmul_plan(m, k, n, cfg, itemsize=x2.dtype.itemsize, x_streams=2 if prologue == "swiglu" else 1)
     if groups is not None:
         plan = dataclasses.replace(plan, tiles=((0, cfg.row_tile),), row_blocks=m // cfg.row_tile)
     bm, bn = plan.rows_per_block, plan.block_n
