@@ -323,45 +323,53 @@ def draw_positions(state: State, tree: DraftTree) -> jax.Array:
 
 def round_step(tparams, dparams, tcfg, dcfg, state: State, knobs: Knobs, spec: DecodeSpec,
                enabled: jax.Array | None = None) -> State:
-    """One round of a fixed tree (AR's root, DFlash's chain, the policy's tree at the budget);
-    enabled=False (traced bool) computes it but commits nothing. `--budget auto` runs its rounds
-    in `_run_auto_rounds`."""
+    """One round; enabled=False (traced bool) computes it but commits nothing."""
+    depth = dcfg.depth if spec.speculative else 0
     if spec.speculative:
         with jax.named_scope("draft"):
             logp = draft_stage(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
         with jax.named_scope("tree"):
-            tree = tree_stage(logp, state, draft_vocab(dparams), spec=spec)
+            if spec.auto is not None:
+                choice, trees = auto_stage(logp, state, draft_vocab(dparams), spec=spec, depth=depth)
+            else:
+                choice, trees = None, [tree_stage(logp, state, draft_vocab(dparams), spec=spec)]
     else:
-        tree = root_tree(state)
-    return verify_commit(tparams, dparams, tcfg, dcfg, state, tree, knobs, spec, slots=tree.tokens.shape[1],
-                         enabled=enabled)
+        choice, trees = None, [root_tree(state)]
+    slots = max(t.tokens.shape[1] for t in trees)  # the next round writes at most this many beyond length
 
+    def verify_and_walk(tree: DraftTree, state: State):
+        """The target's verify of `tree` and the walk of its tokens: (K/V of every row, taps, walk result)."""
+        with jax.named_scope("verify"):
+            logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
+            target_tokens = choose_tokens(state.key, logits, spec.sampling, knobs.temperature, knobs.top_p,
+                                          draw_positions(state, tree), spec.tuning.kernels.deterministic)
+        with jax.named_scope("walk"):
+            return new_kv, tapped, walk(tree, target_tokens, depth)
 
-def verify_commit(tparams, dparams, tcfg, dcfg, state: State, tree: DraftTree, knobs: Knobs, spec: DecodeSpec, *,
-                  slots: int, enabled: jax.Array | None = None) -> State:
-    """A round after its tree: the target's verify of `tree`, the target's tokens, the walk, the
-    commit (slots: the most tree rows a round of this loop writes beyond length)."""
-    depth = dcfg.depth if spec.speculative else 0
-    with jax.named_scope("verify"):
-        logits, tapped, new_kv = verify_stage(tparams, state, tree, tcfg=tcfg, dcfg=dcfg, spec=spec)
-        target_tokens = choose_tokens(state.key, logits, spec.sampling, knobs.temperature, knobs.top_p,
-                                      draw_positions(state, tree), spec.tuning.kernels.deterministic)
-    with jax.named_scope("walk"):
-        result = walk(tree, target_tokens, depth)
+    def verified_path(tree: DraftTree, state: State):
+        """verify_and_walk cut to the accepted path: the path's rows in order, so result.path is the identity."""
+        new_kv, tapped, result = verify_and_walk(tree, state)
+        path = result.path
+        kv = family_of(tcfg).take_path(new_kv, path)
+        if tapped is not None:
+            tapped = jnp.take_along_axis(tapped, path[:, :, None], axis=1)
+        ident = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=path.dtype), path.shape)
+        return kv, tapped, dataclasses.replace(result, path=ident)
+
+    if choice is None:  # one tree: the commit reads the accepted rows from the full K/V, no gather before it
+        kv, tapped, result = verify_and_walk(trees[0], state)
+    else:
+        # One verify shape a round: each candidate's verify and walk compiled, the chosen one run.
+        # The branches return only the accepted path's K/V and taps (the same shapes whatever the
+        # tree) and the commit runs after the switch: a state with the caches through the switch
+        # makes XLA copy every cache around it (~0.4 ms a round at the 8B shape).
+        kv, tapped, result = jax.lax.switch(choice, [functools.partial(verified_path, t) for t in trees], state)
     with jax.named_scope("commit"):
-        return commit_stage(dparams, state, new_kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
+        return commit_stage(dparams, state, kv, tapped, result, knobs, dcfg=dcfg, spec=spec, slots=slots,
                             enabled=enabled)
 
 
-def auto_draft(tparams, dparams, tcfg, dcfg, state: State, spec: DecodeSpec) -> tuple[jax.Array, list[DraftTree]]:
-    """(the candidate auto verifies, every candidate's tree) for the round after `state`."""
-    with jax.named_scope("draft"):
-        logp = draft_stage(tparams, dparams, state, tcfg=tcfg, dcfg=dcfg, spec=spec)
-    with jax.named_scope("tree"):
-        return auto_stage(logp, state, draft_vocab(dparams), spec=spec, depth=dcfg.depth)
-
-
-def _run_fixed_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
+def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
     def cond(carry):
         s, i = carry
         return (i < max_rounds) & ~jnp.all(s.done)
@@ -379,49 +387,6 @@ def _run_fixed_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: 
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.int32(0)))
     return state
-
-
-def _run_auto_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
-    """`--budget auto`'s loop: the same rounds as a round that drafts, chooses and verifies in turn,
-    each round's draft and choice made at the end of the round before it. One while_loop per
-    candidate runs rounds while the choice stays that candidate, the candidates' loops one after
-    the other inside an outer loop: a round has no conditional in it (a GPU loop syncs once a
-    round to read its predicate; a switch inside the round was a second sync, ~0.3 ms at the 8B
-    shape), and no lax.switch holds the caches (XLA copies them around one). A change of candidate
-    costs the loops' predicate reads; the last round drafts once for nothing."""
-    choice, trees = auto_draft(tparams, dparams, tcfg, dcfg, state, spec)
-    slots = max(t.tokens.shape[1] for t in trees)
-
-    def going(s, i):
-        return (i < max_rounds) & ~jnp.all(s.done)
-
-    def candidate_rounds(c: int, carry):
-        def cond(carry):
-            s, i, k, _ = carry
-            return going(s, i) & (k == c)
-
-        def body(carry):
-            s, i, _, ts = carry
-            s = verify_commit(tparams, dparams, tcfg, dcfg, s, ts[c], knobs, spec, slots=slots)
-            k, ts = auto_draft(tparams, dparams, tcfg, dcfg, s, spec)
-            return s, i + 1, k, ts
-
-        return jax.lax.while_loop(cond, body, carry)
-
-    def outer(carry):  # the chosen candidate's loop runs at least one round: the loop progresses
-        for c in range(len(trees)):
-            carry = candidate_rounds(c, carry)
-        return carry
-
-    state, *_ = jax.lax.while_loop(lambda carry: going(carry[0], carry[1]), outer,
-                                   (state, jnp.int32(0), choice, trees))
-    return state
-
-
-def _run_rounds(tparams, dparams, state: State, knobs: Knobs, max_rounds: jax.Array, *, tcfg, dcfg, spec):
-    """Up to max_rounds rounds, fewer once every row is done, in one on-device loop."""
-    loop = _run_fixed_rounds if spec.auto is None else _run_auto_rounds
-    return loop(tparams, dparams, state, knobs, max_rounds, tcfg=tcfg, dcfg=dcfg, spec=spec)
 
 
 run_rounds = jax.jit(float32_exact(_run_rounds), static_argnames=("tcfg", "dcfg", "spec"), donate_argnames=("state",))

@@ -299,10 +299,7 @@ class Generator:
         self.drafter_quant = drafter_quant
         if unroll < 0:
             raise UserError(f"unroll must be >= 0 (got {unroll}); 0 picks the device's default")
-        if unroll > 1 and self.auto:
-            raise UserError(f"budget auto runs one round a loop iteration (its rounds are looped per candidate); "
-                            f"drop unroll {unroll}")
-        self.unroll = 1 if self.auto else unroll or self.tuning.unroll
+        self.unroll = unroll or self.tuning.unroll
         if prefill_chunk < 0:
             raise UserError(f"prefill_chunk must be >= 0 (got {prefill_chunk}); 0 picks the default "
                             f"({engine.DecodeSpec.prefill_chunk})")
