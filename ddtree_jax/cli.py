@@ -116,6 +116,9 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--cost-model", metavar="FILE", default=None,
                     help="--budget auto's round costs (python -m bench fit-cost); default: the one shipped for "
                          "this GPU and model shape")
+    ap.add_argument("--auto-budgets", type=_budget_list, default=AUTO_BUDGETS, metavar="B,B,...",
+                    help="the tree sizes --budget auto chooses among (with the chain), where its cost model covers "
+                         f"them; default {','.join(map(str, AUTO_BUDGETS))}: each round builds the largest")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     ap.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: off)")
     ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling's mass")
@@ -174,6 +177,16 @@ def _budget(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number of draft nodes or auto, got {text!r}") from None
 
 
+def _budget_list(text: str) -> tuple[int, ...]:
+    try:
+        budgets = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        budgets = ()
+    if not budgets or min(budgets) < 1:
+        raise argparse.ArgumentTypeError(f"expected budgets >= 1, comma-separated (e.g. 16,64,256), got {text!r}")
+    return budgets
+
+
 def _tp(text: str) -> int | str:
     if text == "auto":
         return text
@@ -222,9 +235,10 @@ def check_flags(args, argv: Sequence[str]) -> None:
         raise UserError(str(e)) from None
     unused = []
     if args.method != "ddtree":
-        unused += [(f, f"with --method {args.method}") for f in ("--budget", "--tree-policy", "--cost-model")]
+        unused += [(f, f"with --method {args.method}") for f in ("--budget", "--tree-policy", "--cost-model",
+                                                                   "--auto-budgets")]
     elif args.budget != "auto":
-        unused.append(("--cost-model", "without --budget auto"))
+        unused += [(f, "without --budget auto") for f in ("--cost-model", "--auto-budgets")]
     if args.temperature == 0:
         unused += [(f, "at --temperature 0 (greedy)") for f in ("--top-k", "--top-p", "--seed")]
     if args.prompt is not None:
@@ -293,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"method {args.method} needs a drafter, and this checkpoint has none; {get_one}, "
                         "or use --method ar")
     if args.method == "ddtree":
-        check_budget_fits(max(AUTO_BUDGETS) if args.budget == "auto" else args.budget, target_cfg.max_position)
+        check_budget_fits(max(args.auto_budgets) if args.budget == "auto" else args.budget, target_cfg.max_position)
     if args.budget == "auto" and args.cost_model is not None:  # its device and model are checked once loaded
         load_cost_model(args.cost_model)
     draft_vocab = None
@@ -330,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen = Generator(ckpt, method=args.method, policy=args.tree_policy, budget=args.budget, attn_impl=args.attn_impl,
                     matmul_impl=args.matmul_impl, cache_impl=args.cache_impl, drafter_quant=args.drafter_quant,
                     draft_vocab=draft_vocab, unroll=args.unroll, cost_model=args.cost_model, tp=args.tp,
-                    deterministic=args.deterministic,
+                    auto_budgets=args.auto_budgets, deterministic=args.deterministic,
                     log=lambda line: print(line, file=sys.stderr, flush=True))
     load_s = time.perf_counter() - t0
     for ids in encoded:

@@ -155,6 +155,8 @@ def test_bad_uses_are_one_line(pair, tmp_path):
     (["--budget", "auto", "--method", "dflash"], "--budget auto sizes DDTree's tree"),
     (["--budget", "many"], "expected a number of draft nodes or auto"),
     (["--budget", "auto", "--cost-model", "/nonexistent/cost.json"], "/nonexistent/cost.json"),
+    (["--budget", "auto", "--auto-budgets", "0,16"], "expected budgets >= 1"),
+    (["--budget", "auto", "--auto-budgets", "16,x"], "expected budgets >= 1"),
 ])
 def test_the_command_line_refuses_with_one_line(args, needle, capsys):
     from ddtree_jax import cli
@@ -162,6 +164,22 @@ def test_the_command_line_refuses_with_one_line(args, needle, capsys):
     rc = cli_main(cli.main, ["--prompt", "x", "--max-new-tokens", "2", *args], prog="ddtree_jax.generate")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_the_command_line_passes_its_auto_budgets(monkeypatch):
+    from ddtree_jax import cli, generator
+
+    seen = {}
+
+    def stop(ckpt, **kw):
+        seen.update(kw)
+        raise UserError("stopped before compiling")
+
+    monkeypatch.setattr(generator, "Generator", stop)
+    for extra, want in (([], (16, 32, 64)), (["--auto-budgets", "64,256"], (64, 256))):
+        rc = cli_main(cli.main, ["--prompt", "x", "--max-new-tokens", "1", "--budget", "auto", *extra],
+                      prog="ddtree_jax.generate")
+        assert rc == 2 and seen["budget"] == "auto" and seen["auto_budgets"] == want
 
 
 def test_a_cost_model_without_auto_has_no_effect(capsys):

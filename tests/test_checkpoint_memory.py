@@ -72,3 +72,27 @@ def test_generate_loads_one_tensor_at_a_time(big_pair, qwen3_pair, tmp_path):
     on_device = 2 * weights
     bound = on_device + MARGIN + 2 * (2 * LARGEST)
     assert big - tiny <= bound < 2 * on_device, f"grew {(big - tiny) / MB:.0f} MB, bound {bound / MB:.0f} MB"
+
+
+def test_a_cast_or_transposed_matrix_is_read_in_blocks(tmp_path, monkeypatch):
+    """TensorInfo.load reads a matrix it casts or transposes a block of rows at a time into the
+    result: the host holds the result and one block, not the raw tensor beside it."""
+    import tracemalloc
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from ddtree_jax.checkpoint import tensors
+
+    w = np.random.default_rng(0).standard_normal((1000, 3000), np.float32)
+    save_file({"w": w}, str(tmp_path / "m.safetensors"))
+    info = tensors.read_header(tmp_path / "m.safetensors")["w"]
+    monkeypatch.setattr(tensors, "LOAD_BLOCK_BYTES", 1 * MB)    # 87 rows of 12000 bytes a block
+    for dtype, transpose, want in ((None, True, w.T), (np.float16, False, w.astype(np.float16)),
+                                   (np.float16, True, w.T.astype(np.float16)), (None, False, w)):
+        tracemalloc.start()
+        got = info.load(dtype, transpose)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert got.flags.c_contiguous and got.dtype == want.dtype and np.array_equal(got, want)
+        assert peak <= got.nbytes + 2 * MB, (dtype, transpose, peak)   # reading it whole: 2 x 12 MB

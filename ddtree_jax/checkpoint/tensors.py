@@ -57,6 +57,8 @@ def swap_last_into(out: np.ndarray, raw: np.ndarray) -> np.ndarray:
             list(pool.map(band, starts))  # numpy's copies release the GIL
     return out
 
+# Raw bytes a cast or transposed matrix is read in (TensorInfo.load): its largest block beside it.
+LOAD_BLOCK_BYTES = 16 * 1024 * 1024
 # A header larger than this is not a real header (safetensors itself caps it at 100 MB).
 MAX_HEADER = 100 * 1024 * 1024
 
@@ -109,12 +111,26 @@ class TensorInfo:
 
         Read with plain reads, not a memory map: a file cut short since its header was read is a
         one-line error here, where a mapped page past its end would kill the process (SIGBUS).
-        Holds at most the raw bytes and the result at once."""
-        raw = self.read_block()
-        dt = raw.dtype if dtype is None else np.dtype(dtype)
-        if not transpose:
-            return raw if dt == raw.dtype else raw.astype(dt)
-        return swap_last_into(np.empty(_swap_last(raw.shape), dt), raw)
+        A matrix that is cast or transposed is read LOAD_BLOCK_BYTES of rows at a time into the
+        result, so the host holds the result and one block, not the raw tensor beside it."""
+        dt = self.np_dtype if dtype is None else np.dtype(dtype)
+        if len(self.shape) != 2 or (dt == self.np_dtype and not transpose):
+            raw = self.read_block()
+            if not transpose:
+                return raw if dt == raw.dtype else raw.astype(dt)
+            return swap_last_into(np.empty(_swap_last(raw.shape), dt), raw)
+        r, c = self.shape
+        out = np.empty((c, r) if transpose else (r, c), dt)
+        step = max(1, LOAD_BLOCK_BYTES // max(1, c * self.np_dtype.itemsize))
+        for r0 in range(0, r, step):
+            r1 = min(r, r0 + step)
+            raw = self.read_block(rows=(r0, r1))
+            if transpose:
+                swap_last_into(out[:, r0:r1], raw)
+            else:
+                out[r0:r1] = raw  # the assignment casts
+            del raw
+        return out
 
     def read_block(self, index: int | None = None, rows: tuple[int, int] | None = None) -> np.ndarray:
         """The stored bytes of `tensor[index][rows[0]:rows[1]]` (None: all), a contiguous block

@@ -70,7 +70,7 @@ def build_parser() -> ArgumentParser:
                                           "costs at --batch rows pick each round's tree")
     rep.add_argument("--auto-budgets", default=None,
                      help="DDTree budgets --budget auto chooses among, with DFlash where the cost model covers it "
-                          "(default: the engine's, 16,32,64,128,256)")
+                          "(default: the engine's, generate's --auto-budgets)")
     rep.add_argument("--batch", type=int, default=1,
                      help="prompts decoded together, as generate --batch-size: auto's one choice a round reads "
                           "their active rows")
