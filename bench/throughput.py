@@ -252,7 +252,8 @@ def signature_for(shape: str):
 
 def pick_cost_model(args):
     """The cost model of the projection: --cost-model's file, or the shipped one of --project-shape
-    (and --project-device where several devices ship one); one line when there is none."""
+    on --project-device (default, where several devices ship one: this device's, else the one
+    that covers the most batch sizes); one line when there is none."""
     from ddtree_jax import cost
 
     if args.cost_model is not None:
@@ -262,6 +263,11 @@ def pick_cost_model(args):
     kinds = sorted({m.device_kind for m in shipped})
     if args.project_device is not None:
         shipped = [m for m in shipped if m.device_kind == args.project_device]
+    elif len(shipped) > 1:
+        import jax
+
+        here = [m for m in shipped if m.device_kind == jax.devices()[0].device_kind]
+        shipped = here or [max(shipped, key=lambda m: (len({p.batch for p in m.points}), len(m.points)))]
     if len(shipped) != 1:
         have = f"shipped for {', '.join(kinds)}" if kinds else "none is shipped"
         raise UserError(f"no single shipped cost model for {args.project_shape} in bf16"

@@ -202,8 +202,8 @@ def test_wrong_device_or_model_and_the_default(tmp_path):
     with pytest.raises(ConfigError, match="was fit on"):  # a file the user named must match
         cost.resolve_cost_model(path, "NVIDIA H200", SIG)
     assert cost.resolve_cost_model(path, "Test GPU", SIG) == (synthetic(), None)
-    cm, warning = cost.resolve_cost_model(None, "NVIDIA H200", SIG)  # none shipped: a warning, no model
-    assert cm is None and "no shipped cost model for NVIDIA H200" in warning and "fit-cost" in warning
+    cm, warning = cost.resolve_cost_model(None, "NVIDIA A100-SXM4-80GB", SIG)  # none shipped: a warning, no model
+    assert cm is None and "no shipped cost model for NVIDIA A100-SXM4-80GB" in warning and "fit-cost" in warning
 
 
 def test_shipped_h100_model_is_the_results_rows_at_the_8b_shape():
@@ -234,6 +234,26 @@ def test_shipped_h100_model_is_the_results_rows_at_the_8b_shape():
             assert float(figures[column[p.batch]]) == p.round_ms, p
     assert cm.candidates(1) == ("ar", "dflash", 64, 256) and cm.candidates(4) == ("ar", "dflash", 64)
     assert cm.candidates(32) == ("ar", "dflash", 64)
+
+
+def test_shipped_h200_model_is_the_results_rows_at_batch_1():
+    """The H200's shipped points are the midpoints of its RESULTS.md rows' call figures."""
+    from bench.fit_cost import signature
+
+    cm = cost.default_cost_model("NVIDIA H200", signature("qwen3-8b", "bfloat16", "test"))
+    assert cm is not None and cm.metric == "call" and cm.candidates(1) == ("ar", "dflash", 16, 64, 256)
+    text = (ROOT / "bench" / "RESULTS.md").read_text()
+    h200 = text.split("## NVIDIA H200")[1].split("\n## ")[0].splitlines()
+    rows = {("ar", 0): ("| AR step |", "4.35 ms a call"), ("dflash", 15): ("| DFlash round", "5.62 a call"),
+            ("ddtree", 16): ("| DDTree-16 round", "5.81-5.83 a call"),
+            ("ddtree", 64): ("| DDTree-64 round", "5.94-5.95 a call"),
+            ("ddtree", 256): ("| DDTree-256 round", "9.96-9.97 a call")}
+    assert sorted((p.method, p.nodes) for p in cm.points) == sorted(rows)
+    for p in cm.points:
+        start, figure = rows[(p.method, p.nodes)]
+        assert any(line.startswith(start) and figure in line for line in h200), (start, figure)
+        lo, _, hi = figure.split(" ")[0].partition("-")
+        assert p.batch == 1 and p.round_ms == pytest.approx((float(lo) + float(hi or lo)) / 2)
 
 
 # -- the chooser ---------------------------------------------------------------------------------

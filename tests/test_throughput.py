@@ -67,7 +67,10 @@ def test_the_shipped_cost_model_is_the_default_of_its_shape():
     from bench.throughput import pick_cost_model, signature_for
 
     args = SimpleNamespace(cost_model=None, project_shape="qwen3-8b", project_device=None)
-    assert pick_cost_model(args).model == signature_for("qwen3-8b")
+    picked = pick_cost_model(args)   # H100 and H200 ship one: on the CPU, the one covering more batches
+    assert picked.model == signature_for("qwen3-8b") and picked.device_kind == "NVIDIA H100 80GB HBM3"
+    args.project_device = "NVIDIA H200"
+    assert pick_cost_model(args).device_kind == "NVIDIA H200"
     with pytest.raises(UserError, match="no single shipped cost model .* on Some GPU"):
         pick_cost_model(SimpleNamespace(cost_model=None, project_shape="qwen3-8b", project_device="Some GPU"))
     with pytest.raises(UserError, match="not one of bench round's shapes"):
