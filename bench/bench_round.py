@@ -17,7 +17,7 @@ round's verify reads (one more pass after the timed calls, on the last call's fi
 the round's bytes floor from them (moe_round_stats): which part of a round is the experts'
 bytes, and how far the round is from reading only those.
 
-A hybrid shape (qwen3.5-9b, qwen3.5-35b-a3b; tiny-hybrid on the CPU: Gated DeltaNet and gated
+A hybrid shape (qwen3.5-9b, qwen3.5-27b, qwen3.5-35b-a3b; tiny-hybrid on the CPU: Gated DeltaNet and gated
 attention layers, models/hybrid.py) is built from its HF config by HybridConfig.from_hf, its random
 weights drawn from the checkpoint name table (init_from_entries); its rows also report the cache's
 bytes, the recurrent states' share of them, and the bytes a verify pass leaves for the commit.
@@ -100,6 +100,16 @@ SHAPES = {
         hf=("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
         drafter=dict(num_layers=5, block_size=16, num_heads=32, num_kv_heads=8, head_dim=128),
     ),
+    # Qwen3.5-27B: the 9B's class at the 27B text config as published (hidden 5120, 64 layers, 24 q /
+    # 4 kv heads of 256, GDN 16 key / 48 value heads of 128, intermediate 17408: 26.9 B params, 54 GB
+    # in bf16). Its drafter is assumed as the 9B entry's.
+    "qwen3.5-27b": dict(
+        hf=("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+            dict(hidden_size=5120, num_hidden_layers=64, num_attention_heads=24, num_key_value_heads=4, head_dim=256,
+                 intermediate_size=17408, linear_num_value_heads=48)),
+        drafter=dict(num_layers=5, block_size=16, num_heads=32, num_kv_heads=8, head_dim=128),
+        mem_fraction=0.95,   # 57 GB of weights with the drafter's: more of an 80 GB card than JAX's default 75 %
+    ),
     # Qwen3.5-35B-A3B: 40 layers, hidden 2048, 16 q / 2 kv heads of 256, every MLP 256 experts of
     # 512 (8 a token) and a shared expert of 512 (34.7 B params, 3.5 B a token). Its drafter is
     # assumed as the qwen3-30b-a3b entry's (32 / 4 heads of 128, intermediate 6144).
@@ -150,18 +160,19 @@ def xla_options(items) -> dict | None:
 
 
 def hf_config(model: str) -> dict:
-    """A hybrid shape's HF config (config.json's dict): its own, or its transformers class's defaults."""
+    """A hybrid shape's HF config (config.json's dict): its own, or its transformers class's (with
+    the entry's overrides, the class deriving the rest, such as the layer types, from them)."""
     hf = SHAPES[model]["hf"]
     if isinstance(hf, dict):
         return dict(hf)
-    cls_name, arch = hf
+    cls_name, arch, *overrides = hf
     import transformers
 
     cls = getattr(transformers, cls_name, None)
     if cls is None:
         raise SystemExit(f"bench round --model {model} reads transformers.{cls_name}'s defaults; transformers "
                          f"{transformers.__version__} has none (install a release with Qwen3.5)")
-    return {**cls().to_dict(), "architectures": [arch]}
+    return {**cls(**(overrides[0] if overrides else {})).to_dict(), "architectures": [arch]}
 
 
 def hybrid_configs(model: str) -> tuple[HybridConfig, DrafterConfig]:

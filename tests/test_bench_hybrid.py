@@ -73,6 +73,11 @@ def test_the_qwen35_shapes_are_transformers_defaults():
         (256, 8, 512, 512)
     total = sum(math.prod(e.shape) for e in names.entries_for(moe))
     assert 34e9 < total < 36e9  # 35B
+    big, _ = bench_round.hybrid_configs("qwen3.5-27b")   # the class at the 27B's published text config
+    assert (big.hidden_size, big.num_layers, big.num_heads, big.num_kv_heads, big.intermediate_size) == \
+        (5120, 64, 24, 4, 17408)
+    assert big.attn_layers == tuple(range(3, 64, 4)) and (big.gdn.num_k_heads, big.gdn.num_v_heads) == (16, 48)
+    assert 26.5e9 < sum(math.prod(e.shape) for e in names.entries_for(big)) < 27.5e9  # 27B
 
 
 def _tiny_configs():
