@@ -199,7 +199,7 @@ def matmul_path(kernels: KernelTuning, x_shape, w, prologue: str | None = None) 
 
 def moe_choice(kernels: KernelTuning, tokens: int) -> str:
     """How an MoE block over `tokens` tokens runs its experts (models.moe.experts): "gather" up to
-    the tuning's moe_gather_max tokens, else its moe_experts ("ragged", "dense"); in the
+    the tuning's moe_gather_max tokens, else its moe_experts ("dense", "ragged", "grouped"); in the
     deterministic mode "deterministic" (the experts through the deterministic product)."""
     if kernels.deterministic:
         return "deterministic"
