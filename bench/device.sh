@@ -46,7 +46,7 @@ case $mode in
       || { echo "device.sh: $rev is not a commit" >&2; exit 2; }
     # older trees kept the kernels in a top-level pallas_kernels/
     paths=()
-    for p in ddtree_jax pallas_kernels bench; do git cat-file -e "$rev:$p" 2>/dev/null && paths+=("$p"); done
+    for p in ddtree_jax pallas_kernels bench convert; do git cat-file -e "$rev:$p" 2>/dev/null && paths+=("$p"); done
     rm -rf "$dir" && mkdir -p "$dir" && git archive "$rev" "${paths[@]}" | tar -x -C "$dir"
     rm -rf "$dir/bench/results" "$dir/bench/sessions" "$dir/ddtree_jax/default_model"  # the carry's 64 MiB
     git rev-parse --short "$rev" > "$dir/.commit"

@@ -377,6 +377,47 @@ def test_disk_full_mid_write(qwen3_pair, tmp_path, monkeypatch, capsys):
     assert [c.name for c in out.iterdir()] == ["keep.txt"] and [c.name for c in tmp_path.iterdir()] == ["out"]
 
 
+def test_background_sync_error(qwen3_pair, tmp_path, monkeypatch, capsys):
+    """A write error the disk reports only at a background sync (EIO) fails the conversion as the
+    write would: one line, exit 2, nothing left; every sync before it ran beside the writes."""
+    import errno
+
+    from convert import main
+    from ddtree_jax.checkpoint import tensors
+
+    syncs = []
+
+    def fdatasync(fd):
+        syncs.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(tensors, "SYNC_BYTES", 1)  # a sync after every tensor
+    monkeypatch.setattr(tensors.os, "fdatasync", fdatasync)
+    out = tmp_path / "out"
+    rc = main(["--target", str(qwen3_pair.hf_target), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and syncs
+    assert err == f"convert: error: conversion failed: Input/output error; nothing was written to {out}", err
+    assert [c.name for c in tmp_path.iterdir()] == []
+
+
+def test_stream_writer_syncs_while_writing(tmp_path, monkeypatch):
+    """Syncs run while tensors are still being written (not only at close), and the file reads back."""
+    from ddtree_jax.checkpoint import tensors
+
+    real, during = tensors.os.fdatasync, []
+    specs = [(f"t{i}", (64, 64), np.float32) for i in range(8)]
+    monkeypatch.setattr(tensors, "SYNC_BYTES", 64 * 64 * 4 * 2)
+    monkeypatch.setattr(tensors.os, "fdatasync", lambda fd: (during.append(w._next), real(fd)))
+    with tensors.StreamWriter(tmp_path / "p.safetensors", specs) as w:
+        for i, (name, shape, dt) in enumerate(specs):
+            w.write(name, np.full(shape, i, dt))
+            time.sleep(0.02)
+    assert during and min(during) < len(specs)
+    back = tensors.read_header(tmp_path / "p.safetensors")
+    assert [float(back[f"t{i}"].load()[0, 0]) for i in range(8)] == list(range(8))
+
+
 def test_unsupported_architecture(llama_copy, tmp_path):
     cfg = json.loads((llama_copy / "config.json").read_text())
     cfg.update(architectures=["GPT2LMHeadModel"], model_type="gpt2")

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -297,12 +298,68 @@ def read_header(file: Path, fix: str = "re-download or re-save it") -> dict[str,
     return out
 
 
+# Bytes written between background syncs: large enough that a sync is one long sequential write.
+SYNC_BYTES = 256 * 1024 * 1024
+
+
+class _Syncer:
+    """A thread that fdatasyncs `fd` whenever SYNC_BYTES more have been written since its last
+    request; an error of a sync is raised on the writer's next call."""
+
+    def __init__(self, fd: int):
+        self._fd, self._pending, self._error = fd, 0, None
+        self._wake, self._done = threading.Condition(), False
+        self._requested = False
+        self._thread = threading.Thread(target=self._run, name="StreamWriter-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._requested or self._done)
+                if self._done:
+                    return
+                self._requested = False
+            try:
+                os.fdatasync(self._fd)
+            except OSError as e:
+                self._error = e
+                return
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
+
+    def wrote(self, nbytes: int) -> None:
+        self._raise()
+        self._pending += nbytes
+        if self._pending >= SYNC_BYTES:
+            self._pending = 0
+            with self._wake:
+                self._requested = True
+                self._wake.notify()
+
+    def stop(self, check: bool = True) -> None:
+        """End the thread (after the sync in progress, if any); raise a sync's error if `check`."""
+        with self._wake:
+            self._done = True
+            self._wake.notify()
+        self._thread.join()
+        if check:
+            self._raise()
+
+
 class StreamWriter:
     """Write one safetensors file tensor by tensor, in the order `specs` lists them.
 
     specs: (name, shape, dtype) of every tensor, known before any data. `write(name, array)` takes
     them in that order and checks each; `close()` checks that every one came and syncs the file to
-    disk. Any OSError (a full disk) propagates: the caller removes the partial file."""
+    disk. Any OSError (a full disk) propagates: the caller removes the partial file.
+
+    The disk writes overlap the caller's reading and casting: every SYNC_BYTES written, a thread
+    syncs what is written so far (a host with much memory would otherwise hold it all dirty and
+    write it only at the final sync, after the conversion's other work)."""
 
     def __init__(self, path: str | Path, specs: Iterable[tuple[str, tuple[int, ...], Any]],
                  metadata: dict[str, str] | None = None):
@@ -321,6 +378,7 @@ class StreamWriter:
         self._next = 0
         self._file = open(self.path, "xb")
         self._file.write(struct.pack("<Q", len(raw)) + raw)
+        self._syncer = _Syncer(self._file.fileno())
 
     def write(self, name: str, array: Any) -> None:
         if self._next >= len(self.specs):
@@ -333,6 +391,8 @@ class StreamWriter:
         a = np.ascontiguousarray(a)
         if a.size:
             self._file.write(memoryview(a.reshape(-1).view(np.uint8)))
+            self._file.flush()
+            self._syncer.wrote(a.nbytes)
         self._next += 1
 
     def close(self) -> None:
@@ -340,8 +400,10 @@ class StreamWriter:
             if self._next != len(self.specs):
                 raise ValueError(f"{self.path}: {len(self.specs) - self._next} tensors were never written")
             self._file.flush()
+            self._syncer.stop()
             os.fsync(self._file.fileno())
         finally:
+            self._syncer.stop()
             self._file.close()
 
     def __enter__(self) -> StreamWriter:
@@ -351,4 +413,5 @@ class StreamWriter:
         if exc_type is None:
             self.close()
         else:
+            self._syncer.stop(check=False)
             self._file.close()
