@@ -242,8 +242,8 @@ def test_attention_row_is_the_decode_step(dtype):
 def test_gdn_tree_nodes_are_one_node_steps(dtype):
     """The Gated DeltaNet recurrence kernel: a tree node's output and state are bit for bit a
     one-node call's (a decode step) from its parent's state, and match the layer's recurrent
-    form in XLA (models.gdn: l2norm, the gated delta rule, q^T S). Two value heads a key head,
-    two column blocks a head."""
+    form in XLA (models.gdn: l2norm, the gated delta rule, q^T S); without q, the same states.
+    Two value heads a key head, two column blocks a head."""
     from ddtree_jax.kernels.gdn_recurrence import recurrence
     from ddtree_jax.models import gdn
 
@@ -253,7 +253,10 @@ def test_gdn_tree_nodes_are_one_node_steps(dtype):
     beta = jax.nn.sigmoid(rnd(24, (bt, n, hv), jnp.float32))
     s0 = rnd(25, (bt, hv, dk, dv), jnp.float32, 0.5)
     call = jax.jit(lambda *a: recurrence(*a, interpret=True))
-    o, states = call(q, k, v, g, beta, np.broadcast_to(np.array(PARENTS, np.int32), (bt, n)), s0)
+    parents = np.broadcast_to(np.array(PARENTS, np.int32), (bt, n))
+    o, states = call(q, k, v, g, beta, parents, s0)
+    none, states_only = call(None, k, v, g, beta, parents, s0)  # the commit's form: no q, no o
+    assert none is None and np.array_equal(bits(states_only), bits(states))
     cfg = gdn.GdnConfig(hidden=16, num_k_heads=hk, num_v_heads=hv, head_k_dim=dk, head_v_dim=dv)
     root = np.full((1, 1), -1, np.int32)
     for b in range(bt):

@@ -21,6 +21,7 @@ import math
 import os
 import struct
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -47,16 +48,24 @@ def swap_last_into(out: np.ndarray, raw: np.ndarray) -> np.ndarray:
             out[..., j:j + _TILE, i:i + _TILE] = np.swapaxes(raw[..., i:i + _TILE, j:j + _TILE], -1, -2)
 
     starts = range(0, r, _TILE)
-    workers = min(8, os.cpu_count() or 1, len(starts))
-    if workers <= 1:
+    if _WORKERS <= 1 or len(starts) <= 1:
         for i in starts:
             band(i)
     else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(band, starts))  # numpy's copies release the GIL
+        list(_pool().map(band, starts))  # numpy's copies release the GIL
     return out
+
+
+_WORKERS = min(8, os.cpu_count() or 1)
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One pool for every transpose of the process (a blocked read transposes ~1,000 blocks)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(_WORKERS, thread_name_prefix="swap_last")
+    return _POOL
 
 # Raw bytes a cast or transposed matrix is read in (TensorInfo.load): its largest block beside it.
 LOAD_BLOCK_BYTES = 16 * 1024 * 1024

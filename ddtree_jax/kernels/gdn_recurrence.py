@@ -48,10 +48,14 @@ def unsupported(dk: int, dv: int) -> str | None:
     return None
 
 
-def _kernel(par_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states_ref, *, n: int, scale: float,
-            interpret: bool):
-    """One (batch row, value head, column block). Refs: parents [N]; q, k [N, dk] (the key head
-    of this value head); v [N, BV]; g, beta [N]; s0 [dk, BV]; out o [N, BV], states [N, dk, BV]."""
+def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
+    """One (batch row, value head, column block). Refs: parents [N]; q (if `outputs`), k [N, dk]
+    (the key head of this value head); v [N, BV]; g, beta [N]; s0 [dk, BV]; out o [N, BV] (if
+    `outputs`), states [N, dk, BV]."""
+    if outputs:
+        par_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states_ref = refs
+    else:
+        par_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, states_ref = refs
     s0 = s0_ref[...]
 
     def l2norm(x):
@@ -63,11 +67,12 @@ def _kernel(par_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states
         parent = states_ref[jnp.maximum(p, 0)]
         s = jnp.where(p >= 0, parent, s0) * jnp.exp(g_ref[i])
         k = l2norm(k_ref[i].astype(jnp.float32))
-        q = l2norm(q_ref[i].astype(jnp.float32)) * scale
         kv = jnp.sum(k[:, None] * s, axis=0)
         delta = (v_ref[i].astype(jnp.float32) - kv) * beta_ref[i]
         s = s + k[:, None] * delta[None, :]
-        o_ref[i] = jnp.sum(q[:, None] * s, axis=0)
+        if outputs:
+            q = l2norm(q_ref[i].astype(jnp.float32)) * scale
+            o_ref[i] = jnp.sum(q[:, None] * s, axis=0)
         states_ref[i] = s
         if not interpret:  # every thread's part of node i's state stored before a child loads it
             pltriton.debug_barrier()
@@ -79,41 +84,47 @@ def _kernel(par_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states
 def recurrence(q, k, v, g, beta, parents, s0, *, interpret: bool = False):
     """The recurrence over a tree of N nodes a row (module doc).
 
-    q, k [Bt, N, Hk, dk]: the conv's query and key outputs, not yet normalised (any float dtype);
+    q, k [Bt, N, Hk, dk]: the conv's query and key outputs, not yet normalised (any float dtype;
+    q None: states only, o is None);
     v [Bt, N, Hv, dv]; g (log decay), beta [Bt, N, Hv] float32; parents int32 [Bt, N]: a node's
     parent, which comes before it, or -1 for a node that starts from s0 (a decode step is one
     node; a chain's node i has parent i - 1); s0 [Bt, Hv, dk, dv] float32, the pre-round state.
     Value head h reads key head h // (Hv / Hk). Returns o [Bt, N, Hv, dv] float32 (q^T S of each
     node) and states [Bt, Hv, N, dk, dv] float32 (every node's state).
     """
-    bt, n, hk, dk = q.shape
+    bt, n, hk, dk = k.shape
+    outputs = q is not None
     hv, dv = v.shape[2], v.shape[3]
     why = unsupported(dk, dv)
     if why:
         raise ValueError(f"the deterministic Gated DeltaNet kernel cannot take these shapes: {why}")
-    if k.shape != q.shape or v.shape[:2] != (bt, n) or g.shape != (bt, n, hv) or beta.shape != g.shape \
+    if (outputs and q.shape != k.shape) or v.shape[:2] != (bt, n) or g.shape != (bt, n, hv) or beta.shape != g.shape \
             or parents.shape != (bt, n) or s0.shape != (bt, hv, dk, dv) or hv % hk:
-        raise ValueError(f"mismatched shapes: q {q.shape}, k {k.shape}, v {v.shape}, g {g.shape}, "
+        raise ValueError(f"mismatched shapes: q {None if q is None else q.shape}, k {k.shape}, v {v.shape}, g {g.shape}, "
                          f"beta {beta.shape}, parents {parents.shape}, s0 {s0.shape}")
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); "
                            "the deterministic mode needs it")
     group, bv = hv // hk, min(BLOCK_V, dv)
-    kernel = functools.partial(_kernel, n=n, scale=dk ** -0.5, interpret=interpret)
+    kernel = functools.partial(_kernel, n=n, scale=dk ** -0.5, outputs=outputs, interpret=interpret)
     key_rows = pl.BlockSpec((None, n, None, dk), lambda b, h, j: (b, 0, h // group, 0))
     columns = pl.BlockSpec((None, n, None, bv), lambda b, h, j: (b, 0, h, j))
     per_node = pl.BlockSpec((None, n, None), lambda b, h, j: (b, 0, h))
     state = pl.BlockSpec((None, None, dk, bv), lambda b, h, j: (b, h, 0, j))
-    return pl.pallas_call(
+    states = (pl.BlockSpec((None, None, n, dk, bv), lambda b, h, j: (b, h, 0, 0, j)),
+              jax.ShapeDtypeStruct((bt, hv, n, dk, dv), jnp.float32))
+    o = (columns, jax.ShapeDtypeStruct((bt, n, hv, dv), jnp.float32))
+    outs = [o, states] if outputs else [states]
+    res = pl.pallas_call(
         kernel,
         grid=(bt, hv, dv // bv),
-        in_specs=[pl.BlockSpec((None, n), lambda b, h, j: (b, 0)), key_rows, key_rows, columns, per_node,
-                  per_node, state],
-        out_specs=[columns, pl.BlockSpec((None, None, n, dk, bv), lambda b, h, j: (b, h, 0, 0, j))],
-        out_shape=[jax.ShapeDtypeStruct((bt, n, hv, dv), jnp.float32),
-                   jax.ShapeDtypeStruct((bt, hv, n, dk, dv), jnp.float32)],
+        in_specs=[pl.BlockSpec((None, n), lambda b, h, j: (b, 0))] + [key_rows] * (1 + outputs)
+                 + [columns, per_node, per_node, state],
+        out_specs=[spec for spec, _ in outs],
+        out_shape=[shape for _, shape in outs],
         compiler_params=_compiler_params(_NUM_WARPS, 1, interpret),
         interpret=interpret,
         name="ddtree_gdn_recurrence",
-    )(parents.astype(jnp.int32), q, k, v, g.astype(jnp.float32), beta.astype(jnp.float32),
-      s0.astype(jnp.float32))
+    )(parents.astype(jnp.int32), *([q] if outputs else []), k, v, g.astype(jnp.float32),
+      beta.astype(jnp.float32), s0.astype(jnp.float32))
+    return tuple(res) if outputs else (None, res[0])

@@ -490,6 +490,6 @@ def path_states_deterministic(cfg: GdnConfig, tree: TreeStates, path: jax.Array,
     conv_state = _last_inputs(ext, path_len, cfg.conv_kernel)
     k, v, g, beta = (_gather_path(x, path) for x in (tree.k, tree.v, tree.g, tree.beta))
     chain = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=jnp.int32) - 1, path.shape)
-    _, states = dispatch.gdn_recurrence(kernels, k, k, v, g, beta, chain, rec_state)  # q unread: o is dropped
+    _, states = dispatch.gdn_recurrence(kernels, None, k, v, g, beta, chain, rec_state)  # states only
     last = (path_len - 1).astype(jnp.int32).reshape(-1, 1, 1, 1, 1)
     return conv_state, jnp.take_along_axis(states, last, axis=2)[:, :, 0]
