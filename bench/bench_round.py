@@ -41,7 +41,7 @@ import numpy as np
 
 from ddtree_jax import engine, profile
 from ddtree_jax.checkpoint import names
-from ddtree_jax.cost import ModelSignature
+from ddtree_jax.cost import ModelSignature, parse_budgets
 from ddtree_jax.generator import Generator, tree_nbytes as nbytes
 from ddtree_jax.models import moe as moe_block, target as tmodel
 from ddtree_jax.models.config import (DrafterConfig, MoeConfig, RopeConfig, TargetConfig, check_pair,
@@ -634,6 +634,13 @@ def main(argv=None) -> int:
         ap.error(f"--batch must be >= 1 (got {args.batch})")
     if args.draft_vocab < 0:
         ap.error(f"--draft-vocab must be >= 0 (got {args.draft_vocab})")
+    methods = [m for m in args.methods.split(",") if m]
+    runs = [(m, 0) for m in ("ar", "dflash") if m in methods]
+    try:
+        runs += [("ddtree", b) for b in parse_budgets(args.budgets, auto=True) if "ddtree" in methods]
+        auto_budgets = {} if args.auto_budgets is None else {"auto_budgets": tuple(parse_budgets(args.auto_budgets))}
+    except ValueError as e:
+        ap.error(f"--budgets / --auto-budgets: {e}")
 
     dtype = jnp.dtype(args.dtype)
     if "mem_fraction" in SHAPES[args.model]:  # read when the backend starts: build's first array
@@ -645,15 +652,6 @@ def main(argv=None) -> int:
           f"{jax.devices()[0].device_kind}; target {nbytes(ck.target_params) / 1e9:.2f} GB, drafter "
           f"{nbytes(ck.drafter_params) / 1e9:.2f} GB" + (f"; device {mem['in_use'] / 2**30:.2f} GiB in use of "
                                                         f"{mem['limit'] / 2**30:.2f}" if mem else ""), flush=True)
-    methods = [m for m in args.methods.split(",") if m]
-    runs = [(m, 0) for m in ("ar", "dflash") if m in methods]
-    try:
-        runs += [("ddtree", b if b == "auto" else int(b)) for b in args.budgets.split(",") if b and "ddtree" in methods]
-        auto_budgets = {} if args.auto_budgets is None else {
-            "auto_budgets": tuple(int(b) for b in args.auto_budgets.split(",") if b)}
-    except ValueError:
-        ap.error(f"--budgets takes integers or auto, --auto-budgets integers (got {args.budgets!r}, "
-                 f"{args.auto_budgets!r})")
     opts = xla_options(args.xla_option)
     floor_ms = 1e3 * (nbytes(ck.target_params) + nbytes(ck.drafter_params)) / 3.3e12
     out = {

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from bench.bench_round import SHAPES, build, fused_times, setup_request, xla_options
 from ddtree_jax import engine
+from ddtree_jax.cost import parse_budgets
 from ddtree_jax.generator import Generator
 
 STAGES = ("draft", "tree", "verify", "walk", "commit")
@@ -349,7 +350,7 @@ def main(argv=None) -> int:
         method, _, b = m.partition(":")
         opts = xla_options(args.xla_option)
         auto = {} if b != "auto" else {"cost_model": args.cost_model, **(
-            {"auto_budgets": tuple(int(x) for x in args.auto_budgets.split(",") if x)} if args.auto_budgets else {})}
+            {"auto_budgets": tuple(parse_budgets(args.auto_budgets))} if args.auto_budgets else {})}
         gen = Generator(ck, method=method, budget=b if b == "auto" else int(b or 64), attn_impl=args.attn_impl,
                         unroll=int(u or 0), compiler_options=opts, matmul_impl=args.matmul_impl,
                         cache_impl=args.cache_impl, deterministic=args.deterministic, **auto)

@@ -57,19 +57,12 @@ AUTO = "auto"  # the engine's budget chooser: passed through to Generator, which
 
 def parse_budgets(text: str) -> list[int | str]:
     """'16,64,auto' -> [16, 64, 'auto'] (UserError for anything else)."""
-    out: list[int | str] = []
-    for x in _csv(text):
-        if x == AUTO:
-            v: int | str = AUTO
-        elif x.isdigit() and int(x) >= 1:
-            v = int(x)
-        else:
-            raise UserError(f"--budgets: {x!r} is neither a DDTree budget >= 1 nor {AUTO!r}")
-        if v not in out:
-            out.append(v)
-    if not out:
-        raise UserError("--budgets is empty; give e.g. 16,64,256")
-    return out
+    from ddtree_jax import cost
+
+    try:
+        return cost.parse_budgets(text, auto=True)
+    except ValueError as e:
+        raise UserError(f"--budgets: {e}") from None
 
 
 def configs_of(methods: Sequence[str], budgets: Sequence[int | str]) -> list[tuple[str, int | str]]:

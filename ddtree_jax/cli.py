@@ -178,13 +178,12 @@ def _budget(text: str) -> int | str:
 
 
 def _budget_list(text: str) -> tuple[int, ...]:
+    from ddtree_jax.cost import parse_budgets
+
     try:
-        budgets = tuple(int(b) for b in text.split(","))
-    except ValueError:
-        budgets = ()
-    if not budgets or min(budgets) < 1:
-        raise argparse.ArgumentTypeError(f"expected budgets >= 1, comma-separated (e.g. 16,64,256), got {text!r}")
-    return budgets
+        return tuple(parse_budgets(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _tp(text: str) -> int | str:

@@ -318,6 +318,26 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def parse_budgets(text: str, *, auto: bool = False) -> list[int | str]:
+    """'16,64,auto' -> [16, 64, 'auto'] ('auto' only where `auto`), repeats dropped; ValueError,
+    one line without the flag's name, for anything else. Every command's budget list goes here."""
+    out: list[int | str] = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        if auto and word == "auto":
+            v: int | str = word
+        elif word.isdigit() and int(word) >= 1:
+            v = int(word)
+        else:
+            raise ValueError(f"{word!r} is not a DDTree budget >= 1{' or auto' * auto} (e.g. 16,64,256)")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise ValueError(f"no budgets in {text!r}; give e.g. 16,64,256")
+    return out
+
+
 def _posint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 

@@ -155,8 +155,8 @@ def test_bad_uses_are_one_line(pair, tmp_path):
     (["--budget", "auto", "--method", "dflash"], "--budget auto sizes DDTree's tree"),
     (["--budget", "many"], "expected a number of draft nodes or auto"),
     (["--budget", "auto", "--cost-model", "/nonexistent/cost.json"], "/nonexistent/cost.json"),
-    (["--budget", "auto", "--auto-budgets", "0,16"], "expected budgets >= 1"),
-    (["--budget", "auto", "--auto-budgets", "16,x"], "expected budgets >= 1"),
+    (["--budget", "auto", "--auto-budgets", "0,16"], "is not a DDTree budget >= 1"),
+    (["--budget", "auto", "--auto-budgets", "16,x"], "is not a DDTree budget >= 1"),
 ])
 def test_the_command_line_refuses_with_one_line(args, needle, capsys):
     from ddtree_jax import cli

@@ -131,7 +131,7 @@ def test_auto_is_passed_to_the_generator_and_its_refusal_is_one_line(monkeypatch
     (["--batches", "0,2"], "--batches: invalid batch_list value: '0,2'"),
     (["--batches", "1,x"], "--batches: invalid batch_list value"),
     (["--methods", "ar,beam"], "--methods: unknown method 'beam'"),
-    (["--budgets", "16,big"], "--budgets: 'big' is neither"),
+    (["--budgets", "16,big"], "--budgets: 'big' is not a DDTree budget"),
     (["--cli-check", "ddtree:0"], "--cli-check ddtree:0: give ddtree:BUDGET"),
     (["--cost-model", "COST"], "COST"),
     (["--record", "nowhere.npz"], "record nowhere.npz not found"),

@@ -94,15 +94,12 @@ def build_parser() -> ArgumentParser:
 
 def parse_budgets(text: str, flag: str, auto: bool = False) -> list:
     """'16,64' -> [16, 64]; 'auto' passes through where `auto`."""
-    words = [b.strip() for b in text.split(",") if b.strip()]
+    from ddtree_jax import cost
+
     try:
-        budgets = [b if auto and b == "auto" else int(b) for b in words]
-    except ValueError:
-        raise UserError(f"{flag} takes comma-separated whole numbers{' or auto' * auto} (e.g. 16,64,256); "
-                        f"got {text!r}") from None
-    if not budgets or min((b for b in budgets if b != "auto"), default=1) < 1:
-        raise UserError(f"{flag} needs budgets >= 1 (e.g. 16,64,256); got {text!r}")
-    return budgets
+        return cost.parse_budgets(text, auto=auto)
+    except ValueError as e:
+        raise UserError(f"{flag}: {e}") from None
 
 
 def _policies(specs: Sequence[str] | None, default: Sequence[str]) -> list:
