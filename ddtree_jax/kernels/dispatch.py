@@ -252,6 +252,14 @@ def rms_norm(kernels: KernelTuning, x, w, eps: float, *, layer=None, unit_offset
     return _per_shard(kernels, call, (x, *split_row(w, layer)), (P(),) * 3, P())
 
 
+def rms_norm_casts(kernels: KernelTuning, x, w, eps: float, *, unit_offset: bool = False):
+    """A norm whose casts are transformers' own (the hybrid models'): XLA's reference, or in the
+    deterministic mode the norm kernel (a row's sum in one order whatever the rows)."""
+    if kernels.deterministic:
+        return rms_norm(kernels, x, w, eps, unit_offset=unit_offset)
+    return norms.rms_norm_reference(x, w, eps, unit_offset=unit_offset)
+
+
 def add_rms_norm(kernels: KernelTuning, x, delta, w, eps: float, *, layer=None):
     """ddtree_jax.kernels.norms.add_rms_norm with `norm_choice`'s impl (under --tp as rms_norm)."""
     impl = norm_choice(kernels, norms.norm_unsupported(x))

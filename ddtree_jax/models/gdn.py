@@ -69,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.errors import ConfigError
-from ddtree_jax.kernels import dispatch, norms
+from ddtree_jax.kernels import dispatch
 from ddtree_jax.models.config import _Fields, _show
 from ddtree_jax.models.layers import linear
 from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
@@ -238,9 +238,7 @@ def _expand(x: jax.Array, cfg: GdnConfig) -> jax.Array:
 def _output(p: dict, cfg: GdnConfig, o: jax.Array, z: jax.Array, dtype, kernels: KernelTuning) -> jax.Array:
     """The core output o [..., Hv, dv] f32 and the gate z [..., Hv dv] -> y [..., H] in `dtype`:
     transformers' Qwen3_5RMSNormGated (its casts included), then out_proj."""
-    # the deterministic mode's norm sums in its kernel: one order whatever the rows
-    norm = functools.partial(dispatch.rms_norm, kernels) if kernels.deterministic else norms.rms_norm_reference
-    o = norm(o.astype(dtype), p["norm"], cfg.rms_eps)
+    o = dispatch.rms_norm_casts(kernels, o.astype(dtype), p["norm"], cfg.rms_eps)
     gate = z.reshape(o.shape).astype(jnp.float32)
     o = (o.astype(jnp.float32) * jax.nn.silu(gate)).astype(dtype)
     return linear(o.reshape(*o.shape[:-2], cfg.value_dim), p["out"], kernels=kernels)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ddtree_jax.errors import ConfigError
-from ddtree_jax.kernels import dispatch, norms
+from ddtree_jax.kernels import dispatch
 from ddtree_jax.models import gdn
 from ddtree_jax.models import moe as moe_block
 from ddtree_jax.models.config import HYBRID_TARGETS, MoeConfig, RopeConfig, _Fields, _show
@@ -249,9 +249,7 @@ class VerifyOut:
 def norm(x: jax.Array, w: jax.Array, eps: float, kernels: KernelTuning = XLA_KERNELS) -> jax.Array:
     """Qwen3_5RMSNorm: rmsnorm(x) * (1 + w), the product in f32 and then cast (not Llama's order);
     in the deterministic mode through its norm kernel (a row's sum in one order whatever the rows)."""
-    if kernels.deterministic:
-        return dispatch.rms_norm(kernels, x, w, eps, unit_offset=True)
-    return norms.rms_norm_reference(x, w, eps, unit_offset=True)
+    return dispatch.rms_norm_casts(kernels, x, w, eps, unit_offset=True)
 
 
 def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rotary: int) -> jax.Array:
