@@ -321,6 +321,34 @@ def test_rows_routed_to_one_expert():
     np.testing.assert_allclose(alone[0, 0], got[1, 2], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("a, e, tile", [(8, 128, 16), (130, 8, 16), (520, 128, 16), (3, 4, 2), (64, 2, 16)])
+def test_group_rows_layout(a, e, tile, monkeypatch):
+    """matmul.group_rows, by comparisons (few rows) and by a sort (many): the same layout, and the
+    layout asked for: each expert's rows in their own whole tiles, in row order, every tile
+    labelled with its expert (-1 past the last)."""
+    from ddtree_jax.kernels import matmul as mm
+
+    experts = jnp.asarray(np.random.default_rng(a + e).integers(0, e, a), jnp.int32)
+    assert a * max(a, e) <= mm.GROUP_BY_COMPARISON
+    dest, groups = (np.asarray(x) for x in jax.jit(mm.group_rows, static_argnums=(1, 2))(experts, e, tile))
+    monkeypatch.setattr(mm, "GROUP_BY_COMPARISON", 0)
+    dest_sorted, groups_sorted = (np.asarray(x) for x in jax.jit(mm.group_rows, static_argnums=(1, 2))(experts, e, tile))
+    np.testing.assert_array_equal(dest, dest_sorted)
+    np.testing.assert_array_equal(groups, groups_sorted)
+    ex = np.asarray(experts)
+    assert len(set(dest.tolist())) == a and groups.shape == (-(-a // tile) + min(a, e),)
+    row = 0
+    for x in range(e):
+        mine = np.flatnonzero(ex == x)
+        if not len(mine):
+            continue
+        np.testing.assert_array_equal(dest[mine], row + np.arange(len(mine)))  # together, in row order
+        n_tiles = -(-len(mine) // tile)
+        assert row % tile == 0 and (groups[row // tile: row // tile + n_tiles] == x).all()
+        row += n_tiles * tile
+    assert (groups[row // tile:] == -1).all()
+
+
 def test_distinct_expert_counts():
     """Tokens that are basis vectors and a router that sends token t to its two chosen experts:
     the counts per expert and the number of distinct experts a pass read, from the block and from

@@ -547,23 +547,37 @@ def grouped_matmul(x: jax.Array, w: jax.Array, groups: jax.Array, *, config: Mat
     return _matmul_pallas(x, w.astype(x.dtype), out_dtype, config, interpret, prologue=prologue, groups=groups)
 
 
+# group_rows by comparisons up to this many (a row, an expert or a row tile) pairs
+GROUP_BY_COMPARISON = 1 << 20
+
+
 def group_rows(experts: jax.Array, num_experts: int, tile: int) -> tuple[jax.Array, jax.Array]:
     """The layout `grouped_matmul` takes for rows with experts [A] (int32 in [0, E)): (dest int32
     [A], the row each goes to, and groups int32 [R], each row tile's expert or -1), the rows of
     an expert together in its own tiles, in their order. R = ceil(A / tile) + min(E, A) (static:
     every expert's last tile may be part-filled)."""
     a = experts.shape[0]
-    counts = jnp.zeros((num_experts,), jnp.int32).at[experts].add(1)
+    r = pl.cdiv(a, tile) + min(num_experts, a)
+    small = a * max(a, num_experts, r) <= GROUP_BY_COMPARISON
+    if small:  # comparisons, a few fusions, where a sort and scatters would be a dozen small kernels
+        counts = jnp.sum(experts[:, None] == jnp.arange(num_experts, dtype=experts.dtype), axis=0, dtype=jnp.int32)
+    else:
+        counts = jnp.zeros((num_experts,), jnp.int32).at[experts].add(1)
     tiles = (counts + tile - 1) // tile
     tile_end = jnp.cumsum(tiles)
     first_row = (tile_end - tiles) * tile                              # each expert's first row
-    first_seen = jnp.cumsum(counts) - counts                           # its first row in expert order
-    order = jnp.argsort(experts, stable=True)
-    e_sorted = experts[order]
-    rank = jnp.arange(a, dtype=jnp.int32) - first_seen[e_sorted]
-    dest = jnp.zeros((a,), jnp.int32).at[order].set(first_row[e_sorted] + rank)
-    r = pl.cdiv(a, tile) + min(num_experts, a)
-    groups = jnp.searchsorted(tile_end, jnp.arange(r, dtype=jnp.int32), side="right").astype(jnp.int32)
+    if small:
+        i = jnp.arange(a, dtype=jnp.int32)
+        earlier_same = (experts[None, :] == experts[:, None]) & (i[None, :] < i[:, None])
+        dest = first_row[experts] + jnp.sum(earlier_same, axis=1, dtype=jnp.int32)
+        groups = jnp.sum(tile_end[None, :] <= jnp.arange(r, dtype=jnp.int32)[:, None], axis=1, dtype=jnp.int32)
+    else:
+        first_seen = jnp.cumsum(counts) - counts                       # its first row in expert order
+        order = jnp.argsort(experts, stable=True)
+        e_sorted = experts[order]
+        rank = jnp.arange(a, dtype=jnp.int32) - first_seen[e_sorted]
+        dest = jnp.zeros((a,), jnp.int32).at[order].set(first_row[e_sorted] + rank)
+        groups = jnp.searchsorted(tile_end, jnp.arange(r, dtype=jnp.int32), side="right").astype(jnp.int32)
     return dest, jnp.where(groups < num_experts, groups, -1)
 
 
