@@ -204,6 +204,12 @@ def build_hybrid(model: str, dtype) -> types.SimpleNamespace:
                                  tokenizer_dir=None, meta={})
 
 
+def set_mem_fraction(model: str) -> None:
+    """A shape's device memory share for JAX (read when the backend starts: call before the first array)."""
+    if "mem_fraction" in SHAPES[model]:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(SHAPES[model]["mem_fraction"]))
+
+
 def build(model: str, dtype) -> types.SimpleNamespace:
     s = SHAPES[model]
     if "hf" in s:
@@ -643,8 +649,7 @@ def main(argv=None) -> int:
         ap.error(f"--budgets / --auto-budgets: {e}")
 
     dtype = jnp.dtype(args.dtype)
-    if "mem_fraction" in SHAPES[args.model]:  # read when the backend starts: build's first array
-        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(SHAPES[args.model]["mem_fraction"]))
+    set_mem_fraction(args.model)
     t_start = time.perf_counter()
     ck = build(args.model, dtype)
     mem = device_memory()

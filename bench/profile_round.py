@@ -37,7 +37,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from bench.bench_round import SHAPES, build, fused_times, setup_request, xla_options
+from bench.bench_round import SHAPES, build, fused_times, set_mem_fraction, setup_request, xla_options
 from ddtree_jax import engine
 from ddtree_jax.cost import parse_budgets
 from ddtree_jax.generator import Generator
@@ -343,6 +343,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
+    set_mem_fraction(args.model)
     ck = build(args.model, jnp.dtype(args.dtype))
     results = []
     for m in [x for x in args.methods.split(",") if x]:
