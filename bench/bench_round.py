@@ -608,8 +608,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--drafter-quant", default="none", help="drafter weights, comma-separated: none,int8")
     ap.add_argument("--moe-experts", default="auto",
-                    help="an MoE target's expert impl(s) beyond the tuning's gather range, comma-separated: auto "
-                         "(this device's), dense, ragged, grouped")
+                    help="an MoE target's expert impl(s), comma-separated: auto (this device's: gather for a "
+                         "few tokens, then its impl), or gather, dense, ragged, grouped for every pass")
     ap.add_argument("--deterministic", default="off",
                     help="off, on, or off,on: the default kernels, the deterministic mode's (Generator's "
                          "deterministic=True, its impls its own), or both in one call")
@@ -684,7 +684,7 @@ def main(argv=None) -> int:
         for impl, mm_impl, c_impl, quant, det, moe_impl in impls:
             here = tuning_for()
             tuning = None if moe_impl == "auto" else dataclasses.replace(
-                here, kernels=dataclasses.replace(here.kernels, moe_experts=moe_impl))
+                here, kernels=dataclasses.replace(here.kernels, moe_experts=moe_impl, moe_gather_max=0))
             tag = "" if moe_impl == "auto" else f"/moe={moe_impl}"
             made = None
             for (method, budget), batch in ((run, b) for run in runs for b in batches):
