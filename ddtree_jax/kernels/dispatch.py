@@ -318,9 +318,9 @@ def expert_rows(kernels: KernelTuning, experts, num_experts: int):
 
 
 def expert_matmul(kernels: KernelTuning, x, w, groups, **kw):
-    """matmul.grouped_matmul of expert_rows' layout with the deterministic product's config (the
-    deterministic mode's MoE experts: a row's product is its one-row product, whatever the pass)."""
-    return mm.grouped_matmul(x, w, groups, config=mm.deterministic_config(*w.shape[1:]),
+    """matmul.grouped_matmul of expert_rows' layout with matmul.grouped_config (fixed by the
+    weight's shape: in the deterministic mode a row's product is its one-row product, whatever the pass)."""
+    return mm.grouped_matmul(x, w, groups, config=mm.grouped_config(*w.shape[1:]),
                              interpret=kernels.matmul == "pallas_interpret", **kw)
 
 

@@ -62,7 +62,7 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
-           "default_matmul_config", "deterministic_config", "grouped_matmul", "group_rows", "matmul_plan",
+           "default_matmul_config", "deterministic_config", "grouped_config", "grouped_matmul", "group_rows", "matmul_plan",
            "tuned_config", "matmul_table", "IMPLS"]
 
 IMPLS = ("xla", "pallas", "triton", "pallas_interpret")
@@ -214,6 +214,14 @@ def deterministic_config(k: int, n: int) -> MatmulConfig:
         split *= 2
     return MatmulConfig(block_n=bn, block_k=bk, num_warps=4, num_stages=4, split_k=split, tail_rows=False,
                         swap_ab=True, row_tile=DETERMINISTIC_ROW_TILE)
+
+
+def grouped_config(k: int, n: int) -> MatmulConfig:
+    """An MoE's grouped expert product (`grouped_matmul`): the deterministic config with K whole.
+    Its row blocks (one a touched expert, at least min(E, rows) of them) keep the card busy
+    without a split, and a split's float32 partials would be written for every block, empty
+    ones included. Fixed by (k, n) alone, so a row's bits do not depend on the pass either."""
+    return dataclasses.replace(deterministic_config(k, n), split_k=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,6 +458,8 @@ def _kernel(*refs, m: int, n: int, plan: MatmulPlan, precision, swiglu_in: bool,
         accs = tuple(acc * lax.rsqrt(ss / k_total + eps)[:, None] for acc, ss in zip(accs, sss))
     for (r0, h), ok, acc in zip(tiles, rows_ok, accs):
         mask = _and(ok, cols_ok)
+        if grouped:   # an empty block's rows are never read: nothing stored
+            mask = _and(mask, jnp.full((h, bn), expert >= 0))
         y = acc.astype(o_ref.dtype)
         if residual:
             r = pltriton.load(r_ref.at[pl.ds(r0, h), :], mask=mask, other=None if mask is None else 0.0)
@@ -462,7 +472,7 @@ def _matmul_pallas(x2: jax.Array, w, out_dtype, cfg: MatmulConfig, interpret: bo
                    groups=None):
     """The kernel's call; norm_w [K], or [L, K] with norm_layer (an int or an int32 scalar).
     groups (int32 [m / row_tile]): w is a stack [E, K, N] and row block r (one row tile) takes
-    w[groups[r]] (-1: none, the block's rows come out 0)."""
+    w[groups[r]] (-1: none, the block's rows are left unwritten)."""
     m, kx = x2.shape
     k, n = w.shape[-2:]
     plan = matmul_plan(m, k, n, cfg, itemsize=x2.dtype.itemsize, x_streams=2 if prologue == "swiglu" else 1)
@@ -529,7 +539,7 @@ def grouped_matmul(x: jax.Array, w: jax.Array, groups: jax.Array, *, config: Mat
                    out_dtype=None, prologue: str | None = None) -> jax.Array:
     """Row block r of x [R * row_tile, K] (2K with the swiglu prologue) times w[groups[r]] of the
     stack w [E, K, N]: an MoE's experts with each expert's rows gathered into whole row tiles
-    (groups[r] = -1: an empty block, zeros, no weight read). config must have a row_tile (the
+    (groups[r] = -1: an empty block: no weight read, its output rows left unwritten, undefined). config must have a row_tile (the
     deterministic mode's): a row's product is then what `matmul` with that config computes for it
     alone, wherever its tile lies. Returns [R * row_tile, N] in out_dtype (default x.dtype)."""
     rt = config.row_tile
