@@ -364,6 +364,17 @@ def test_float32_keeps_small_tiles():
         assert (default_config(1, 4, dh).block_k, default_config(1, 4, dh).num_stages) == (64, 3)
 
 
+def test_wide_heads_take_the_float32_tiles():
+    """bf16 at Dh = 256 (Qwen3.5: 24 query / 4 kv heads) asked an H100 for 262144 bytes of
+    shared memory on the bf16 tiles at T = 1 and 65: its rows are float32's bytes at Dh = 128,
+    so it takes those tiles, which ran (every T, decode to a 1025-token tree)."""
+    for t in (1, 16, 65, 257, 1025):
+        wide, f32 = default_config(t, 6, 256), default_config(t, 6, 128, itemsize=4)
+        assert (wide.block_m, wide.block_k, wide.num_warps, wide.num_stages) == \
+            (f32.block_m, f32.block_k, f32.num_warps, f32.num_stages), t
+        assert wide.num_stages == 2 and wide.block_k <= 64
+
+
 @pytest.mark.parametrize("t,s,splits", [(1, 1024, 16), (1, 2048, 32), (1, 4096, 32), (1, 8192, 32),
                                         (1, 16384, 32), (1, 32768, 64), (65, 4096, 4),
                                         (65, 32768, 14), (257, 4096, 4), (257, 32768, 8)])

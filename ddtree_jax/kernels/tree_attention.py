@@ -162,15 +162,19 @@ def default_config(t: int, g: int, dh: int, itemsize: int = 2) -> KernelConfig:
       H200 SM has (262144 bytes against 232448). float32 decode takes 32-key blocks on 2 stages
       (53 against 447 us on the bf16 decode tiles, whose 192 KB float32 ring allows one program
       an SM).
+    * Rows of 512 bytes or more (Qwen3.5's Dh = 256 in bf16: a 64-key K or V tile is the 32 KiB
+      of float32's at Dh = 128) take float32's tiles: the bf16 tiles asked 262144 bytes there too.
     """
     m = t * g
     f32 = itemsize >= 4
+    wide = dh * itemsize >= 512
     if m <= 16:
-        return KernelConfig(block_m=16, block_k=32 if f32 else 64, num_warps=2, num_stages=2 if f32 else 3,
+        small = f32 or wide
+        return KernelConfig(block_m=16, block_k=32 if small else 64, num_warps=2, num_stages=2 if small else 3,
                             target_programs=256, min_chunk=64, max_chunk=512, merge_tile=2048)
-    if m < 512 or f32:
+    if m < 512 or f32 or wide:
         return KernelConfig(block_m=min(_pow2_at_least(m, 16), 64), block_k=64, num_warps=4,
-                            num_stages=2 if f32 and dh > 64 else 3, min_chunk=1024)
+                            num_stages=2 if wide else 3, min_chunk=1024)
     return KernelConfig(block_m=128, block_k=128 if dh <= 128 else 64, num_warps=8,
                         num_stages=3, min_chunk=1024)
 
