@@ -608,8 +608,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-impl", default="auto", help="cache-write impl(s), comma-separated, e.g. xla,pallas")
     ap.add_argument("--drafter-quant", default="none", help="drafter weights, comma-separated: none,int8")
     ap.add_argument("--moe-experts", default="auto",
-                    help="an MoE target's expert impl(s), comma-separated: auto (this device's: gather for a "
-                         "few tokens, then its impl), or gather, dense, ragged, grouped for every pass")
+                    help="an MoE target's expert impl(s), comma-separated: auto (this device's tuning), or "
+                         "gather, dense, ragged, grouped for every pass (gather: decode only, it copies experts)")
     ap.add_argument("--deterministic", default="off",
                     help="off, on, or off,on: the default kernels, the deterministic mode's (Generator's "
                          "deterministic=True, its impls its own), or both in one call")

@@ -191,12 +191,12 @@ CPU_KERNELS = KernelTuning()
 # Everything on XLA's ops whatever the device: training differentiates through the model, and the
 # Pallas kernels have no VJP.
 XLA_KERNELS = KernelTuning(attention="xla", matmul="xla", cache="xla")
-# MoE experts on NVIDIA GPUs (Qwen3-30B-A3B's shape, bf16, H100): "gather" wins up to ~4 tokens
-# (118 us a layer at 1, 301 at 4); past that "grouped" reads only the experts a pass touches, where
-# "dense" and XLA's ragged_dot run every expert over every row: DFlash's round 11.8 against 22.2 ms,
-# DDTree-16's 15.1 against 22.5, DDTree-64's 19.2 against 24.3 (bench/RESULTS.md).
+# MoE experts on NVIDIA GPUs (Qwen3-30B-A3B's shape, bf16, H100): "grouped" reads only the experts
+# a pass touches, where "dense" and XLA's ragged_dot run every expert over every row (DFlash's round
+# 11.8 against 22.2 ms, DDTree-64's 19.2 against 24.3) and "gather" copies a token's experts before
+# its product (the AR step 6.62 against grouped's 5.61 ms; bench/RESULTS.md).
 GPU_KERNELS = KernelTuning(auto_attention="pallas", auto_norms="pallas", auto_matmul="pallas", auto_cache="pallas",
-                           moe_experts="grouped", moe_gather_max=4)
+                           moe_experts="grouped")
 HOPPER_KERNELS = dataclasses.replace(GPU_KERNELS, mosaic_t_range=(256, 1032))
 # Old NVIDIA names without a compute capability to go by: Volta, Turing and earlier.
 _PRE_AMPERE = ("tesla", "v100", "p100", "t4", "gtx", "rtx 20", "titan")

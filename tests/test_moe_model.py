@@ -300,7 +300,8 @@ def test_gpu_tuning_picks_the_experts_impl_by_tokens():
 
     assert dispatch.moe_choice(CPU_KERNELS, 1) == "dense" and dispatch.moe_choice(CPU_KERNELS, 65) == "dense"
     for k in (GPU_KERNELS, HOPPER_KERNELS):
-        assert dispatch.moe_choice(k, 1) == "gather" and dispatch.moe_choice(k, 33) == "grouped"
+        assert dispatch.moe_choice(k, 1) == "grouped" and dispatch.moe_choice(k, 33) == "grouped"
+    assert dispatch.moe_choice(dataclasses.replace(CPU_KERNELS, moe_gather_max=4), 4) == "gather"
     with pytest.raises(ValueError, match="moe_experts"):
         dataclasses.replace(CPU_KERNELS, moe_experts="sparse")
 

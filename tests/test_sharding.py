@@ -299,7 +299,8 @@ if __name__ == "__main__":
 
 def test_sharded_kernels_run_grouped_experts_as_dense():
     """GSPMD cannot partition the grouped experts' Pallas product: under a mesh an MoE's experts
-    run "dense" (partitioned along the expert axis), the products and cache writes on XLA's ops."""
+    run "dense" (partitioned along the expert axis) and a decode's few tokens gather theirs, the
+    products and cache writes on XLA's ops."""
     import jax
     import numpy as np
     from jax.sharding import Mesh
@@ -310,5 +311,7 @@ def test_sharded_kernels_run_grouped_experts_as_dense():
     assert GPU_KERNELS.moe_experts == "grouped"
     mesh = Mesh(np.array(jax.devices()[:1]), ("tp",))
     k = sharding.sharded_kernels(GPU_KERNELS, mesh)
+    assert GPU_KERNELS.moe_gather_max == 0   # one device: grouped for every pass
     assert (k.moe_experts, k.moe_gather_max, k.matmul, k.cache, k.mesh) == ("dense", 4, "xla", "xla", mesh)
-    assert sharding.sharded_kernels(dataclasses.replace(GPU_KERNELS, moe_experts="ragged"), mesh).moe_experts == "ragged"
+    ragged = sharding.sharded_kernels(dataclasses.replace(GPU_KERNELS, moe_experts="ragged"), mesh)
+    assert (ragged.moe_experts, ragged.moe_gather_max) == ("ragged", 0)

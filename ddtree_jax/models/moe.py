@@ -15,8 +15,8 @@ The experts run as two grouped products (`jax.lax.ragged_dot`): the N*k (token, 
 assignments sorted by expert, each expert's rows multiplied by its weights alone, so a pass does
 k MLPs of work a token, whatever N is (decode, a verify's tree, a prefill chunk). Static shapes
 throughout: group sizes are data, not shapes. Where a device runs that slower than the
-alternatives (XLA's GPU lowering), the tuning picks "dense" or "gather" (`experts`,
-dispatch.moe_choice): the same values.
+alternatives (XLA's GPU lowering), the tuning picks another impl (`experts`, dispatch.moe_choice:
+"grouped" on one GPU, "dense" and "gather" under --tp): the same values.
 """
 from __future__ import annotations
 
