@@ -121,6 +121,8 @@ CASES = [
     (65, 77, (77, 50), None, 1, 8, 64, jnp.float32, "causal"),     # prefill-style
     (257, 33, (33, 5), None, 1, 1, 64, jnp.float32, "tree"),
     (257, 64, (0, 64), None, 1, 4, 64, jnp.bfloat16, "tree"),
+    (1, 300, (300, 77), None, 1, 6, 256, jnp.bfloat16, "tree"),   # Qwen3.5's gated attention: Dh 256
+    (65, 150, (150, 90), None, 1, 6, 256, jnp.bfloat16, "tree"),
 ]
 
 
@@ -470,7 +472,9 @@ def _verified_triton_modules(monkeypatch):
     (9, 0, 3, False, 128, jnp.bfloat16), (16, 700, 1, True, 128, jnp.bfloat16),
     # the shipped pair's verify at budget 256, its decode and DDTree-64 verify, float32 (TF32x3)
     (257, 1024, 2, False, 64, jnp.float32), (1, 512, 2, False, 64, jnp.float32),
-    (65, 512, 2, False, 64, jnp.float32)])
+    (65, 512, 2, False, 64, jnp.float32),
+    # Qwen3.5-27B's full-attention layers (24 / 4 heads of 256): decode and DDTree-64's verify
+    (1, 512, 6, False, 256, jnp.bfloat16), (65, 512, 6, False, 256, jnp.bfloat16)])
 def test_triton_lowering_verifies(monkeypatch, t, s, g, window, dh, dtype):
     """The GPU path lowers (Triton dialect, CUDA) and every module verifies, on a CPU machine."""
     modules = _verified_triton_modules(monkeypatch)
