@@ -79,14 +79,6 @@ def shape_of(model: str) -> dict:
                 **({"moe": dict(s["moe"])} if "moe" in s else {}))
 
 
-def device_fraction(model: str) -> str | None:
-    """The GPU memory fraction bench round's shape asks for (SHAPES' mem_fraction), or None."""
-    from bench.bench_round import SHAPES
-
-    f = SHAPES[model].get("mem_fraction")
-    return None if f is None else str(f)
-
-
 def hf_configs(shape: dict) -> tuple[dict, dict]:
     """config.json of the Qwen3 (or Qwen3-MoE) target and of its z-lab DFlash drafter."""
     t, d = shape["target"], shape["drafter"]
@@ -467,9 +459,9 @@ def run(argv: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     m, skip = args.model, args.skip_convert
-    fraction = device_fraction(m)
-    if fraction:  # generate's share of the GPU; the children inherit it
-        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", fraction)
+    from bench.bench_round import set_mem_fraction
+
+    set_mem_fraction(m)  # generate's share of the GPU, bench round's for the shape; the children inherit it
     hf_t, hf_d, conv, cache = work / f"hf-{m}-target", work / f"hf-{m}-draft", work / f"ckpt-{m}", work / f"xla-{m}"
     json_path = out / f"checkpoint_{m}.json"
 

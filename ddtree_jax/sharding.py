@@ -120,21 +120,20 @@ def check_tp_impls(tp: int, impls: dict[str, str]) -> None:
                         f"shard; the attention and norm kernels do); drop {', '.join(bad)}")
 
 
+# gather beat dense up to ~4 tokens on one H100 (Qwen3-30B-A3B's shape: 118 us a layer at 1, 301 at 4)
+SHARDED_GATHER_MAX = 4
+
+
 def sharded_kernels(kernels: KernelTuning, mesh: Mesh) -> KernelTuning:
     """The kernels of a round sharded over `mesh`: the attention and norm kernels per shard (dispatch
     runs a Pallas call inside shard_map: heads, kv heads, the replicated hidden state), the
     products and cache writes on XLA's ops, which GSPMD partitions (XLA_ONLY), and an MoE's grouped
     experts (a Pallas product) as "dense", which it partitions along the expert axis, with passes of
     up to SHARDED_GATHER_MAX tokens gathering their experts (dense would read every expert for them)."""
-    if kernels.moe_experts != "grouped":
-        return dataclasses.replace(kernels, mesh=mesh, **{k: "xla" for k in XLA_ONLY})
-    return dataclasses.replace(kernels, mesh=mesh, moe_experts="dense",
-                               moe_gather_max=max(kernels.moe_gather_max, SHARDED_GATHER_MAX),
-                               **{k: "xla" for k in XLA_ONLY})
-
-
-# gather beat dense up to ~4 tokens on one H100 (Qwen3-30B-A3B's shape: 118 us a layer at 1, 301 at 4)
-SHARDED_GATHER_MAX = 4
+    moe = {}
+    if kernels.moe_experts == "grouped":
+        moe = dict(moe_experts="dense", moe_gather_max=max(kernels.moe_gather_max, SHARDED_GATHER_MAX))
+    return dataclasses.replace(kernels, mesh=mesh, **moe, **{k: "xla" for k in XLA_ONLY})
 
 
 def sharded_tuning(tuning: Tuning, mesh: Mesh) -> Tuning:

@@ -377,42 +377,75 @@ def test_disk_full_mid_write(qwen3_pair, tmp_path, monkeypatch, capsys):
     assert [c.name for c in out.iterdir()] == ["keep.txt"] and [c.name for c in tmp_path.iterdir()] == ["out"]
 
 
-def test_background_sync_error(qwen3_pair, tmp_path, monkeypatch, capsys):
-    """A write error the disk reports only at a background sync (EIO) fails the conversion as the
-    write would: one line, exit 2, nothing left; every sync before it ran beside the writes."""
+def test_sync_error(qwen3_pair, tmp_path, monkeypatch, capsys):
+    """A write error the disk reports only at a sync (EIO, background or final) fails the
+    conversion as a write error would: one line, exit 2, nothing left."""
     import errno
 
     from convert import main
     from ddtree_jax.checkpoint import tensors
 
-    syncs = []
-
-    def fdatasync(fd):
-        syncs.append(fd)
+    def fail(fd):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(tensors, "SYNC_BYTES", 1)  # a sync after every tensor
-    monkeypatch.setattr(tensors.os, "fdatasync", fdatasync)
+    monkeypatch.setattr(tensors.os, "fdatasync", fail)
+    monkeypatch.setattr(tensors.os, "fsync", fail)
     out = tmp_path / "out"
     rc = main(["--target", str(qwen3_pair.hf_target), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert rc == 2 and syncs
+    assert rc == 2
     assert err == f"convert: error: conversion failed: Input/output error; nothing was written to {out}", err
     assert [c.name for c in tmp_path.iterdir()] == []
 
 
-def test_stream_writer_syncs_while_writing(tmp_path, monkeypatch):
-    """Syncs run while tensors are still being written (not only at close), and the file reads back."""
+def test_background_sync_error_is_raised_by_the_next_write(tmp_path, monkeypatch):
+    """An error of the background sync comes out of the writer's next call."""
+    import errno
+    import threading
+
     from ddtree_jax.checkpoint import tensors
 
-    real, during = tensors.os.fdatasync, []
+    failed = threading.Event()
+
+    def fdatasync(fd):
+        failed.set()
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(tensors, "SYNC_BYTES", 1)
+    monkeypatch.setattr(tensors.os, "fdatasync", fdatasync)
+    specs = [(f"t{i}", (8, 8), np.float32) for i in range(3)]
+    with pytest.raises(OSError, match="Input/output error"):
+        with tensors.StreamWriter(tmp_path / "p.safetensors", specs) as w:
+            w.write("t0", np.zeros((8, 8), np.float32))
+            assert failed.wait(30), "no sync was run"
+            w._syncer._thread.join(30)  # the error is stored once the thread ends
+            w.write("t1", np.zeros((8, 8), np.float32))
+    assert w._next == 1
+
+
+def test_stream_writer_syncs_while_writing(tmp_path, monkeypatch):
+    """A sync is asked for once SYNC_BYTES are written and runs while tensors are still to come
+    (not only at close), and the file reads back."""
+    import threading
+
+    from ddtree_jax.checkpoint import tensors
+
+    real, during, synced = tensors.os.fdatasync, [], threading.Event()
+
+    def fdatasync(fd):
+        during.append(w._next)
+        real(fd)
+        synced.set()
+
     specs = [(f"t{i}", (64, 64), np.float32) for i in range(8)]
     monkeypatch.setattr(tensors, "SYNC_BYTES", 64 * 64 * 4 * 2)
-    monkeypatch.setattr(tensors.os, "fdatasync", lambda fd: (during.append(w._next), real(fd)))
+    monkeypatch.setattr(tensors.os, "fdatasync", fdatasync)
     with tensors.StreamWriter(tmp_path / "p.safetensors", specs) as w:
         for i, (name, shape, dt) in enumerate(specs):
             w.write(name, np.full(shape, i, dt))
-            time.sleep(0.02)
+            if i == 1:  # the second tensor reaches SYNC_BYTES: its sync comes before the third
+                assert synced.wait(30), "no sync was run"
     assert during and min(during) < len(specs)
     back = tensors.read_header(tmp_path / "p.safetensors")
     assert [float(back[f"t{i}"].load()[0, 0]) for i in range(8)] == list(range(8))

@@ -412,7 +412,7 @@ class StreamWriter:
             self._syncer.stop()
             os.fsync(self._file.fileno())
         finally:
-            self._syncer.stop()
+            self._syncer.stop(check=False)  # idempotent; an error of its own was raised above
             self._file.close()
 
     def __enter__(self) -> StreamWriter:

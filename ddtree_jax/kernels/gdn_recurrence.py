@@ -98,10 +98,10 @@ def recurrence(q, k, v, g, beta, parents, s0, *, interpret: bool = False):
     why = unsupported(dk, dv)
     if why:
         raise ValueError(f"the deterministic Gated DeltaNet kernel cannot take these shapes: {why}")
-    if (outputs and q.shape != k.shape) or v.shape[:2] != (bt, n) or g.shape != (bt, n, hv) or beta.shape != g.shape \
-            or parents.shape != (bt, n) or s0.shape != (bt, hv, dk, dv) or hv % hk:
-        raise ValueError(f"mismatched shapes: q {None if q is None else q.shape}, k {k.shape}, v {v.shape}, g {g.shape}, "
-                         f"beta {beta.shape}, parents {parents.shape}, s0 {s0.shape}")
+    if (outputs and q.shape != k.shape) or v.shape[:2] != (bt, n) or g.shape != (bt, n, hv) \
+            or beta.shape != g.shape or parents.shape != (bt, n) or s0.shape != (bt, hv, dk, dv) or hv % hk:
+        raise ValueError(f"mismatched shapes: q {None if q is None else q.shape}, k {k.shape}, v {v.shape}, "
+                         f"g {g.shape}, beta {beta.shape}, parents {parents.shape}, s0 {s0.shape}")
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); "
                            "the deterministic mode needs it")

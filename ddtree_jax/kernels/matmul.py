@@ -62,8 +62,8 @@ except ImportError:  # pragma: no cover - depends on the installed jax
     pltriton = None
 
 __all__ = ["matmul", "matmul_reference", "kernel_path", "swiglu", "Int8Weight", "quantize_int8", "MatmulConfig",
-           "default_matmul_config", "deterministic_config", "grouped_config", "grouped_matmul", "group_rows", "matmul_plan",
-           "tuned_config", "matmul_table", "IMPLS"]
+           "default_matmul_config", "deterministic_config", "grouped_config", "grouped_matmul", "group_rows",
+           "matmul_plan", "tuned_config", "matmul_table", "IMPLS"]
 
 IMPLS = ("xla", "pallas", "triton", "pallas_interpret")
 MAX_ROWS = 128          # the kernel holds all rows of x in one tile
@@ -539,9 +539,10 @@ def grouped_matmul(x: jax.Array, w: jax.Array, groups: jax.Array, *, config: Mat
                    out_dtype=None, prologue: str | None = None) -> jax.Array:
     """Row block r of x [R * row_tile, K] (2K with the swiglu prologue) times w[groups[r]] of the
     stack w [E, K, N]: an MoE's experts with each expert's rows gathered into whole row tiles
-    (groups[r] = -1: an empty block: no weight read, its output rows left unwritten, undefined). config must have a row_tile (the
-    deterministic mode's): a row's product is then what `matmul` with that config computes for it
-    alone, wherever its tile lies. Returns [R * row_tile, N] in out_dtype (default x.dtype)."""
+    (groups[r] = -1: an empty block: no weight read, its output rows left unwritten, undefined).
+    config must have a row_tile (the deterministic mode's): a row's product is then what `matmul`
+    with that config computes for it alone, wherever its tile lies. Returns [R * row_tile, N] in
+    out_dtype (default x.dtype)."""
     rt = config.row_tile
     if not rt or x.shape[0] % rt or groups.shape != (x.shape[0] // rt,) or w.ndim != 3:
         raise ValueError(f"grouped_matmul: x {x.shape} must be whole row tiles of a config's row_tile ({rt}), "
