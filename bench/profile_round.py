@@ -10,7 +10,7 @@ compiled HLO's op metadata; kernels without it, cuBLAS's and Pallas', take the s
 tagged kernels around them when those agree). Per method it reports wall time per round,
 kernel-busy time per round (the union of kernel intervals: the rest is launch gaps and host
 sync), kernels per round, and per stage and per kernel kind (matmul, attention, fusion, ...)
-their time and count. DIR gets
+and per stage and target-layer part (the attn / gdn / moe / mlp scopes) their time and count. DIR gets
 profile_<model>.json and, per method, the optimized HLO text (hlo_<method>.txt.xz).
 
 While the profiler traces, XLA runs its command buffers (CUDA graphs) op by op, one launch a
@@ -43,6 +43,7 @@ from ddtree_jax.cost import parse_budgets
 from ddtree_jax.generator import Generator
 
 STAGES = ("draft", "tree", "verify", "walk", "commit")
+PARTS = ("attn", "gdn", "moe", "mlp")  # the target layers' scopes (models/target.py, models/hybrid.py)
 _META = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?op_name="([^"]*)"')
 _DEDUP = re.compile(r'deduplicated_name="([^"]*)"')
 
@@ -65,9 +66,10 @@ def op_scopes(hlo_text: str) -> dict[str, str]:
     return out
 
 
-def stage_of(op_name: str) -> str:
+def stage_of(op_name: str, names: tuple[str, ...] = STAGES) -> str:
+    """The first of `names` that is a segment of the named-scope path op_name, else "other"."""
     parts = op_name.split("/")
-    for s in STAGES:
+    for s in names:
         if s in parts:
             return s
     return "other"
@@ -222,12 +224,15 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
     by_kind = collections.defaultdict(lambda: [0.0, 0])
     by_op = collections.defaultdict(lambda: [0.0, 0, ""])
     events = sorted(events, key=lambda e: e["start"])
-    stages, inferred = infer_stages([stage_of(scopes.get(op_of(e, scopes), "")) for e in events])
-    for e, st in zip(events, stages):
+    names = [scopes.get(op_of(e, scopes), "") for e in events]
+    stages, inferred = infer_stages([stage_of(n) for n in names])
+    parts, _ = infer_stages([stage_of(n, PARTS) for n in names])
+    by_part = collections.defaultdict(lambda: [0.0, 0])
+    for e, st, pt in zip(events, stages, parts):
         op = op_of(e, scopes)
         scope = scopes.get(op, "") or f"({st}, by position)"
         kd = f"{st}:{kind_of(e['name'], op)}"
-        for table, key in ((by_stage, st), (by_kind, kd)):
+        for table, key in ((by_stage, st), (by_kind, kd), (by_part, f"{st}:{pt}")):
             table[key][0] += e["dur"]
             table[key][1] += 1
         by_op[op][0] += e["dur"]
@@ -265,6 +270,8 @@ def summarize(events: list[dict], scopes: dict[str, str], rounds: int) -> dict:
         "stages_kernels": {k: v[1] / rounds for k, v in sorted(by_stage.items())},
         "stage_inferred_kernels_per_round": inferred / rounds,
         "kinds_ms": {k: per(v[0]) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
+        "parts_ms": {k: per(v[0]) for k, v in sorted(by_part.items(), key=lambda kv: -kv[1][0])},
+        "parts_kernels": {k: v[1] / rounds for k, v in sorted(by_part.items(), key=lambda kv: -kv[1][0])},
         "kinds_kernels": {k: v[1] / rounds for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
         "gaps_ms_per_round": {k: per(v) for k, v in gaps.items()},
         "gaps_over_50us_per_round": n_big / rounds,
@@ -369,6 +376,8 @@ def main(argv=None) -> int:
             print(f"    stage {k:8s} {v:8.3f} ms  {r['stages_kernels'][k]:7.1f} kernels")
         for k, v in list(r.get("kinds_ms", {}).items())[:14]:
             print(f"    kind  {k:28s} {v:8.3f} ms  {r['kinds_kernels'][k]:7.1f} kernels")
+        for k, v in list(r.get("parts_ms", {}).items())[:10]:
+            print(f"    part  {k:28s} {v:8.3f} ms  {r['parts_kernels'][k]:7.1f} kernels")
         for h in r.get("host_in_gaps", [])[:10]:
             print(f"    host in gaps {h['ms_per_round']:7.3f} ms x{h['count_per_round']:6.1f} {h['thread']:24s} {h['name']}")
         for t in r.get("top_ops", [])[:12]:

@@ -293,15 +293,22 @@ def _run(params: dict, cfg: HybridConfig, tokens, positions, state: HybridState,
         with jax.named_scope(f"layer{i}"):
             h = norm(x, p["attn_norm"], cfg.rms_eps, kernels)
             if cfg.layer_types[i] == "full_attention":
-                o, k, v = _attention(p, cfg, h, cos, sin, state.kv, len(new_k), state.lengths, new_mask, kernels)
+                with jax.named_scope("attn"):
+                    o, k, v = _attention(p, cfg, h, cos, sin, state.kv, len(new_k), state.lengths, new_mask, kernels)
                 new_k.append(k)
                 new_v.append(v)
             else:
-                o, keep = mixer(p["linear"], len(kept), h)
+                with jax.named_scope("gdn"):
+                    o, keep = mixer(p["linear"], len(kept), h)
                 kept.append(keep)
             x = x + o
             h = norm(x, p["mlp_norm"], cfg.rms_eps, kernels)
-            x = x + (mlp(p, h, kernels=kernels) if cfg.moe is None else moe_block.block(p, h, cfg.moe, kernels=kernels))
+            if cfg.moe is None:
+                with jax.named_scope("mlp"):
+                    x = x + mlp(p, h, kernels=kernels)
+            else:
+                with jax.named_scope("moe"):
+                    x = x + moe_block.block(p, h, cfg.moe, kernels=kernels)
             tapped[i] = x
     h = norm(x, params["norm"], cfg.rms_eps, kernels)
     # tap i is HF's hidden_states[i + 1]: layer i's output, final-normed for the last layer

@@ -136,14 +136,17 @@ def forward(
     h = dispatch.rms_norm(kernels, x, norm_ws[0], eps)
     for i, p in enumerate(layers):
         with jax.named_scope(f"layer{i}"):
-            q, k, v = _qkv(p, cfg, h, cos, sin, kernels)
-            new_k.append(k)
-            new_v.append(v)
-            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
-            o = o.reshape(*o.shape[:2], -1)
-            o = linear(o, p["o"], p.get("o_bias"), kernels=kernels)
+            with jax.named_scope("attn"):
+                q, k, v = _qkv(p, cfg, h, cos, sin, kernels)
+                new_k.append(k)
+                new_v.append(v)
+                o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
+                o = o.reshape(*o.shape[:2], -1)
+                o = linear(o, p["o"], p.get("o_bias"), kernels=kernels)
             x, h = dispatch.add_rms_norm(kernels, x, o, p["mlp_norm"], eps)
-            x, h = dispatch.add_rms_norm(kernels, x, _mlp(p, cfg, i, h, kernels, counts), norm_ws[i + 1], eps)
+            with jax.named_scope("moe" if cfg.is_moe_layer(i) else "mlp"):
+                f = _mlp(p, cfg, i, h, kernels, counts)
+            x, h = dispatch.add_rms_norm(kernels, x, f, norm_ws[i + 1], eps)
             if i in taps:
                 tapped[i] = x
     out = h, _tap_states(tapped, h, taps, len(layers)), (new_k, new_v)
@@ -210,21 +213,24 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
     for i in range(len(params["layers"])):
         p = layer_view(params, i)
         with jax.named_scope(f"layer{i}"):
-            qkv = dispatch.matmul(kernels, x, p["qkv"], prologue="rmsnorm", norm_w=p["attn_norm"], eps=eps)
-            if "qkv_bias" in p:
-                qkv = qkv + p["qkv_bias"].astype(qkv.dtype)
-            q, k, v = _heads(p, cfg, qkv, cos, sin, kernels)
-            new_k.append(k)
-            new_v.append(v)
-            o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
-            x = dispatch.matmul(kernels, o.reshape(*o.shape[:2], -1), p["o"], residual=x)
+            with jax.named_scope("attn"):
+                qkv = dispatch.matmul(kernels, x, p["qkv"], prologue="rmsnorm", norm_w=p["attn_norm"], eps=eps)
+                if "qkv_bias" in p:
+                    qkv = qkv + p["qkv_bias"].astype(qkv.dtype)
+                q, k, v = _heads(p, cfg, qkv, cos, sin, kernels)
+                new_k.append(k)
+                new_v.append(v)
+                o = _attend(q, k, v, cache, i, cache_len, new_mask, scale, kernels)
+                x = dispatch.matmul(kernels, o.reshape(*o.shape[:2], -1), p["o"], residual=x)
             if cfg.is_moe_layer(i):
-                x = x + _mlp(p, cfg, i, dispatch.rms_norm(kernels, x, p["mlp_norm"], eps), kernels, counts)
+                with jax.named_scope("moe"):
+                    x = x + _mlp(p, cfg, i, dispatch.rms_norm(kernels, x, p["mlp_norm"], eps), kernels, counts)
             else:
                 if counts is not None:
                     counts.append(jnp.zeros((cfg.moe.num_experts,), jnp.int32))
-                gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
-                x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
+                with jax.named_scope("mlp"):
+                    gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
+                    x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
             if i in taps:
                 tapped[i] = x
     h = dispatch.rms_norm(kernels, x, final_norm(params), eps)
