@@ -54,6 +54,19 @@ def test_untagged_kernels_take_the_stage_around_them():
     assert s["stage_inferred_kernels_per_round"] == 1 and [t[3] for t in s["timeline"]] == ["verify"] * 3
 
 
+def test_profile_parts_are_the_target_layer_scopes():
+    """A kernel's part is its scope's attn / gdn / moe / mlp segment; an untagged one between two
+    kernels of one part takes it, as stages do."""
+    assert pr.stage_of("jit(r)/while/body/verify/layer3/gdn/dot_general", pr.PARTS) == "gdn"
+    assert pr.stage_of("jit(r)/while/body/verify/layer3/add", pr.PARTS) == "other"
+    scopes = {"f_1": "jit(f)/while/body/verify/layer0/moe/add", "f_2": "jit(f)/while/body/verify/layer1/gdn/mul"}
+    events = [dict(name=n, start=t, dur=1000, hlo_op=op) for n, t, op in (
+        ("f_1", 0, "f_1"), ("nvjet_1", 2000, ""), ("f_1", 4000, "f_1"), ("nvjet_2", 6000, ""), ("f_2", 8000, "f_2"))]
+    s = pr.summarize(events, scopes, rounds=1)
+    assert s["parts_ms"] == {"verify:moe": 0.003, "verify:gdn": 0.001, "verify:other": 0.001}
+    assert s["parts_kernels"]["verify:moe"] == 3
+
+
 def test_profile_round_smoke(tmp_path):
     assert pr.main(["--model", "tiny", "--methods", "ar,ddtree:8/2", "--rounds", "2", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "profile_tiny.json").read_text())["results"]
