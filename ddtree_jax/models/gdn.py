@@ -262,6 +262,20 @@ def _delta_step(s: jax.Array, k: jax.Array, v: jax.Array, g: jax.Array, beta: ja
     return s + k[..., :, None] * delta[..., None, :]
 
 
+def _unit_lower_solve(lower, rhs):
+    """X with (I + L) X = rhs, L the strictly lower part of lower [..., n, n] (its diagonal is read
+    as ones). L is nilpotent (L^n = 0), so (I + L)^-1 = prod_j (I + (-L)^(2^j)) over 2^j < n:
+    2 log2(n) batched products, where a batched triangular solve runs row after row."""
+    n = lower.shape[-1]
+    p = -jnp.tril(lower, -1)
+    x = rhs
+    for j in range(max(0, (n - 1).bit_length())):
+        if j:
+            p = jnp.einsum("...ij,...jk->...ik", p, p, precision=_HI)
+        x = x + jnp.einsum("...ij,...jk->...ik", p, x, precision=_HI)
+    return x
+
+
 def _intra(q, k, v, beta, cum, mask):
     """The state-free part of the parallel form over n tokens, where mask [..., n, n] says which
     tokens precede token i on its path (i itself included; a lower-triangular pattern).
@@ -273,8 +287,7 @@ def _intra(q, k, v, beta, cum, mask):
     kb = k * beta[..., None]
     lower = jnp.einsum("...id,...jd->...ij", kb, k, precision=_HI) * decay
     rhs = jnp.concatenate([v * beta[..., None], kb * jnp.exp(cum)[..., None]], axis=-1)
-    # (I + strictly-lower(lower)) X = rhs: the diagonal is read as ones
-    sol = jax.lax.linalg.triangular_solve(lower, rhs, left_side=True, lower=True, unit_diagonal=True)
+    sol = _unit_lower_solve(lower, rhs)
     attn = jnp.einsum("...id,...jd->...ij", q, k, precision=_HI) * decay
     dv = v.shape[-1]
     return attn, sol[..., :dv], sol[..., dv:]
