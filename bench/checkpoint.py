@@ -2,6 +2,7 @@
 
     python -m bench checkpoint --model qwen3-8b --work /tmp/ckpt-bench --out DIR
     python -m bench checkpoint --model qwen3-30b-a3b --skip-convert --out DIR   # 57 GiB: HF-direct only
+    python -m bench checkpoint --model qwen3-30b-a3b --ckpt-dir /dev/shm/c --out DIR  # the copy elsewhere
     python -m bench checkpoint --model tiny --out DIR          # CPU smoke run (a few MB; tiny-moe: MoE)
 
 Steps, one progress line each:
@@ -13,8 +14,8 @@ Steps, one progress line each:
   2. random bf16 Hugging Face directories in --work: the target in shards of about --shard-gb GB with
      model.safetensors.index.json (as the hub has them) and the shipped tokenizer; the drafter in one
      file. One shard is in memory at a time; a complete directory of the same spec is reused.
-  3. the disk's reference speed: the target's shards copied to one file (fsync'ed, as convert does)
-     and read back; bytes read + written per second (--skip-convert: the first shard alone).
+  3. the disk's reference speed: the target's shards copied to one file beside the converted
+     checkpoint's place (fsync'ed, as convert does) and read back; bytes read + written per second (--skip-convert: the first shard alone).
   4. python -m convert in a subprocess (a kept converted checkpoint is reused unless --reconvert).
   5. python -m ddtree_jax.generate --ckpt with a fresh DDTREE_COMPILE_CACHE (cold), the same again
      (warm), then --target --draft on the HF directories (warm). --skip-convert: steps 4 and 5's
@@ -428,6 +429,10 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--skip-convert", action="store_true",
                     help="measure generate --target --draft on the HF directories alone (no convert, no --ckpt "
                          "runs; the disk reference copies one shard): for a disk that cannot hold a second copy")
+    ap.add_argument("--ckpt-dir", default=None,
+                    help="where the converted checkpoint goes (default WORK/ckpt-MODEL), e.g. another disk or "
+                         "/dev/shm where WORK's cannot hold the HF files and a converted copy; the disk "
+                         "reference copies the shards beside it")
     ap.add_argument("--keep", action="store_true", help="keep the work directory's checkpoints (reruns reuse them)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a command may run before it is killed")
     ap.add_argument("--seed", type=int, default=0)
@@ -445,6 +450,12 @@ def validate(args) -> None:
     work = Path(args.work)
     if work.exists() and not work.is_dir():
         raise UserError(f"--work {work} is a file; give a directory")
+    if args.ckpt_dir is not None:
+        if args.skip_convert:
+            raise UserError("--ckpt-dir names the converted checkpoint, which --skip-convert leaves out; give one")
+        parent = Path(args.ckpt_dir).absolute().parent
+        if not parent.is_dir():
+            raise UserError(f"--ckpt-dir {args.ckpt_dir}: its folder {parent} does not exist; create it or give another")
     for flag, v in (("--shard-gb", args.shard_gb), ("--max-new-tokens", args.max_new_tokens),
                     ("--budget", args.budget), ("--timeout", args.timeout)):
         if not v > 0:
@@ -462,7 +473,8 @@ def run(argv: Sequence[str]) -> int:
     from bench.bench_round import set_mem_fraction
 
     set_mem_fraction(m)  # generate's share of the GPU, bench round's for the shape; the children inherit it
-    hf_t, hf_d, conv, cache = work / f"hf-{m}-target", work / f"hf-{m}-draft", work / f"ckpt-{m}", work / f"xla-{m}"
+    hf_t, hf_d, cache = work / f"hf-{m}-target", work / f"hf-{m}-draft", work / f"xla-{m}"
+    conv = Path(args.ckpt_dir).absolute() if args.ckpt_dir else work / f"ckpt-{m}"
     json_path = out / f"checkpoint_{m}.json"
 
     shape = shape_of(m)
@@ -499,7 +511,7 @@ def run(argv: Sequence[str]) -> int:
         save()
 
         shards = [hf_t / f for f in t["files"]]
-        doc["disk"] = disk_reference(shards[:1] if skip else shards, work / "disk-reference.tmp")
+        doc["disk"] = disk_reference(shards[:1] if skip else shards, conv.parent / f"{conv.name}.disk-reference.tmp")
         dk = doc["disk"]
         log(f"3/6 disk: {dk['bytes'] / GIB:.2f} GiB copied in {dk['copy_s']:.1f} s "
             f"({(dk['copy_bytes_per_s'] or 0) / 1e9:.2f} GB/s read + written), read back in {dk['read_s']:.1f} s")

@@ -30,13 +30,16 @@ def test_checkpoint_tiny_measures_every_command_and_cleans_up(tmp_path):
 
 def test_checkpoint_tiny_moe_writes_the_hubs_layout_and_converts_and_generates(tmp_path):
     """A Qwen3-MoE target as the hub has it (per-expert tensors, the router as mlp.gate): convert
-    and the three generate commands all run on it."""
-    work, out = tmp_path / "work", tmp_path / "out"
+    and the three generate commands all run on it, the converted copy in --ckpt-dir."""
+    work, out, elsewhere = tmp_path / "work", tmp_path / "out", tmp_path / "other-disk"
+    elsewhere.mkdir()
     assert checkpoint.main(["--model", "tiny-moe", "--work", str(work), "--out", str(out), "--shard-gb", "0.001",
-                            "--max-new-tokens", "4", "--keep"]) == 0
+                            "--max-new-tokens", "4", "--keep", "--ckpt-dir", str(elsewhere / "c")]) == 0
     doc = json.loads((out / "checkpoint_tiny-moe.json").read_text())
     assert list(doc["commands"]) == ["convert", "generate_cold", "generate_warm", "generate_hf"]
     assert all(c["rc"] == 0 for c in doc["commands"].values()), doc["commands"]
+    assert str(elsewhere / "c") in doc["commands"]["generate_warm"]["argv"] and (elsewhere / "c").is_dir()
+    assert not (work / "ckpt-tiny-moe").exists() and sorted(p.name for p in elsewhere.iterdir()) == ["c"]
     assert doc["shape"]["moe"]["num_experts"] == 8 and not doc["skip_convert"]
     hf = work / "hf-tiny-moe-target"
     config = json.loads((hf / "config.json").read_text())
@@ -71,7 +74,11 @@ def test_checkpoint_bad_input_exits_2_before_any_work(tmp_path, capsys):
     assert "--force" in capsys.readouterr().err
     assert checkpoint.main(["--model", "qwen3-9b", "--work", str(work), "--out", str(tmp_path / "o2")]) == 2
     assert "invalid choice" in capsys.readouterr().err
-    assert not work.exists() and not (tmp_path / "o2").exists()
+    for extra, why in ((["--skip-convert", "--ckpt-dir", str(tmp_path / "c")], "--skip-convert"),
+                       (["--ckpt-dir", str(tmp_path / "missing" / "c")], "does not exist")):
+        assert checkpoint.main(["--model", "tiny", "--work", str(work), "--out", str(tmp_path / "o3"), *extra]) == 2
+        assert why in capsys.readouterr().err
+    assert not work.exists() and not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
 def test_parse_generate_reads_the_stats_line_with_device_memory():
