@@ -309,12 +309,14 @@ def matmul(kernels: KernelTuning, x, w, **kw):
     return mm.matmul(x, w, impl=impl, config=config, **kw)
 
 
+EXPERT_ROW_TILE = mm.DETERMINISTIC_ROW_TILE  # the rows of an `expert_matmul` tile
+
+
 def expert_rows(kernels: KernelTuning, experts, num_experts: int):
     """(dest, groups, tile): matmul.group_rows of the rows' experts [A] in the deterministic
     product's row tiles of `tile` rows: where an MoE's experts put each (token, expert) row for
     `expert_matmul` (an array of groups.shape[0] * tile rows)."""
-    tile = mm.DETERMINISTIC_ROW_TILE
-    return (*mm.group_rows(experts, num_experts, tile), tile)
+    return (*mm.group_rows(experts, num_experts, EXPERT_ROW_TILE), EXPERT_ROW_TILE)
 
 
 def expert_matmul(kernels: KernelTuning, x, w, groups, **kw):
