@@ -273,3 +273,26 @@ def test_config_from_hf_and_errors():
         gdn.GdnConfig(hidden=8, num_k_heads=3, num_v_heads=4, head_k_dim=4, head_v_dim=4)
     with pytest.raises(ConfigError, match="has shape"):
         gdn.params_from_hf({"in_proj_qkv.weight": np.zeros((3, 3))}, cfg)
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 64, 65])
+def test_unit_lower_solve_matches_a_float64_solve(n):
+    """The parallel form's solve (a product of (I + (-L)^(2^j))) against numpy's in float64, on
+    the delta rule's matrices (unit keys, betas in (0, 1), decays), a chain's and a tree's mask."""
+    rng = np.random.default_rng(n)
+    k = rng.standard_normal((3, n, 16))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    beta = 1 / (1 + np.exp(-rng.standard_normal((3, n))))
+    cum = np.cumsum(-0.1 * np.abs(rng.standard_normal((3, n))), axis=-1)
+    chain = np.tril(np.ones((n, n), bool))
+    parents = [max(0, i - 1 - (i % 3 == 0)) for i in range(n)]   # some nodes share a parent
+    tree = np.eye(n, dtype=bool)
+    for i in range(1, n):
+        tree[i] |= tree[parents[i]]
+    for mask in (chain, tree):
+        decay = np.exp(np.where(mask, cum[..., :, None] - cum[..., None, :], -np.inf))
+        lower = (k * beta[..., None]) @ k.transpose(0, 2, 1) * decay
+        rhs = rng.standard_normal((3, n, 24))
+        want = np.linalg.solve(np.tril(lower, -1) + np.eye(n), rhs)
+        got = gdn._unit_lower_solve(jnp.asarray(lower, jnp.float32), jnp.asarray(rhs, jnp.float32))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=2e-6 * max(1.0, np.abs(want).max()))
