@@ -3,6 +3,7 @@
     python -m bench checkpoint --model qwen3-8b --work /tmp/ckpt-bench --out DIR
     python -m bench checkpoint --model qwen3-30b-a3b --skip-convert --out DIR   # 57 GiB: HF-direct only
     python -m bench checkpoint --model qwen3-30b-a3b --ckpt-dir /dev/shm/c --out DIR  # the copy elsewhere
+    python -m bench checkpoint --model qwen3-30b-a3b --zeros --skip-generate --out DIR  # convert's memory, any host
     python -m bench checkpoint --model tiny --out DIR          # CPU smoke run (a few MB; tiny-moe: MoE)
 
 Steps, one progress line each:
@@ -14,13 +15,17 @@ Steps, one progress line each:
   2. random bf16 Hugging Face directories in --work: the target in shards of about --shard-gb GB with
      model.safetensors.index.json (as the hub has them) and the shipped tokenizer; the drafter in one
      file. One shard is in memory at a time; a complete directory of the same spec is reused.
+     --zeros: the files hold zeros as holes (no disk blocks), for convert's memory at a size the
+     disk cannot hold twice; its time against the disk is then not judged.
   3. the disk's reference speed: the target's shards copied to one file beside the converted
-     checkpoint's place (fsync'ed, as convert does) and read back; bytes read + written per second (--skip-convert: the first shard alone).
+     checkpoint's place (fsync'ed, as convert does) and read back; bytes read + written per
+     second (--skip-convert: the first shard alone).
   4. python -m convert in a subprocess (a kept converted checkpoint is reused unless --reconvert).
   5. python -m ddtree_jax.generate --ckpt with a fresh DDTREE_COMPILE_CACHE (cold), the same again
      (warm), then --target --draft on the HF directories (warm). --skip-convert: steps 4 and 5's
      --ckpt commands are left out (a 64 GiB disk holds the 30B-A3B's HF files once, not a converted
-     copy too) and the HF command runs cold. generate's closing line gives load,
+     copy too) and the HF command runs cold; --skip-generate leaves step 5 out (convert needs no
+     accelerator: a host that cannot run the shape still measures it). generate's closing line gives load,
      compile and first-token seconds (from the process's start) and, where the backend reports it,
      the device's peak memory.
   6. DIR/checkpoint_MODEL.json (rewritten after every step) and a table with the targets: convert's
@@ -177,10 +182,24 @@ class Filler:
         return out.view(ml_dtypes.bfloat16).reshape(shape)
 
 
-def write_dir(path: Path, config: dict, tensors: list, shard_bytes: int, fill: Filler, *, tokenizer: bool,
+def write_sparse_safetensors(path: Path, tensors: list) -> None:
+    """A safetensors file of bf16 zeros: its header, then its data left as a hole (no disk blocks;
+    read back as zeros at memory speed)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in tensors:
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes(shape)]}
+        offset += nbytes(shape)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        f.truncate(8 + len(text) + offset)
+
+
+def write_dir(path: Path, config: dict, tensors: list, shard_bytes: int, fill: Filler | None, *, tokenizer: bool,
               spec: dict) -> dict:
-    """A HF directory of random weights, one shard in memory at a time; skipped when `path` holds a
-    complete one of the same spec. Returns {"bytes", "shards", "s", "reused"}."""
+    """A HF directory of random weights (fill None: zeros, sparse files), one shard in memory at a
+    time; skipped when `path` holds a complete one of the same spec. Returns {"bytes", "shards", "s", "reused"}."""
     from safetensors.numpy import save_file
 
     marker = path / MARKER
@@ -200,9 +219,12 @@ def write_dir(path: Path, config: dict, tensors: list, shard_bytes: int, fill: F
              else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     weight_map = {}
     for fname, shard in zip(files, shards):
-        data = {name: fill(shape) for name, shape in shard}
-        save_file(data, str(path / fname), metadata={"format": "pt"})
-        del data
+        if fill is None:
+            write_sparse_safetensors(path / fname, shard)
+        else:
+            data = {name: fill(shape) for name, shape in shard}
+            save_file(data, str(path / fname), metadata={"format": "pt"})
+            del data
         weight_map.update({name: fname for name, _ in shard})
     total = sum(nbytes(s) for _, s in tensors)
     if len(shards) > 1:
@@ -357,7 +379,8 @@ def targets(doc: dict) -> dict:
         bound = 2 * GIB + 3 * largest
         out["convert_peak_rss"] = {"measured_mb": conv["peak_rss_mb"], "bound_mb": bound / MIB,
                                    "ratio": conv["peak_rss_mb"] * MIB / bound}
-        rate = (doc.get("disk") or {}).get("copy_bytes_per_s")
+        # zeros: holes read at memory speed, so the copy is no measure of a disk that holds the data
+        rate = None if doc.get("zeros") else (doc.get("disk") or {}).get("copy_bytes_per_s")
         moved = doc["bytes"]["target"] + doc["bytes"]["drafter"] + (doc["bytes"].get("converted") or 0)
         if rate:
             out["convert_time"] = {"measured_s": conv["wall_s"], "bound_s": moved / rate,
@@ -433,6 +456,11 @@ def build_parser() -> ArgumentParser:
                     help="where the converted checkpoint goes (default WORK/ckpt-MODEL), e.g. another disk or "
                          "/dev/shm where WORK's cannot hold the HF files and a converted copy; the disk "
                          "reference copies the shards beside it")
+    ap.add_argument("--zeros", action="store_true",
+                    help="HF files of zeros left as holes (sparse): convert's memory at a size the disk cannot "
+                         "hold twice; its time is then not the disk's (holes read at memory speed)")
+    ap.add_argument("--skip-generate", action="store_true",
+                    help="convert alone (a host that cannot run the shape: convert needs no accelerator)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory's checkpoints (reruns reuse them)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a command may run before it is killed")
     ap.add_argument("--seed", type=int, default=0)
@@ -450,6 +478,8 @@ def validate(args) -> None:
     work = Path(args.work)
     if work.exists() and not work.is_dir():
         raise UserError(f"--work {work} is a file; give a directory")
+    if args.skip_convert and args.skip_generate:
+        raise UserError("--skip-convert and --skip-generate leave nothing to measure; give one of them")
     if args.ckpt_dir is not None:
         if args.skip_convert:
             raise UserError("--ckpt-dir names the converted checkpoint, which --skip-convert leaves out; give one")
@@ -486,6 +516,7 @@ def run(argv: Sequence[str]) -> int:
            "bytes": {"target": sum(nbytes(s) for _, s in t_tensors), "drafter": sum(nbytes(s) for _, s in d_tensors),
                      "largest_tensor": {"name": name, "shape": list(shp), "bytes": nbytes(shp)}, "converted": None},
            "create": None, "disk": None, "commands": {}, "targets": {}, "kept": args.keep, "skip_convert": skip,
+           "skip_generate": args.skip_generate, "zeros": args.zeros,
            "notes": ["peak_rss_mb: the command's own peak resident set (wait4 ru_maxrss), in MiB",
                      "first_token_s, load_s, compile_s: generate's closing line; first token counts from the "
                      "process's start (imports included)",
@@ -497,11 +528,12 @@ def run(argv: Sequence[str]) -> int:
     try:
         doc["environment"] = probe_environment(args.commit, out, args.timeout)
         save()
-        fill = Filler(args.seed)
+        fill = None if args.zeros else Filler(args.seed)
         shard_bytes = max(1, int(args.shard_gb * 1e9))
-        spec = {"config": tcfg, "shard_bytes": shard_bytes, "seed": args.seed}
+        seed = "zeros" if args.zeros else args.seed
+        spec = {"config": tcfg, "shard_bytes": shard_bytes, "seed": seed}
         t = write_dir(hf_t, tcfg, t_tensors, shard_bytes, fill, tokenizer=True, spec=spec)
-        d = write_dir(hf_d, dcfg, d_tensors, 2**62, fill, tokenizer=False, spec={"config": dcfg, "seed": args.seed})
+        d = write_dir(hf_d, dcfg, d_tensors, 2**62, fill, tokenizer=False, spec={"config": dcfg, "seed": seed})
         del fill
         if not (t["reused"] and d["reused"]) and conv.exists():  # converted from other weights
             shutil.rmtree(conv)
@@ -541,6 +573,8 @@ def run(argv: Sequence[str]) -> int:
                 ("generate_hf", ["--target", str(hf_t), "--draft", str(hf_d)])]
         if skip:
             runs = runs[2:]
+        if args.skip_generate:
+            runs = []
         for i, (key, src) in enumerate(runs):
             if "--ckpt" in src and not conv.exists():
                 cmds[key] = {"skipped": "no converted checkpoint (convert failed)"}

@@ -66,6 +66,22 @@ def test_checkpoint_skip_convert_runs_generate_on_the_hf_directories_alone(tmp_p
     assert not work.exists()
 
 
+def test_checkpoint_zeros_convert_alone_writes_sparse_files(tmp_path):
+    """--zeros --skip-generate: HF files of holes (zeros) that convert reads like any other, convert
+    measured alone, its time not judged against a disk that held no data."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    assert checkpoint.main(["--model", "tiny-moe", "--work", str(work), "--out", str(out), "--shard-gb", "0.001",
+                            "--zeros", "--skip-generate", "--keep"]) == 0
+    doc = json.loads((out / "checkpoint_tiny-moe.json").read_text())
+    assert list(doc["commands"]) == ["convert"] and doc["commands"]["convert"]["rc"] == 0
+    assert set(doc["targets"]) == {"convert_peak_rss"} and doc["zeros"] and doc["skip_generate"]
+    shards = sorted((work / "hf-tiny-moe-target").glob("*.safetensors"))
+    assert len(shards) >= 2 and sum(f.stat().st_blocks for f in shards) * 512 < sum(f.stat().st_size for f in shards)
+    from safetensors.numpy import load_file
+    assert all(not v.any() for f in shards for v in load_file(str(f)).values())
+    assert doc["bytes"]["converted"] > 0
+
+
 def test_checkpoint_bad_input_exits_2_before_any_work(tmp_path, capsys):
     out, work = tmp_path / "out", tmp_path / "work"
     out.mkdir()
@@ -75,7 +91,8 @@ def test_checkpoint_bad_input_exits_2_before_any_work(tmp_path, capsys):
     assert checkpoint.main(["--model", "qwen3-9b", "--work", str(work), "--out", str(tmp_path / "o2")]) == 2
     assert "invalid choice" in capsys.readouterr().err
     for extra, why in ((["--skip-convert", "--ckpt-dir", str(tmp_path / "c")], "--skip-convert"),
-                       (["--ckpt-dir", str(tmp_path / "missing" / "c")], "does not exist")):
+                       (["--ckpt-dir", str(tmp_path / "missing" / "c")], "does not exist"),
+                       (["--skip-convert", "--skip-generate"], "nothing to measure")):
         assert checkpoint.main(["--model", "tiny", "--work", str(work), "--out", str(tmp_path / "o3"), *extra]) == 2
         assert why in capsys.readouterr().err
     assert not work.exists() and not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
