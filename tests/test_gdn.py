@@ -277,7 +277,7 @@ def test_config_from_hf_and_errors():
 
 @pytest.mark.parametrize("n", [1, 2, 17, 64, 65])
 def test_unit_lower_solve_matches_a_float64_solve(n):
-    """The parallel form's solve (a product of (I + (-L)^(2^j))) against numpy's in float64, on
+    """The parallel form's unit-lower-triangular solve against numpy's in float64, on
     the delta rule's matrices (unit keys, betas in (0, 1), decays), a chain's and a tree's mask."""
     rng = np.random.default_rng(n)
     k = rng.standard_normal((3, n, 16))

@@ -263,17 +263,8 @@ def _delta_step(s: jax.Array, k: jax.Array, v: jax.Array, g: jax.Array, beta: ja
 
 
 def _unit_lower_solve(lower, rhs):
-    """X with (I + L) X = rhs, L the strictly lower part of lower [..., n, n] (its diagonal is read
-    as ones). L is nilpotent (L^n = 0), so (I + L)^-1 = prod_j (I + (-L)^(2^j)) over 2^j < n:
-    2 log2(n) - 1 batched [n, n] products build the inverse, one more applies it, where a batched
-    triangular solve runs row after row."""
-    n = lower.shape[-1]
-    p = -jnp.tril(lower, -1)
-    inv = jnp.eye(n, dtype=p.dtype) + p
-    for _ in range(1, max(0, (n - 1).bit_length())):
-        p = jnp.einsum("...ij,...jk->...ik", p, p, precision=_HI)
-        inv = inv + jnp.einsum("...ij,...jk->...ik", inv, p, precision=_HI)
-    return jnp.einsum("...ij,...jk->...ik", inv, rhs, precision=_HI)
+    """X with (I + L) X = rhs, L the strictly lower part of lower [..., n, n] (its diagonal is read as ones)."""
+    return jax.lax.linalg.triangular_solve(lower, rhs, left_side=True, lower=True, unit_diagonal=True)
 
 
 def _intra(q, k, v, beta, cum, mask):
