@@ -485,7 +485,8 @@ def validate(args) -> None:
             raise UserError("--ckpt-dir names the converted checkpoint, which --skip-convert leaves out; give one")
         parent = Path(args.ckpt_dir).absolute().parent
         if not parent.is_dir():
-            raise UserError(f"--ckpt-dir {args.ckpt_dir}: its folder {parent} does not exist; create it or give another")
+            raise UserError(f"--ckpt-dir {args.ckpt_dir}: its folder {parent} does not exist; "
+                            "create it or give another")
     for flag, v in (("--shard-gb", args.shard_gb), ("--max-new-tokens", args.max_new_tokens),
                     ("--budget", args.budget), ("--timeout", args.timeout)):
         if not v > 0:

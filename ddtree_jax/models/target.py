@@ -229,7 +229,8 @@ def _forward_fused(params, cfg: TargetConfig, x, cos, sin, cache, cache_len, new
                 if counts is not None:
                     counts.append(jnp.zeros((cfg.moe.num_experts,), jnp.int32))
                 with jax.named_scope("mlp"):
-                    gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"], eps=eps)
+                    gate_up = dispatch.matmul(kernels, x, p["gate_up"], prologue="rmsnorm", norm_w=p["mlp_norm"],
+                                              eps=eps)
                     x = dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu", residual=x)
             if i in taps:
                 tapped[i] = x
