@@ -303,12 +303,9 @@ def _run(params: dict, cfg: HybridConfig, tokens, positions, state: HybridState,
                 kept.append(keep)
             x = x + o
             h = norm(x, p["mlp_norm"], cfg.rms_eps, kernels)
-            if cfg.moe is None:
-                with jax.named_scope("mlp"):
-                    x = x + mlp(p, h, kernels=kernels)
-            else:
-                with jax.named_scope("moe"):
-                    x = x + moe_block.block(p, h, cfg.moe, kernels=kernels)
+            with jax.named_scope("mlp" if cfg.moe is None else "moe"):
+                x = x + (mlp(p, h, kernels=kernels) if cfg.moe is None
+                         else moe_block.block(p, h, cfg.moe, kernels=kernels))
             tapped[i] = x
     h = norm(x, params["norm"], cfg.rms_eps, kernels)
     # tap i is HF's hidden_states[i + 1]: layer i's output, final-normed for the last layer

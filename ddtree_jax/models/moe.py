@@ -106,16 +106,15 @@ def experts(p: dict, x: jax.Array, weights: jax.Array, idx: jax.Array, impl: str
         out = jnp.einsum("nki,nkih->nkh", act, down[idx], preferred_element_type=jnp.float32)
     elif impl in ("deterministic", "grouped"):  # grouped: the same kernel outside the deterministic mode
         if n == 1:  # one token's k experts are distinct: a row tile each, in top-k order, no grouping
-            tile = dispatch.EXPERT_ROW_TILE
+            tile, groups = dispatch.EXPERT_ROW_TILE, idx[0]
             rows = jnp.pad(jnp.broadcast_to(x[:, None], (k, 1, x.shape[-1])), ((0, 0), (0, tile - 1), (0, 0)))
-            act = dispatch.expert_matmul(kernels, rows.reshape(k * tile, -1), gate_up, idx[0])
-            out = dispatch.expert_matmul(kernels, act, down, idx[0], prologue="swiglu")
-            out = out.reshape(k, tile, -1)[None, :, 0]
+            rows = rows.reshape(k * tile, -1)
         else:
             dest, groups, tile = dispatch.expert_rows(kernels, idx.reshape(-1), num_experts)
             rows = jnp.zeros((groups.shape[0] * tile, x.shape[-1]), x.dtype).at[dest].set(jnp.repeat(x, k, axis=0))
-            act = dispatch.expert_matmul(kernels, rows, gate_up, groups)
-            out = dispatch.expert_matmul(kernels, act, down, groups, prologue="swiglu")[dest].reshape(n, k, -1)
+        act = dispatch.expert_matmul(kernels, rows, gate_up, groups)
+        out = dispatch.expert_matmul(kernels, act, down, groups, prologue="swiglu")
+        out = out.reshape(k, tile, -1)[None, :, 0] if n == 1 else out[dest].reshape(n, k, -1)
         out = out.astype(jnp.float32) * weights.astype(jnp.float32)[..., None]
         total = out[:, 0]
         for j in range(1, k):   # the top-k order, term by term
