@@ -1,6 +1,7 @@
-"""Skinny matmuls of the Qwen3-8B shapes: the XLA dot (cuBLAS) against ddtree_jax.kernels.matmul.
+"""Skinny matmuls of the Qwen3-8B (or 30B-A3B) shapes: the XLA dot against ddtree_jax.kernels.matmul.
 
     python3 -m bench.bench_gemm --out DIR                       # GPU: rows 1,16,65 x 8B shapes
+    python3 -m bench.bench_gemm --model qwen3-30b-a3b --shapes qkv_norm,o --out DIR   # the MoE's dense ones
     python3 -m bench.bench_gemm --small --budget-s 60           # CPU smoke run (interpret mode)
 
 Every variant runs in a jitted chain over several copies of the weight, the copies holding
@@ -62,6 +63,9 @@ SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "
              "down_swiglu": (12288, 4096), "qkv_norm": (4096, 6144), "gate_up_norm": (4096, 24576),
              "lm_head": (4096, 151936), "drafter_kv": (4096, 2048),
              "fc": (20480, 4096), "ctx_kv": (4096, 10240)}
+# Qwen3-30B-A3B's dense products (its experts run grouped: bench round --moe-experts)
+SHAPES_30B_A3B = {"qkv": (2048, 5120), "qkv_norm": (2048, 5120), "o": (4096, 2048), "lm_head": (2048, 151936)}
+SHAPE_SETS = {"qwen3-8b": SHAPES_8B, "qwen3-30b-a3b": SHAPES_30B_A3B}
 SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "qkv_norm": (128, 192),
          "o_int8": (128, 128)}
 
@@ -201,7 +205,9 @@ def kernel_us(fn, args, calls: int) -> tuple[float, float, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_gemm", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,16,65", help="M values (rows of x)")
-    ap.add_argument("--shapes", default="qkv,o,gate_up,down,lm_head", help=f"of {','.join(SHAPES_8B)}")
+    ap.add_argument("--model", default="qwen3-8b", choices=tuple(SHAPE_SETS), help="whose shapes --shapes names")
+    ap.add_argument("--shapes", default="qkv,o,gate_up,down,lm_head",
+                    help=f"of {','.join(SHAPES_8B)} (qwen3-8b) or {','.join(SHAPES_30B_A3B)} (qwen3-30b-a3b)")
     ap.add_argument("--variants", default="xla,pallas", help="comma-separated, see the module doc")
     ap.add_argument("--sweep", default="", help="extra variants tried at --sweep-rows only")
     ap.add_argument("--sweep-rows", default="65")
@@ -226,10 +232,10 @@ def main(argv=None) -> int:
     dtype = jnp.dtype(args.dtype)
     shapes = dict(SMALL) if args.small else {}
     for name in ([] if args.small else [s for s in args.shapes.split(",") if s]):
-        base = name.removesuffix("_int8")
-        if base not in SHAPES_8B:
-            raise SystemExit(f"unknown shape {name!r}: one of {', '.join(SHAPES_8B)}, each also as NAME_int8")
-        shapes[name] = SHAPES_8B[base]
+        base, known = name.removesuffix("_int8"), SHAPE_SETS[args.model]
+        if base not in known:
+            raise SystemExit(f"unknown {args.model} shape {name!r}: one of {', '.join(known)}, each also as NAME_int8")
+        shapes[name] = known[base]
     rows = [int(r) for r in args.rows.split(",") if r]
     sweep_rows = {int(r) for r in args.sweep_rows.split(",") if r}
     sweep_shapes = {x for x in args.sweep_shapes.split(",") if x}

@@ -180,7 +180,7 @@ def _fused_layers(params: dict, cfg: TargetConfig, x_shape, kernels: KernelTunin
     the skinny-matmul kernel (ddtree_jax.kernels.dispatch.matmul_path) for these rows, the weights
     are fused (qkv, gate_up) and no o bias needs adding between the product and the residual.
     An MoE layer's block is no such projection: only its attention's (and the dense layers') count."""
-    if kernels.matmul == "xla" or not params["layers"]:
+    if kernels.matmul == "xla" or not params["layers"] or not dispatch.fuses_prologues(kernels):
         return False
     p = params["layers"][0]
     if "qkv" not in p or "o_bias" in p:
