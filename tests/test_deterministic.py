@@ -325,6 +325,9 @@ def _verify_rows_are_decode_steps(params, cfg, rows):
 
 def test_target_verify_rows_are_decode_steps(qwen3_pair):
     params, cfg = _first_layers(qwen3_pair, 2)
+    # the layers unfused: the deterministic product takes no norm or silu * up prologue
+    assert not dispatch.fuses_prologues(KERNELS)
+    assert not tmodel._fused_layers(params, cfg, (2, 16, cfg.hidden_size), KERNELS)
     rows = ((0, 0), (0, 8), (1, 11), (1, 9))          # the root, depth 5, siblings' subtrees
     logits = _verify_rows_are_decode_steps(params, cfg, rows)
     assert np.isfinite(np.asarray(logits)).all()
