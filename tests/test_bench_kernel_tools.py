@@ -246,3 +246,13 @@ def test_bench_kernels_table_times_what_the_engine_runs(tmp_path, monkeypatch):
         assert np.asarray(padded[5]).tolist() == [64]
     assert [r["engine_cache"] for r in table] == [cache_positions(64, 512, t - 1, bk.DRAFT_DEPTH if t > 1 else 0)[0]
                                                   for t in (1, 9)]
+
+
+def test_bench_gemm_model_shapes():
+    """--model picks whose shapes --shapes names: the 30B-A3B's dense products (its experts run grouped)."""
+    from bench import bench_gemm as bg
+
+    assert bg.SHAPE_SETS["qwen3-30b-a3b"]["qkv_norm"] == (2048, 32 * 128 + 2 * 4 * 128)
+    assert bg.SHAPE_SETS["qwen3-30b-a3b"]["o"] == (32 * 128, 2048)
+    with pytest.raises(SystemExit, match="unknown qwen3-30b-a3b shape 'gate_up'"):
+        bg.main(["--model", "qwen3-30b-a3b", "--shapes", "gate_up"])
