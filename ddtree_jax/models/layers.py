@@ -34,12 +34,12 @@ def mlp(p: dict, x: jax.Array, *, kernels: KernelTuning = XLA_KERNELS) -> jax.Ar
     """The gated MLP's output."""
     if "gate_up" in p:  # fused at load time (fuse_layer_weights): one matmul instead of two
         gate_up = linear(x, p["gate_up"], kernels=kernels)
-        if not dispatch.fuses_prologues(kernels):
-            gate, up = jnp.split(gate_up, 2, axis=-1)
-            return linear(jax.nn.silu(gate) * up, p["down"], kernels=kernels)
-        # silu(gate) * up as the down product's prologue: in the kernel, as it loads (one kernel fewer)
-        return dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu")
-    gate, up = linear(x, p["gate"], kernels=kernels), linear(x, p["up"], kernels=kernels)
+        if dispatch.fuses_prologues(kernels):
+            # silu(gate) * up as the down product's prologue: in the kernel, as it loads (one kernel fewer)
+            return dispatch.matmul(kernels, gate_up, p["down"], prologue="swiglu")
+        gate, up = jnp.split(gate_up, 2, axis=-1)
+    else:
+        gate, up = linear(x, p["gate"], kernels=kernels), linear(x, p["up"], kernels=kernels)
     return linear(jax.nn.silu(gate) * up, p["down"], kernels=kernels)
 
 

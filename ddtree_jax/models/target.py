@@ -177,8 +177,9 @@ def _tap_states(tapped: dict, h: jax.Array, taps: tuple[int, ...], num_layers: i
 
 def _fused_layers(params: dict, cfg: TargetConfig, x_shape, kernels: KernelTuning) -> bool:
     """Whether the layers run the fused form (_forward_fused): every projection of a layer takes
-    the skinny-matmul kernel (ddtree_jax.kernels.dispatch.matmul_path) for these rows, the weights
-    are fused (qkv, gate_up) and no o bias needs adding between the product and the residual.
+    the skinny-matmul kernel (ddtree_jax.kernels.dispatch.matmul_path) for these rows and takes
+    prologues (dispatch.fuses_prologues), the weights are fused (qkv, gate_up) and no o bias needs
+    adding between the product and the residual.
     An MoE layer's block is no such projection: only its attention's (and the dense layers') count."""
     if kernels.matmul == "xla" or not params["layers"] or not dispatch.fuses_prologues(kernels):
         return False
