@@ -1,7 +1,7 @@
 """Skinny matmuls of the Qwen3-8B (or 30B-A3B) shapes: the XLA dot against ddtree_jax.kernels.matmul.
 
     python3 -m bench.bench_gemm --out DIR                       # GPU: rows 1,16,65 x 8B shapes
-    python3 -m bench.bench_gemm --model qwen3-30b-a3b --shapes qkv_norm,o --out DIR   # the MoE's dense ones
+    python3 -m bench.bench_gemm --model qwen3-30b-a3b --out DIR   # the 30B-A3B's dense products
     python3 -m bench.bench_gemm --small --budget-s 60           # CPU smoke run (interpret mode)
 
 Every variant runs in a jitted chain over several copies of the weight, the copies holding
@@ -66,6 +66,8 @@ SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "
 # Qwen3-30B-A3B's dense products (its experts run grouped: bench round --moe-experts)
 SHAPES_30B_A3B = {"qkv": (2048, 5120), "qkv_norm": (2048, 5120), "o": (4096, 2048), "lm_head": (2048, 151936)}
 SHAPE_SETS = {"qwen3-8b": SHAPES_8B, "qwen3-30b-a3b": SHAPES_30B_A3B}
+# --shapes by default: a layer's products as the model's forward runs them, and its LM head
+DEFAULT_SHAPES = {"qwen3-8b": "qkv,o,gate_up,down,lm_head", "qwen3-30b-a3b": "qkv_norm,o,lm_head"}
 SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "qkv_norm": (128, 192),
          "o_int8": (128, 128)}
 
@@ -206,8 +208,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_gemm", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,16,65", help="M values (rows of x)")
     ap.add_argument("--model", default="qwen3-8b", choices=tuple(SHAPE_SETS), help="whose shapes --shapes names")
-    ap.add_argument("--shapes", default="qkv,o,gate_up,down,lm_head",
-                    help=f"of {','.join(SHAPES_8B)} (qwen3-8b) or {','.join(SHAPES_30B_A3B)} (qwen3-30b-a3b)")
+    ap.add_argument("--shapes", default=None,
+                    help=f"of {','.join(SHAPES_8B)} (qwen3-8b) or {','.join(SHAPES_30B_A3B)} (qwen3-30b-a3b); "
+                         f"default: {DEFAULT_SHAPES['qwen3-8b']} or {DEFAULT_SHAPES['qwen3-30b-a3b']}")
     ap.add_argument("--variants", default="xla,pallas", help="comma-separated, see the module doc")
     ap.add_argument("--sweep", default="", help="extra variants tried at --sweep-rows only")
     ap.add_argument("--sweep-rows", default="65")
@@ -231,7 +234,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     dtype = jnp.dtype(args.dtype)
     shapes = dict(SMALL) if args.small else {}
-    for name in ([] if args.small else [s for s in args.shapes.split(",") if s]):
+    for name in ([] if args.small else [s for s in (args.shapes or DEFAULT_SHAPES[args.model]).split(",") if s]):
         base, known = name.removesuffix("_int8"), SHAPE_SETS[args.model]
         if base not in known:
             raise SystemExit(f"unknown {args.model} shape {name!r}: one of {', '.join(known)}, each also as NAME_int8")

@@ -254,5 +254,7 @@ def test_bench_gemm_model_shapes():
 
     assert bg.SHAPE_SETS["qwen3-30b-a3b"]["qkv_norm"] == (2048, 32 * 128 + 2 * 4 * 128)
     assert bg.SHAPE_SETS["qwen3-30b-a3b"]["o"] == (32 * 128, 2048)
+    for model, shapes in bg.DEFAULT_SHAPES.items():   # the defaults are the model's own
+        assert set(shapes.split(",")) <= set(bg.SHAPE_SETS[model])
     with pytest.raises(SystemExit, match="unknown qwen3-30b-a3b shape 'gate_up'"):
         bg.main(["--model", "qwen3-30b-a3b", "--shapes", "gate_up"])
