@@ -234,8 +234,9 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     dtype = jnp.dtype(args.dtype)
     shapes = dict(SMALL) if args.small else {}
+    known = SHAPE_SETS[args.model]
     for name in ([] if args.small else [s for s in (args.shapes or DEFAULT_SHAPES[args.model]).split(",") if s]):
-        base, known = name.removesuffix("_int8"), SHAPE_SETS[args.model]
+        base = name.removesuffix("_int8")
         if base not in known:
             raise SystemExit(f"unknown {args.model} shape {name!r}: one of {', '.join(known)}, each also as NAME_int8")
         shapes[name] = known[base]
