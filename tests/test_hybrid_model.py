@@ -250,3 +250,36 @@ def test_tied_embeddings():
     tokens = _tokens(6, 1, 10)
     logits, _ = jax.jit(hybrid.forward_train, static_argnames=("cfg", "taps"))(params, cfg, jnp.asarray(tokens))
     _close(logits[0], _hf_logits(mod, tokens[0]))
+
+
+def test_inference_layout_fuses_each_layers_products(model):
+    _, cfg, params = model
+    hq, dh = cfg.num_heads, cfg.head_dim
+
+    def as_stored(p):  # checkpoint/names.py's layout: q_proj per head [query | gate] as "qg"
+        if "q" not in p:
+            return p
+        p = dict(p)
+        heads = [p.pop(n).reshape(HIDDEN, hq, 1, dh) for n in ("q", "q_gate")]
+        return {**p, "qg": jnp.concatenate(heads, axis=2).reshape(HIDDEN, hq * 2 * dh)}
+
+    stored = {**params, "layers": [as_stored(p) for p in params["layers"]]}
+    fused = {**params, "layers": [hybrid.fuse_layer(p) for p in stored["layers"]]}
+    gdn_layer, attn_layer = fused["layers"][0], fused["layers"][1]
+    assert {"gate_up", "qgkv"} <= set(attn_layer) and not {"gate", "up", "qg", "k", "v"} & set(attn_layer)
+    assert set(gdn_layer["linear"]) >= {"in_proj"} and not {"qkv", "z", "b", "a"} & set(gdn_layer["linear"])
+    # params_from_hf's layout (q and q_gate apart) keeps its attention products apart
+    assert {"q", "q_gate", "k", "v", "gate_up"} <= set(hybrid.fuse_layer(params["layers"][1]))
+
+    tokens, lengths = jnp.asarray(_tokens(7, 2, 14)), jnp.asarray([14, 9], jnp.int32)
+    depths, mask = _depths_and_mask(PARENTS)
+    bt = lambda a: jnp.asarray(np.broadcast_to(a, (2, *a.shape)))  # noqa: E731
+    nodes = jnp.asarray(_tokens(8, 2, len(PARENTS)))
+    got = []
+    for p in (params, stored, fused):
+        logits, _, state = prefill(p, cfg, tokens, _state(cfg, 2), lengths)
+        tree_logits, _, _ = verify_tree(p, cfg, nodes, bt(PARENTS), bt(mask), bt(depths), state)
+        got.append((logits, tree_logits, state.rec))
+    for other in got[1:]:
+        for a, b in zip(got[0], other):
+            _close(b, a)

@@ -34,7 +34,7 @@ from typing import Any
 from ddtree_jax.models import hybrid
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.models.config import HYBRID_TARGETS, TargetConfig, _Fields
-from ddtree_jax.models.layers import KVCache, append, fuse_layer_weights
+from ddtree_jax.models.layers import KVCache, append
 from ddtree_jax.tuning import KernelTuning
 
 
@@ -110,11 +110,10 @@ class Hybrid:
 
     @staticmethod
     def fuse_params(params: dict, *, stack: bool = True) -> dict:
-        """An MoE layer's experts' and shared expert's gate/up fused (as models/moe.py reads them);
-        the rest as given. The layers an iterable, taken once."""
+        """The inference layout: each layer's products that read one input fused (hybrid.fuse_layer).
+        The layers an iterable, taken once."""
         del stack  # no norm kernels read them
-        groups = {"experts_gate_up": ("experts_gate", "experts_up"), "shared_gate_up": ("shared_gate", "shared_up")}
-        return {**params, "layers": [fuse_layer_weights(p, groups) for p in params["layers"]]}
+        return {**params, "layers": [hybrid.fuse_layer(p) for p in params["layers"]]}
 
     @staticmethod
     def new_cache(cfg: hybrid.HybridConfig, batch: int, positions: int, dtype) -> HybridCache:

@@ -22,6 +22,8 @@ Param layout (weight matrices [in, out]; `params_from_hf` maps HF's names):
                                   or, as a checkpoint holds it (checkpoint/names.py), "qg" [H, Hq 2 Dh]
                                   (per head [query | gate]) for "q" and "q_gate"
                  an MoE layer (cfg.moe): the MoE block's params (models/moe.py) for gate / up / down}]}
+The inference layout (`fuse_layer`) fuses the products that read one input: "gate_up", "qgkv"
+(qg | k | v) and the GDN layer's "in_proj" (gdn.fuse_params); the MoE block's as moe.py reads them.
 
 State (`HybridState`): the attention layers' KV cache (layers.KVCache, stacked over those layers
 only), the GDN layers' conv / recurrent states stacked over those layers, and lengths [Bt].
@@ -43,8 +45,8 @@ from ddtree_jax.kernels import dispatch
 from ddtree_jax.models import gdn
 from ddtree_jax.models import moe as moe_block
 from ddtree_jax.models.config import HYBRID_TARGETS, MoeConfig, RopeConfig, _Fields, _show
-from ddtree_jax.models.layers import KVCache, append, apply_rope, linear, masked_attention, mlp, rope_tables, \
-    split_heads
+from ddtree_jax.models.layers import KVCache, append, apply_rope, fuse_layer_weights, linear, masked_attention, mlp, \
+    rope_tables, split_heads
 from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
 
 ARCHITECTURES = HYBRID_TARGETS
@@ -208,6 +210,19 @@ def params_from_hf(weights: Mapping[str, Any], cfg: HybridConfig) -> dict:
     return params
 
 
+# The products of a layer that read one input, fused in the inference layout (`fuse_layer`).
+FUSED = {"gate_up": ("gate", "up"), "qgkv": ("qg", "k", "v"),
+         "experts_gate_up": ("experts_gate", "experts_up"), "shared_gate_up": ("shared_gate", "shared_up")}
+
+
+def fuse_layer(p: dict) -> dict:
+    """A layer in the inference layout: FUSED's groups concatenated (layers.fuse_layer_weights) and
+    the GDN layer's projections fused (gdn.fuse_params). A layout with "q" and "q_gate" apart
+    (params_from_hf's) keeps its attention products apart."""
+    p = fuse_layer_weights(p, FUSED if "qg" in p else {k: v for k, v in FUSED.items() if k != "qgkv"})
+    return {**p, "linear": gdn.fuse_params(p["linear"])} if "linear" in p else p
+
+
 # ----------------------------------------------------------------------------- state
 
 @jax.tree_util.register_dataclass
@@ -262,14 +277,20 @@ def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array, rotary: int) -> jax.Arra
 def _attention(p: dict, cfg: HybridConfig, h, cos, sin, kv: KVCache | None, layer: int, cache_len, new_mask,
                kernels: KernelTuning):
     """A full-attention layer's output for the normed h [Bt, T, H], and its new K, V [Bt, T, Hkv, Dh]."""
-    if "qg" in p:  # HF's q_proj as stored: per head [query (Dh) | gate (Dh)]
-        qg = linear(h, p["qg"], p.get("qg_bias"), kernels=kernels).reshape(*h.shape[:2], cfg.num_heads, 2, cfg.head_dim)
+    if "qgkv" in p:  # fused at load time (fuse_layer): one product
+        qg_cols = 2 * cfg.num_heads * cfg.head_dim
+        qg, k, v = jnp.split(linear(h, p["qgkv"], p.get("qgkv_bias"), kernels=kernels),
+                             [qg_cols, qg_cols + cfg.num_kv_heads * cfg.head_dim], axis=-1)
+    else:
+        k, v = (linear(h, p[n], p.get(f"{n}_bias"), kernels=kernels) for n in ("k", "v"))
+        qg = linear(h, p["qg"], p.get("qg_bias"), kernels=kernels) if "qg" in p else None
+    if qg is not None:  # HF's q_proj as stored: per head [query (Dh) | gate (Dh)]
+        qg = qg.reshape(*h.shape[:2], cfg.num_heads, 2, cfg.head_dim)
         q, gate = qg[..., 0, :], qg[..., 1, :].reshape(*h.shape[:2], -1)
     else:
         q = split_heads(linear(h, p["q"], p.get("q_bias"), kernels=kernels), cfg.num_heads, cfg.head_dim)
         gate = linear(h, p["q_gate"], p.get("q_gate_bias"), kernels=kernels)
-    k = split_heads(linear(h, p["k"], p.get("k_bias"), kernels=kernels), cfg.num_kv_heads, cfg.head_dim)
-    v = split_heads(linear(h, p["v"], p.get("v_bias"), kernels=kernels), cfg.num_kv_heads, cfg.head_dim)
+    k, v = split_heads(k, cfg.num_kv_heads, cfg.head_dim), split_heads(v, cfg.num_kv_heads, cfg.head_dim)
     q = _rope(norm(q, p["q_norm"], cfg.rms_eps, kernels), cos, sin, cfg.rotary_dim)
     k = _rope(norm(k, p["k_norm"], cfg.rms_eps, kernels), cos, sin, cfg.rotary_dim)
     scale = cfg.head_dim**-0.5
