@@ -1,4 +1,4 @@
-"""Skinny matmuls of the Qwen3-8B (or 30B-A3B) shapes: the XLA dot against ddtree_jax.kernels.matmul.
+"""Skinny matmuls of the Qwen3-8B (or 30B-A3B, Qwen3.5-27B) shapes: the XLA dot against ddtree_jax.kernels.matmul.
 
     python3 -m bench.bench_gemm --out DIR                       # GPU: rows 1,16,65 x 8B shapes
     python3 -m bench.bench_gemm --model qwen3-30b-a3b --out DIR   # the 30B-A3B's dense products
@@ -65,9 +65,15 @@ SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "
              "fc": (20480, 4096), "ctx_kv": (4096, 10240)}
 # Qwen3-30B-A3B's dense products (its experts run grouped: bench round --moe-experts)
 SHAPES_30B_A3B = {"qkv": (2048, 5120), "qkv_norm": (2048, 5120), "o": (4096, 2048), "lm_head": (2048, 151936)}
-SHAPE_SETS = {"qwen3-8b": SHAPES_8B, "qwen3-30b-a3b": SHAPES_30B_A3B}
+# Qwen3.5-27B's products in the hybrid inference layout (models.hybrid.fuse_layer): the GDN layers'
+# in_proj (qkv | z | b | a: 2 x 16 x 128 + 48 x 128 + 48 x 128 + 2 x 48) and out, the attention
+# layers' qg | k | v (24 heads of [query | gate] 256, 4 kv heads of 256) and o, the MLP
+SHAPES_27B = {"in_proj": (5120, 16480), "gdn_out": (6144, 5120), "qgkv": (5120, 14336), "o": (6144, 5120),
+              "gate_up": (5120, 34816), "down_swiglu": (17408, 5120), "lm_head": (5120, 248320)}
+SHAPE_SETS = {"qwen3-8b": SHAPES_8B, "qwen3-30b-a3b": SHAPES_30B_A3B, "qwen3.5-27b": SHAPES_27B}
 # --shapes by default: a layer's products as the model's forward runs them, and its LM head
-DEFAULT_SHAPES = {"qwen3-8b": "qkv,o,gate_up,down,lm_head", "qwen3-30b-a3b": "qkv_norm,o,lm_head"}
+DEFAULT_SHAPES = {"qwen3-8b": "qkv,o,gate_up,down,lm_head", "qwen3-30b-a3b": "qkv_norm,o,lm_head",
+                  "qwen3.5-27b": ",".join(SHAPES_27B)}
 SMALL = {"qkv": (256, 384), "down": (512, 128), "down_swiglu": (128, 64), "qkv_norm": (128, 192),
          "o_int8": (128, 128)}
 
@@ -209,8 +215,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default="1,16,65", help="M values (rows of x)")
     ap.add_argument("--model", default="qwen3-8b", choices=tuple(SHAPE_SETS), help="whose shapes --shapes names")
     ap.add_argument("--shapes", default=None,
-                    help=f"of {','.join(SHAPES_8B)} (qwen3-8b) or {','.join(SHAPES_30B_A3B)} (qwen3-30b-a3b); "
-                         f"default: {DEFAULT_SHAPES['qwen3-8b']} or {DEFAULT_SHAPES['qwen3-30b-a3b']}")
+                    help="; ".join(f"{m}: of {','.join(SHAPE_SETS[m])}, default {d}" for m, d in DEFAULT_SHAPES.items()))
     ap.add_argument("--variants", default="xla,pallas", help="comma-separated, see the module doc")
     ap.add_argument("--sweep", default="", help="extra variants tried at --sweep-rows only")
     ap.add_argument("--sweep-rows", default="65")

@@ -258,3 +258,14 @@ def test_bench_gemm_model_shapes():
         assert set(shapes.split(",")) <= set(bg.SHAPE_SETS[model])
     with pytest.raises(SystemExit, match="unknown qwen3-30b-a3b shape 'gate_up'"):
         bg.main(["--model", "qwen3-30b-a3b", "--shapes", "gate_up"])
+    # the 27B's: the hybrid inference layout's products at bench round's Qwen3.5-27B config
+    pytest.importorskip("transformers.models.qwen3_5")
+    from bench.bench_round import hf_config
+    from ddtree_jax.models.hybrid import HybridConfig
+
+    c = HybridConfig.from_hf(hf_config("qwen3.5-27b"))
+    g, h, qd, kvd = c.gdn, c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    assert bg.SHAPE_SETS["qwen3.5-27b"] == {
+        "in_proj": (h, g.conv_dim + g.value_dim + 2 * g.num_v_heads), "gdn_out": (g.value_dim, h),
+        "qgkv": (h, 2 * qd + 2 * kvd), "o": (qd, h), "gate_up": (h, 2 * c.intermediate_size),
+        "down_swiglu": (c.intermediate_size, h), "lm_head": (h, c.vocab_size)}
