@@ -48,7 +48,8 @@ def test_bench_round_times_every_method_on_the_tiny_hybrid_and_a_generator_on_it
         lin = params["layers"][i]["linear"]
         decay = np.exp(np.asarray(lin["A_log"]))
         assert ((0.0199 <= decay) & (decay <= 0.801)).all() and (np.asarray(lin["dt_bias"]) == 1).all()
-    assert "qg" in params["layers"][cfg.attn_layers[0]]  # q_proj as a checkpoint holds it: a loader's layout
+    # the inference layout: q_proj as a checkpoint holds it, fused with k and v; the GDN projections fused
+    assert "qgkv" in params["layers"][cfg.attn_layers[0]] and "in_proj" in params["layers"][cfg.gdn_layers[0]]["linear"]
     # the bench rows' request: a 16-token prompt, room for 88 new tokens
     prompts = [np.random.default_rng(0).integers(0, 500, 16).tolist()]
     res = {m: Generator(ck, method=m, budget=8).generate_ids(prompts, max_new_tokens=88, temperature=0.0)[0]
@@ -104,9 +105,12 @@ def test_weights_from_the_name_table_are_the_loaders_layout(cfg):
     if isinstance(cfg, HybridConfig):
         fused = jax.eval_shape(lambda k: init_from_entries(entries, k, jnp.float32, fuse=Hybrid.fuse_params),
                                jax.random.key(0))
-        if cfg.moe is not None:  # drawn, then fused a layer at a time: the layout models/moe.py reads
+        # drawn, then fused a layer at a time: the layout fuse_params makes of the loader's
+        want = jax.eval_shape(Hybrid.fuse_params, params)
+        assert jax.tree_util.tree_structure(fused) == jax.tree_util.tree_structure(want)
+        assert all(a.shape == b.shape for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(want)))
+        assert all("in_proj" in fused["layers"][i]["linear"] for i in cfg.gdn_layers)
+        if cfg.moe is not None:  # the layout models/moe.py reads
             e, h, ie = cfg.moe.num_experts, cfg.hidden_size, cfg.moe.expert_intermediate
             assert all(p["experts_gate_up"].shape == (e, h, 2 * ie) and "experts_gate" not in p
                        for p in fused["layers"])
-        else:
-            assert jax.tree_util.tree_structure(fused) == jax.tree_util.tree_structure(params)
