@@ -108,7 +108,8 @@ def test_weights_from_the_name_table_are_the_loaders_layout(cfg):
         # drawn, then fused a layer at a time: the layout fuse_params makes of the loader's
         want = jax.eval_shape(Hybrid.fuse_params, params)
         assert jax.tree_util.tree_structure(fused) == jax.tree_util.tree_structure(want)
-        assert all(a.shape == b.shape for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(want)))
+        leaves = zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(want))
+        assert all(a.shape == b.shape for a, b in leaves)
         assert all("in_proj" in fused["layers"][i]["linear"] for i in cfg.gdn_layers)
         if cfg.moe is not None:  # the layout models/moe.py reads
             e, h, ie = cfg.moe.num_experts, cfg.hidden_size, cfg.moe.expert_intermediate
