@@ -212,14 +212,17 @@ def _random_tree(t: int, seed: int) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_attention_row_is_the_decode_step(dtype):
+@pytest.mark.parametrize("chunks", [None, (64, 16), (64, 2)])
+def test_attention_row_is_the_decode_step(dtype, chunks):
     """A verify row (its ancestors among the new keys) against the one-row step of its token over
     the cache with its ancestors written after the prefix; two batch rows at different lengths,
-    whose tails cross a key block."""
+    whose tails cross a key block. With 64-key chunks a row's keys span up to four chunks, which
+    the decode step's shorter grid merges alike; with at most 2, the second takes the rest."""
     hq, hkv, dh, s, n_layers = 4, 2, 16, 192, 2
     lengths = np.array([61, 120], np.int32)        # 61 + depth crosses the 64-key block
     kc, vc = rnd(3, (n_layers, 2, hkv, s, dh), dtype), rnd(4, (n_layers, 2, hkv, s, dh), dtype)
-    call = jax.jit(lambda *a: det.deterministic_attention(*a, scale=0.25, layer=1, interpret=True))
+    config = det.DeterministicConfig(*(() if chunks is None else (64, 64, *chunks)))
+    call = jax.jit(lambda *a: det.deterministic_attention(*a, scale=0.25, layer=1, interpret=True, config=config))
     reference = jax.jit(lambda *a: attention_reference(*a, scale=0.25, layer=1))
     tol = 2e-2 if dtype == jnp.bfloat16 else 2e-5
     for t, seed in ((1, 0), (5, 1), (65, 3)) if dtype == jnp.bfloat16 else ((17, 2),):
@@ -390,9 +393,9 @@ def test_hybrid_target_verify_rows_are_decode_steps(tmp_path):
                                        (17, 48, jnp.bfloat16)])
 def test_triton_lowering_verifies(monkeypatch, t, s, dtype):
     """The deterministic kernels lower for CUDA (Triton dialect) and every module verifies, on a
-    CPU machine, at the 8B shape's heads: the attention, a fused product, a grouped expert
-    product, the q/k norm + RoPE, Qwen3.5's norm and the Gated DeltaNet recurrence (Qwen3.5-9B's
-    16 key and 32 value heads of 128)."""
+    CPU machine, at the 8B shape's heads: the attention (its chunks' folds and their merge), a
+    fused product, a grouped expert product, the q/k norm + RoPE, Qwen3.5's norm and the Gated
+    DeltaNet recurrence (Qwen3.5-9B's 16 key and 32 value heads of 128)."""
     from test_kernels import _verified_triton_modules
 
     modules = _verified_triton_modules(monkeypatch)
@@ -416,7 +419,7 @@ def test_triton_lowering_verifies(monkeypatch, t, s, dtype):
             sds((t, h), dtype), sds((h, h), dtype), sds((h,), dtype), sds((4, h, 256), dtype), sds((3,), jnp.int32),
             sds((t, (hq + 2 * hkv) * dh), dtype), sds((t, dh), jnp.float32), sds((1, hq, dh, dh), jnp.float32))
     jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
-    assert len(modules) == 6
+    assert len(modules) == 7
     for module in modules:
         assert module.operation.verify()
 
