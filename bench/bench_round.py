@@ -50,7 +50,7 @@ from ddtree_jax.models.family import Hybrid, family_of
 from ddtree_jax.models.hybrid import HybridConfig
 from ddtree_jax.models.init import init_drafter, init_from_entries, init_target
 from ddtree_jax.models.layers import fuse_layer_weights
-from ddtree_jax.tuning import MOE_EXPERT_IMPLS, tuning_for
+from ddtree_jax.tuning import GDN_TREE_FORMS, MOE_EXPERT_IMPLS, tuning_for
 
 # H100 SXM's HBM3 bandwidth (datasheet): the MoE rows' bytes floor is for the card they are timed on
 HBM_BYTES_PER_S = 3.35e12
@@ -610,6 +610,9 @@ def main(argv=None) -> int:
     ap.add_argument("--moe-experts", default="auto",
                     help="an MoE target's expert impl(s), comma-separated: auto (this device's tuning), or "
                          "gather, dense, ragged, grouped for every pass (gather: decode only, it copies experts)")
+    ap.add_argument("--gdn-tree", default="auto",
+                    help="a hybrid target's GDN tree verify, comma-separated: auto (this device's tuning), "
+                         f"{' or '.join(GDN_TREE_FORMS)} (KernelTuning.gdn_tree)")
     ap.add_argument("--deterministic", default="off",
                     help="off, on, or off,on: the default kernels, the deterministic mode's (Generator's "
                          "deterministic=True, its impls its own), or both in one call")
@@ -632,6 +635,9 @@ def main(argv=None) -> int:
     moe_impls = [m for m in args.moe_experts.split(",") if m]
     if not moe_impls or any(m not in ("auto", *MOE_EXPERT_IMPLS) for m in moe_impls):
         ap.error(f"--moe-experts takes auto or {', '.join(MOE_EXPERT_IMPLS)}, comma-separated (got {args.moe_experts!r})")
+    gdn_forms = [m for m in args.gdn_tree.split(",") if m]
+    if not gdn_forms or any(m not in ("auto", *GDN_TREE_FORMS) for m in gdn_forms):
+        ap.error(f"--gdn-tree takes auto or {', '.join(GDN_TREE_FORMS)}, comma-separated (got {args.gdn_tree!r})")
     try:
         batches = [int(b) for b in args.batch.split(",") if b]
     except ValueError:
@@ -678,14 +684,15 @@ def main(argv=None) -> int:
             (Path(args.out) / name).write_text(json.dumps(out, indent=1))
 
     for prompt_len in (int(x) for x in args.prompt_len.split(",") if x):
-        impls = [(a, m, c, q, d, e) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
+        impls = [(a, m, c, q, d, e, f) for a in args.attn_impl.split(",") if a for m in args.matmul_impl.split(",") if m
                  for c in args.cache_impl.split(",") if c for q in args.drafter_quant.split(",") if q
-                 for d in dets for e in moe_impls]
-        for impl, mm_impl, c_impl, quant, det, moe_impl in impls:
+                 for d in dets for e in moe_impls for f in gdn_forms]
+        for impl, mm_impl, c_impl, quant, det, moe_impl, gdn_form in impls:
             here = tuning_for()
-            tuning = None if moe_impl == "auto" else dataclasses.replace(
-                here, kernels=dataclasses.replace(here.kernels, moe_experts=moe_impl, moe_gather_max=0))
-            tag = "" if moe_impl == "auto" else f"/moe={moe_impl}"
+            chosen = {**({} if moe_impl == "auto" else {"moe_experts": moe_impl, "moe_gather_max": 0}),
+                      **({} if gdn_form == "auto" else {"gdn_tree": gdn_form})}
+            tuning = dataclasses.replace(here, kernels=dataclasses.replace(here.kernels, **chosen)) if chosen else None
+            tag = "".join(f"/{k}={v}" for k, v in (("moe", moe_impl), ("gdn", gdn_form)) if v != "auto")
             made = None
             for (method, budget), batch in ((run, b) for run in runs for b in batches):
                 if quant != "none" and method == "ar":
@@ -714,7 +721,7 @@ def main(argv=None) -> int:
                 r.update(device_peak_bytes=mem and mem["peak"], method=method, budget="auto" if gen.auto else gen.budget, policy=gen.policy_name, prompt_len=prompt_len,
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
                          draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers, deterministic=det,
-                         moe_experts=moe_impl)
+                         moe_experts=moe_impl, gdn_tree=gdn_form)
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""

@@ -72,6 +72,7 @@ KERNEL_IMPLS = ("auto", "xla", "pallas", "triton", "pallas_interpret")   # norms
 AUTO_CHOICES = ("xla", "pallas")
 DETERMINISTIC_IMPLS = ("pallas", "triton", "pallas_interpret")
 MOE_EXPERT_IMPLS = ("ragged", "dense", "gather", "grouped")
+GDN_TREE_FORMS = ("parallel", "recurrent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +128,11 @@ class KernelTuning:
     # of up to moe_gather_max tokens gather.
     moe_experts: str = "dense"  # the plain form, which --tp partitions along the expert axis as it is
     moe_gather_max: int = 0
+    # How a hybrid target's verify runs its Gated DeltaNet layers over the tree (models.gdn.tree_verify):
+    # "parallel" (the chunked form's algebra with the ancestor mask: XLA's products and solve) or
+    # "recurrent" (node by node in depth-first order through the recurrence kernel, as the
+    # deterministic mode always does; the commit steps the accepted path again).
+    gdn_tree: str = "parallel"
     deterministic: bool = False
     # The one-axis jax.sharding.Mesh the round is sharded over (--tp; ddtree_jax/sharding.py), None
     # on one device: dispatch then runs each Pallas call per shard, inside jax.shard_map.
@@ -143,6 +149,8 @@ class KernelTuning:
         if self.moe_experts not in MOE_EXPERT_IMPLS:
             raise ValueError(f"KernelTuning.moe_experts={self.moe_experts!r}; "
                              f"choose one of {', '.join(MOE_EXPERT_IMPLS)}")
+        if self.gdn_tree not in GDN_TREE_FORMS:
+            raise ValueError(f"KernelTuning.gdn_tree={self.gdn_tree!r}; choose one of {', '.join(GDN_TREE_FORMS)}")
         if self.deterministic:
             bad = [f"{name} {impl!r}" for name, impl in (("attention", self.attention), ("norms", self.norm_impl),
                                                           ("matmul", self.matmul)) if impl not in DETERMINISTIC_IMPLS]

@@ -58,6 +58,19 @@ def test_bench_round_times_every_method_on_the_tiny_hybrid_and_a_generator_on_it
     assert res["ddtree"].token_ids == res["ar"].token_ids
 
 
+def test_bench_round_times_both_gdn_tree_forms(tmp_path):
+    """--gdn-tree parallel,recurrent: a DDTree round of each form in one call (the recurrent one
+    through the interpreted kernel here); a form that does not exist is one line, exit 2."""
+    argv = ["--model", "tiny-hybrid", "--methods", "ddtree", "--budgets", "8", "--rounds", "2", "--repeats", "1",
+            "--stage-repeats", "0", "--prompt-len", "16", "--gdn-tree", "parallel,recurrent", "--out", str(tmp_path)]
+    assert bench_round.main(argv) == 0
+    out = json.loads((tmp_path / "round_tiny-hybrid_auto.json").read_text())
+    assert "errors" not in out and [r["gdn_tree"] for r in out["rows"]] == ["parallel", "recurrent"]
+    with pytest.raises(SystemExit) as e:
+        bench_round.main(argv[:-4] + ["--gdn-tree", "chunked"])
+    assert e.value.code == 2
+
+
 def test_the_qwen35_shapes_are_transformers_defaults():
     """The hybrid shapes are read from transformers' configs, not typed: these are what they read."""
     pytest.importorskip("transformers", minversion="5")

@@ -243,13 +243,33 @@ def test_attention_row_is_the_decode_step(dtype, chunks):
             assert np.array_equal(bits(out[b:b + 1, r:r + 1]), bits(one)), (t, b, r)
 
 
+def test_gdn_preorder_is_a_depth_first_order():
+    """gdn_recurrence.preorder against a depth-first walk (siblings by index) on random trees,
+    with the verify's padding rows after them (roots of their own: parent -1, seeing themselves)."""
+    from ddtree_jax.kernels.gdn_recurrence import preorder
+
+    rng = np.random.default_rng(0)
+    for n, pad in ((1, 0), (9, 0), (40, 3), (65, 7)):
+        parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)] + [-1] * pad
+        children = {i: [j for j in range(n + pad) if parents[j] == i] for i in range(n + pad)}
+        want, stack = [], [r for r in range(n + pad) if parents[r] < 0][::-1]
+        while stack:
+            want.append(stack.pop())
+            stack.extend(children[want[-1]][::-1])
+        mask = ancestor_mask(parents)
+        order, depth = preorder(jnp.asarray([parents], jnp.int32), jnp.asarray(mask[None]))
+        assert np.asarray(order[0]).tolist() == want
+        assert np.asarray(depth[0]).tolist() == (mask.sum(-1) - 1).tolist()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gdn_tree_nodes_are_one_node_steps(dtype):
-    """The Gated DeltaNet recurrence kernel: a tree node's output and state are bit for bit a
-    one-node call's (a decode step) from its parent's state, and match the layer's recurrent
-    form in XLA (models.gdn: l2norm, the gated delta rule, q^T S); without q, the same states.
-    Two value heads a key head, two column blocks a head."""
-    from ddtree_jax.kernels.gdn_recurrence import recurrence
+    """The Gated DeltaNet recurrence kernel: a tree node's output is bit for bit a one-node
+    call's (a decode step) from its parent's state, the state its root path leaves as a chain
+    (the commit's form), and both match the layer's recurrent form in XLA (models.gdn: l2norm,
+    the gated delta rule, q^T S); without q, the same states. Two value heads a key head, two
+    column blocks a head."""
+    from ddtree_jax.kernels.gdn_recurrence import preorder, recurrence
     from ddtree_jax.models import gdn
 
     bt, hk, hv, dk, dv, n = 2, 2, 4, 16, 64, len(PARENTS)
@@ -259,21 +279,25 @@ def test_gdn_tree_nodes_are_one_node_steps(dtype):
     s0 = rnd(25, (bt, hv, dk, dv), jnp.float32, 0.5)
     call = jax.jit(lambda *a: recurrence(*a, interpret=True))
     parents = np.broadcast_to(np.array(PARENTS, np.int32), (bt, n))
-    o, states = call(q, k, v, g, beta, parents, s0)
-    none, states_only = call(None, k, v, g, beta, parents, s0)  # the commit's form: no q, no o
+    order, depth = preorder(jnp.asarray(parents), jnp.asarray(np.broadcast_to(ancestor_mask(PARENTS), (bt, n, n))))
+    o, states = call(q, k, v, g, beta, order, depth, s0)
+    none, states_only = call(None, k, v, g, beta, order, depth, s0)
     assert none is None and np.array_equal(bits(states_only), bits(states))
     cfg = gdn.GdnConfig(hidden=16, num_k_heads=hk, num_v_heads=hv, head_k_dim=dk, head_v_dim=dv)
-    root = np.full((1, 1), -1, np.int32)
+    node = np.zeros((1, 1), np.int32)                 # a one-node call: node 0 at depth 0
     for b in range(bt):
         for i, p in enumerate(PARENTS):
-            before = s0[b:b + 1] if p < 0 else states[b:b + 1, :, p]
-            one_o, one_s = call(*(x[b:b + 1, i:i + 1] for x in (q, k, v, g, beta)), root, before)
+            path = [j for j in range(i + 1) if ancestor_mask(PARENTS)[i, j]]
+            chain = np.arange(len(path), dtype=np.int32)[None]
+            _, along = call(None, *(x[b:b + 1, path] for x in (k, v, g, beta)), chain, chain, s0[b:b + 1])
+            before = s0[b:b + 1] if p < 0 else along[:, :, len(path) - 2]
+            one_o, one_s = call(*(x[b:b + 1, i:i + 1] for x in (q, k, v, g, beta)), node, node, before)
             assert np.array_equal(bits(one_o[0, 0]), bits(o[b, i])), (b, i)
-            assert np.array_equal(bits(one_s[0, :, 0]), bits(states[b, :, i])), (b, i)
+            assert np.array_equal(bits(one_s[0, :, 0]), bits(along[0, :, len(path) - 1])), (b, i)
             qn, kn = (gdn._expand(gdn._l2norm(x[b:b + 1, i].astype(jnp.float32)), cfg) for x in (q, k))
             want = gdn._delta_step(before, kn, v[b:b + 1, i].astype(jnp.float32), g[b:b + 1, i], beta[b:b + 1, i])
             want_o = jnp.einsum("bhk,bhkv->bhv", qn * dk ** -0.5, want, precision="highest")
-            np.testing.assert_allclose(np.asarray(states[b, :, i]), np.asarray(want[0]), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(one_s[0, :, 0]), np.asarray(want[0]), rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(np.asarray(o[b, i]), np.asarray(want_o[0]), rtol=1e-5, atol=1e-5)
 
 
@@ -410,7 +434,8 @@ def test_triton_lowering_verifies(monkeypatch, t, s, dtype):
         u = dispatch.rms_norm(gpu, x, nw, 1e-6, unit_offset=True)
         qk = q[:, :, :16]                                  # [1, t, 16, 128]: the key heads' q and k
         gates = cos[None, :, :32]                          # [1, t, 32]: per value head
-        rec = dispatch.gdn_recurrence(gpu, qk, qk, q, gates, gates, mask[:, 0].astype(jnp.int32) - 1, s0)
+        idx = mask[:, 0].astype(jnp.int32)                  # [1, t]: the order and depths' shape
+        rec = dispatch.gdn_recurrence(gpu, qk, qk, q, gates, gates, idx, idx, s0)
         return o, y, e, u, rec, dispatch.qk_norm_rope(gpu, qkv, nw[:dh], nw[:dh], cos, cos, num_heads=hq,
                                                       num_kv_heads=hkv, head_dim=dh, eps=1e-6)
 

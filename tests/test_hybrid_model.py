@@ -19,6 +19,7 @@ pytest.importorskip("transformers.models.qwen3_5")
 
 from ddtree_jax.errors import ConfigError  # noqa: E402
 from ddtree_jax.models import hybrid  # noqa: E402
+from ddtree_jax.tuning import GDN_TREE_FORMS, XLA_KERNELS  # noqa: E402
 
 VOCAB, HIDDEN, MAX_LEN = 128, 64, 48
 TYPES = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
@@ -176,8 +177,12 @@ def _root_path(parents: np.ndarray, i: int) -> list[int]:
     return path[::-1]
 
 
-def test_verify_tree_and_commit_match_transformers(model):
+@pytest.mark.parametrize("gdn_tree", GDN_TREE_FORMS)
+def test_verify_tree_and_commit_match_transformers(model, gdn_tree):
+    """Either form of the GDN layers' tree verify (the parallel form, or node by node through the
+    recurrence kernel, interpreted here) and its commit."""
     mod, cfg, params = model
+    kernels = dataclasses.replace(XLA_KERNELS, gdn_tree=gdn_tree)
     lengths = np.array([11, 7], np.int32)
     prompt = _tokens(2, 2, 14)  # the prefill test's shape: one compilation
     _, _, state = prefill(params, cfg, jnp.asarray(prompt), _state(cfg, 2), jnp.asarray(lengths))
@@ -186,7 +191,8 @@ def test_verify_tree_and_commit_match_transformers(model):
     nodes = _tokens(3, 2, n)
     bt = lambda a: jnp.asarray(np.broadcast_to(a, (2, *a.shape)))  # noqa: E731
     pre = state
-    logits, _, out = verify_tree(params, cfg, jnp.asarray(nodes), bt(PARENTS), bt(mask), bt(depths), state)
+    logits, _, out = verify_tree(params, cfg, jnp.asarray(nodes), bt(PARENTS), bt(mask), bt(depths), state,
+                                 kernels=kernels)
     leaves = [i for i in range(n) if i not in PARENTS]
     for b in range(2):
         prefix = list(prompt[b, :lengths[b]])
@@ -203,8 +209,9 @@ def test_verify_tree_and_commit_match_transformers(model):
         path[b, :len(p)] = p
     path_len = np.array([len(p) for p in paths], np.int32)
     # an inactive row keeps its state: the GDN states have no positions to hide new ones behind
-    held = commit(cfg, state, out, jnp.asarray(path), jnp.asarray(path_len), jnp.asarray([True, False]))
-    state = commit(cfg, state, out, jnp.asarray(path), jnp.asarray(path_len))
+    held = commit(cfg, state, out, jnp.asarray(path), jnp.asarray(path_len), jnp.asarray([True, False]),
+                  kernels=kernels)
+    state = commit(cfg, state, out, jnp.asarray(path), jnp.asarray(path_len), kernels=kernels)
     assert int(held.lengths[1]) == lengths[1] and int(held.lengths[0]) == int(state.lengths[0])
     for name in ("conv", "rec"):
         before, kept, moved = (np.asarray(getattr(s, name)) for s in (pre, held, state))

@@ -14,10 +14,12 @@ the same token:
 A program holds one (batch row, value head, block of value columns): the columns of S evolve
 independently (each column's update reads only that column), so a [dk, block_v] tile of S is a
 program's whole state, and its reductions over dk run over one tile shape for every call.
-Every node's state is written to `states` [Bt, Hv, N, dk, dv] float32, which a child reads back
-(a barrier orders the write before the read across the program's threads) and the commit
-gathers its accepted node from. Memory: N dk dv float32 a value head and row, transient within
-a layer's verify.
+The nodes are visited in a depth-first preorder (`order`), so that a node's parent is the last
+node visited one level up: a node's state goes to the slot of its depth in `states` [Bt, Hv,
+slots, dk, dv] float32, where its children read it back (a barrier orders the write before the
+read across the program's threads). A chain's slot d is its node d's state, which the commit
+reads. The slots a tree touches are its depth + 1 (a verify writes N states into them, not N
+states of their own: the traffic stays in L2), whatever `slots` is allocated.
 
 Backend: Pallas with the Triton lowering, interpret mode on the CPU (as the other deterministic
 kernels). What it cannot take (`unsupported`): dk or dv that is not a power of two.
@@ -34,7 +36,7 @@ from jax.experimental import pallas as pl
 
 from .tree_attention import _compiler_params, pltriton
 
-__all__ = ["recurrence", "unsupported", "BLOCK_V"]
+__all__ = ["recurrence", "preorder", "unsupported", "BLOCK_V"]
 
 BLOCK_V = 32        # value columns a program: a [128, 32] f32 tile is 32 registers a thread at 4 warps
 _NUM_WARPS = 4
@@ -49,23 +51,24 @@ def unsupported(dk: int, dv: int) -> str | None:
 
 
 def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
-    """One (batch row, value head, column block). Refs: parents [N]; q (if `outputs`), k [N, dk]
+    """One (batch row, value head, column block). Refs: order, depth [N]; q (if `outputs`), k [N, dk]
     (the key head of this value head); v [N, BV]; g, beta [N]; s0 [dk, BV]; out o [N, BV] (if
-    `outputs`), states [N, dk, BV]."""
+    `outputs`), states [slots, dk, BV]."""
     if outputs:
-        par_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states_ref = refs
+        order_ref, depth_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states_ref = refs
     else:
-        par_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, states_ref = refs
+        order_ref, depth_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, states_ref = refs
     s0 = s0_ref[...]
 
     def l2norm(x):
         return x * lax.rsqrt(jnp.sum(x * x) + _L2_EPS)
 
-    def node(i, carry):
-        p = par_ref[i]
-        # a parent's state as this program wrote it (a root starts from the pre-round state)
-        parent = states_ref[jnp.maximum(p, 0)]
-        s = jnp.where(p >= 0, parent, s0) * jnp.exp(g_ref[i])
+    def node(j, carry):
+        i = order_ref[j]
+        d = depth_ref[i]
+        # the parent's state as this program wrote it (a root starts from the pre-round state)
+        parent = states_ref[jnp.maximum(d - 1, 0)]
+        s = jnp.where(d > 0, parent, s0) * jnp.exp(g_ref[i])
         k = l2norm(k_ref[i].astype(jnp.float32))
         kv = jnp.sum(k[:, None] * s, axis=0)
         delta = (v_ref[i].astype(jnp.float32) - kv) * beta_ref[i]
@@ -73,7 +76,7 @@ def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
         if outputs:
             q = l2norm(q_ref[i].astype(jnp.float32)) * scale
             o_ref[i] = jnp.sum(q[:, None] * s, axis=0)
-        states_ref[i] = s
+        states_ref[d] = s
         if not interpret:  # every thread's part of node i's state stored before a child loads it
             pltriton.debug_barrier()
         return carry
@@ -81,27 +84,48 @@ def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
     lax.fori_loop(0, n, node, 0)
 
 
-def recurrence(q, k, v, g, beta, parents, s0, *, interpret: bool = False):
+def preorder(parents: jax.Array, ancestor_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(order, depth) int32 [Bt, N] of trees given by parents int32 [Bt, N] (the root's -1, every
+    parent before its children) and ancestor_mask bool [Bt, N, N] ([b, i, j]: j is i or an
+    ancestor of i): the nodes in depth-first preorder, siblings by index, and each node's depth.
+    Node j's place: its ancestors, plus the subtrees of the smaller siblings of j and of each of
+    its ancestors ([N, N] arrays, no sort)."""
+    n = parents.shape[-1]
+    ids = jnp.arange(n, dtype=jnp.int32)
+    depth = ancestor_mask.sum(axis=-1, dtype=jnp.int32) - 1
+    size = ancestor_mask.sum(axis=-2, dtype=jnp.int32)                            # each node's subtree
+    smaller_sibling = (parents[..., None, :] == parents[..., :, None]) & (ids < ids[:, None])    # [b, a, s]
+    left = jnp.sum(jnp.where(smaller_sibling, size[..., None, :], 0), axis=-1)     # [b, a]
+    rank = depth + jnp.sum(jnp.where(ancestor_mask, left[..., None, :], 0), axis=-1)
+    order = jax.vmap(lambda r: jnp.zeros((n,), jnp.int32).at[r].set(ids))(rank.reshape(-1, n)).reshape(rank.shape)
+    return order, depth
+
+
+def recurrence(q, k, v, g, beta, order, depth, s0, *, slots: int | None = None, interpret: bool = False):
     """The recurrence over a tree of N nodes a row (module doc).
 
     q, k [Bt, N, Hk, dk]: the conv's query and key outputs, not yet normalised (any float dtype;
     q None: states only, o is None);
-    v [Bt, N, Hv, dv]; g (log decay), beta [Bt, N, Hv] float32; parents int32 [Bt, N]: a node's
-    parent, which comes before it, or -1 for a node that starts from s0 (a decode step is one
-    node; a chain's node i has parent i - 1); s0 [Bt, Hv, dk, dv] float32, the pre-round state.
-    Value head h reads key head h // (Hv / Hk). Returns o [Bt, N, Hv, dv] float32 (q^T S of each
-    node) and states [Bt, Hv, N, dk, dv] float32 (every node's state).
+    v [Bt, N, Hv, dv]; g (log decay), beta [Bt, N, Hv] float32; order int32 [Bt, N]: the nodes
+    in a depth-first preorder (`preorder`); depth int32 [Bt, N]: a node's depth, 0 for a node
+    that starts from s0 (a decode step is one node; a chain's node i is at depth i); s0 [Bt,
+    Hv, dk, dv] float32, the pre-round state. slots: the states kept, more than any depth (None:
+    N). Value head h reads key head h // (Hv / Hk). Returns o [Bt, N, Hv, dv] float32 (q^T S of
+    each node) and states [Bt, Hv, slots, dk, dv] float32 (at each depth the state of the last
+    node visited there).
     """
     bt, n, hk, dk = k.shape
+    slots = n if slots is None else slots
     outputs = q is not None
     hv, dv = v.shape[2], v.shape[3]
     why = unsupported(dk, dv)
     if why:
         raise ValueError(f"the deterministic Gated DeltaNet kernel cannot take these shapes: {why}")
     if (outputs and q.shape != k.shape) or v.shape[:2] != (bt, n) or g.shape != (bt, n, hv) \
-            or beta.shape != g.shape or parents.shape != (bt, n) or s0.shape != (bt, hv, dk, dv) or hv % hk:
+            or beta.shape != g.shape or order.shape != (bt, n) or depth.shape != (bt, n) \
+            or s0.shape != (bt, hv, dk, dv) or hv % hk:
         raise ValueError(f"mismatched shapes: q {None if q is None else q.shape}, k {k.shape}, v {v.shape}, "
-                         f"g {g.shape}, beta {beta.shape}, parents {parents.shape}, s0 {s0.shape}")
+                         f"g {g.shape}, beta {beta.shape}, order {order.shape}, depth {depth.shape}, s0 {s0.shape}")
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); "
                            "the deterministic mode needs it")
@@ -111,20 +135,20 @@ def recurrence(q, k, v, g, beta, parents, s0, *, interpret: bool = False):
     columns = pl.BlockSpec((None, n, None, bv), lambda b, h, j: (b, 0, h, j))
     per_node = pl.BlockSpec((None, n, None), lambda b, h, j: (b, 0, h))
     state = pl.BlockSpec((None, None, dk, bv), lambda b, h, j: (b, h, 0, j))
-    states = (pl.BlockSpec((None, None, n, dk, bv), lambda b, h, j: (b, h, 0, 0, j)),
-              jax.ShapeDtypeStruct((bt, hv, n, dk, dv), jnp.float32))
+    states = (pl.BlockSpec((None, None, slots, dk, bv), lambda b, h, j: (b, h, 0, 0, j)),
+              jax.ShapeDtypeStruct((bt, hv, slots, dk, dv), jnp.float32))
     o = (columns, jax.ShapeDtypeStruct((bt, n, hv, dv), jnp.float32))
     outs = [o, states] if outputs else [states]
     res = pl.pallas_call(
         kernel,
         grid=(bt, hv, dv // bv),
-        in_specs=[pl.BlockSpec((None, n), lambda b, h, j: (b, 0))] + [key_rows] * (1 + outputs)
+        in_specs=[pl.BlockSpec((None, n), lambda b, h, j: (b, 0))] * 2 + [key_rows] * (1 + outputs)
                  + [columns, per_node, per_node, state],
         out_specs=[spec for spec, _ in outs],
         out_shape=[shape for _, shape in outs],
         compiler_params=_compiler_params(_NUM_WARPS, 1, interpret),
         interpret=interpret,
         name="ddtree_gdn_recurrence",
-    )(parents.astype(jnp.int32), *([q] if outputs else []), k, v, g.astype(jnp.float32),
+    )(order.astype(jnp.int32), depth.astype(jnp.int32), *([q] if outputs else []), k, v, g.astype(jnp.float32),
       beta.astype(jnp.float32), s0.astype(jnp.float32))
     return tuple(res) if outputs else (None, res[0])

@@ -55,9 +55,11 @@ the engine should keep `TreeStates`, never node states, and commit with `path_st
 recurrent steps in sequence, `step`'s arithmetic: D+1 passes over the state).
 
 The deterministic mode (kernels.deterministic) trades that for bitwise equality with decoding:
-`step`, `tree_verify` and the commit (`path_states_deterministic`) all run the recurrent form node
+`step`, `tree_verify` and the commit (`path_states_recurrent`) all run the recurrent form node
 by node in one kernel (ddtree_jax/kernels/gdn_recurrence.py), the norms in theirs. The prefill
-keeps the chunked form: every method starts from the same prefill.
+keeps the chunked form: every method starts from the same prefill. The tuning's gdn_tree
+"recurrent" runs the tree verify and the commit through that kernel outside the mode too: one
+kernel a layer in place of the parallel form's products, solve and their small XLA ops.
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ import numpy as np
 
 from ddtree_jax.errors import ConfigError
 from ddtree_jax.kernels import dispatch
+from ddtree_jax.kernels.gdn_recurrence import preorder
 from ddtree_jax.models.config import _Fields, _show
 from ddtree_jax.models.layers import fuse_layer_weights, linear
 from ddtree_jax.tuning import XLA_KERNELS, KernelTuning
@@ -172,9 +175,10 @@ def init_states(cfg: GdnConfig, batch: int, dtype) -> tuple[jax.Array, jax.Array
 )
 @dataclasses.dataclass(frozen=True)
 class TreeStates:
-    """What `tree_verify` leaves for the commit, per node (no node's recurrent state). In the
-    deterministic mode k and v are the conv's outputs as the kernel reads them (model dtype, k
-    not normalised), and w and cum are None: that commit steps the path again."""
+    """What `tree_verify` leaves for the commit, per node (no node's recurrent state). From the
+    recurrent form (the deterministic mode, gdn_tree "recurrent") k and v are the conv's outputs
+    as the kernel reads them (model dtype, k not normalised), and w and cum are None: that commit
+    steps the path again."""
 
     inputs: jax.Array  # [Bt, N, C], model dtype: the node's conv input (the next windows' entry)
     k: jax.Array  # [Bt, N, Hk, dk] f32: L2-normalised key
@@ -386,9 +390,9 @@ def step(params: dict, cfg: GdnConfig, x_t: jax.Array, conv_state: jax.Array, re
     ext = jnp.concatenate([conv_state.astype(u.dtype), u[:, None]], axis=1)  # [Bt, K, C]
     c = _conv(params, [ext[:, j] for j in range(cfg.conv_kernel)], u.dtype)
     if kernels.deterministic:  # a one-node tree through the kernel that verifies trees
-        root = jnp.full((x_t.shape[0], 1), -1, jnp.int32)
+        root = jnp.zeros((x_t.shape[0], 1), jnp.int32)    # node 0, at depth 0
         o, states = dispatch.gdn_recurrence(kernels, *(x[:, None] for x in (*_heads(cfg, c), *_gates(params, b, a))),
-                                            root, rec_state)
+                                            root, root, rec_state)
         return _output(params, cfg, o[:, 0], z, x_t.dtype, kernels), ext[:, 1:], states[:, :, 0]
     q, k, v, g, beta = _features(params, cfg, c, b, a)
     s = _delta_step(rec_state.astype(jnp.float32), _expand(k, cfg), v, g, beta)
@@ -434,10 +438,10 @@ def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.A
     for _ in range(kernel - 1):
         rows.append(jnp.take_along_axis(pred, rows[-1], axis=1))
     c = _conv(params, [jnp.take_along_axis(ext, r[:, :, None], axis=1) for r in reversed(rows)], u.dtype)
-    if kernels.deterministic:  # every node one recurrent step from its parent's state, as `step`
+    if kernels.deterministic or kernels.gdn_tree == "recurrent":  # each node a step from its parent's state
         q, k, v = _heads(cfg, c)
         g, beta = _gates(params, b, a)
-        o, _ = dispatch.gdn_recurrence(kernels, q, k, v, g, beta, parents, rec_state)
+        o, _ = dispatch.gdn_recurrence(kernels, q, k, v, g, beta, *preorder(parents, ancestor_mask), rec_state)
         y = _output(params, cfg, o, z, x_nodes.dtype, kernels)
         return y, TreeStates(inputs=u, k=k, v=v, g=g, beta=beta, w=None, cum=None)
     q, k, v, g, beta = _features(params, cfg, c, b, a)
@@ -493,15 +497,16 @@ def path_states_parallel(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path
     return conv_state, _advance(rec_state.astype(jnp.float32), k, w, cum, cum_end, live)
 
 
-def path_states_deterministic(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path_len: jax.Array,
+def path_states_recurrent(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path_len: jax.Array,
                               conv_state: jax.Array, rec_state: jax.Array, *, kernels: KernelTuning):
-    """`path_states` for the deterministic mode's TreeStates: the path stepped again as a chain
-    through the verify's kernel, so the state is bit for bit what decoding its tokens leaves.
-    Same arguments and result as `path_states`."""
+    """`path_states` for a recurrent verify's TreeStates (w None: the deterministic mode's, or
+    gdn_tree "recurrent"): the path stepped again as a chain through the verify's kernel; in the
+    deterministic mode bit for bit what decoding its tokens leaves. Same arguments and result as
+    `path_states`."""
     ext = jnp.concatenate([conv_state.astype(tree.inputs.dtype), _gather_path(tree.inputs, path)], axis=1)
     conv_state = _last_inputs(ext, path_len, cfg.conv_kernel)
     k, v, g, beta = (_gather_path(x, path) for x in (tree.k, tree.v, tree.g, tree.beta))
-    chain = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=jnp.int32) - 1, path.shape)
-    _, states = dispatch.gdn_recurrence(kernels, None, k, v, g, beta, chain, rec_state)  # states only
+    chain = jnp.broadcast_to(jnp.arange(path.shape[1], dtype=jnp.int32), path.shape)   # node d at depth d
+    _, states = dispatch.gdn_recurrence(kernels, None, k, v, g, beta, chain, chain, rec_state)  # states only
     last = (path_len - 1).astype(jnp.int32).reshape(-1, 1, 1, 1, 1)
     return conv_state, jnp.take_along_axis(states, last, axis=2)[:, :, 0]

@@ -454,8 +454,8 @@ def commit(cfg: HybridConfig, state: HybridState, out: VerifyOut, path: jax.Arra
     conv, rec = state.conv, state.rec
     if out.tree is not None:
         def path_states(tree, conv, rec):
-            if kernels.deterministic:
-                return gdn.path_states_deterministic(cfg.gdn, tree, path, path_len, conv, rec, kernels=kernels)
+            if tree.w is None:   # a recurrent verify's (gdn.TreeStates)
+                return gdn.path_states_recurrent(cfg.gdn, tree, path, path_len, conv, rec, kernels=kernels)
             return gdn.path_states_parallel(cfg.gdn, tree, path, path_len, conv, rec)
 
         pairs = [path_states(jax.tree.map(lambda x: x[j], out.tree), state.conv[j], state.rec[j])
