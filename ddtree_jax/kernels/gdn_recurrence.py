@@ -17,8 +17,9 @@ program's whole state, and its reductions over dk run over one tile shape for ev
 The nodes are visited in a depth-first preorder (`order`), so that a node's parent is the last
 node visited one level up: a node's state goes to the slot of its depth in `states` [Bt, Hv,
 slots, dk, dv] float32, where its children read it back (a barrier orders the write before the
-read across the program's threads). A chain's slot d is its node d's state, which the commit
-reads. The slots a tree touches are its depth + 1 (a verify writes N states into them, not N
+read across the program's threads); where a node comes right after its parent (a chain's every
+node), the parent's state is still in registers and is not loaded. A chain's slot d is its node
+d's state, which the commit reads. The slots a tree touches are its depth + 1 (a verify writes N states into them, not N
 states of their own: the traffic stays in L2), whatever `slots` is allocated.
 
 Backend: Pallas with the Triton lowering, interpret mode on the CPU (as the other deterministic
@@ -64,11 +65,16 @@ def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
         return x * lax.rsqrt(jnp.sum(x * x) + _L2_EPS)
 
     def node(j, carry):
+        s_prev, d_prev = carry
         i = order_ref[j]
         d = depth_ref[i]
-        # the parent's state as this program wrote it (a root starts from the pre-round state)
-        parent = states_ref[jnp.maximum(d - 1, 0)]
-        s = jnp.where(d > 0, parent, s0) * jnp.exp(g_ref[i])
+        # the parent's state: the previous node's, still in registers, where that was the parent
+        # (in a preorder, wherever d follows d - 1), else as this program stored it; a root's the
+        # pre-round state
+        chained = d == d_prev + 1
+        load = jnp.broadcast_to(~chained & (d > 0), s0.shape)
+        stored = pltriton.load(states_ref.at[jnp.maximum(d - 1, 0)], mask=load, other=0.0)
+        s = jnp.where(chained, s_prev, jnp.where(d > 0, stored, s0)) * jnp.exp(g_ref[i])
         k = l2norm(k_ref[i].astype(jnp.float32))
         kv = jnp.sum(k[:, None] * s, axis=0)
         delta = (v_ref[i].astype(jnp.float32) - kv) * beta_ref[i]
@@ -79,9 +85,9 @@ def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
         states_ref[d] = s
         if not interpret:  # every thread's part of node i's state stored before a child loads it
             pltriton.debug_barrier()
-        return carry
+        return s, d
 
-    lax.fori_loop(0, n, node, 0)
+    lax.fori_loop(0, n, node, (s0, jnp.int32(-1)))    # the first node, a root, "follows" depth -1: s0
 
 
 def preorder(parents: jax.Array, ancestor_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
