@@ -348,7 +348,7 @@ def row_sum(kernels: KernelTuning, x):
     return x[..., 0]
 
 
-def gdn_recurrence(kernels: KernelTuning, q, k, v, g, beta, order, depth, s0, slots: int | None = None):
+def gdn_recurrence(kernels: KernelTuning, q, k, v, g, beta, order, depth, s0):
     """The Gated DeltaNet core node by node (gdn_recurrence.recurrence: one code path for a step, a
     tree and a commit): the deterministic mode's, compiled or interpreted as its attention, or a
     tree verify's under gdn_tree "recurrent", interpreted where this device runs no Triton kernels."""
@@ -356,7 +356,7 @@ def gdn_recurrence(kernels: KernelTuning, q, k, v, g, beta, order, depth, s0, sl
         raise ValueError("the node-by-node Gated DeltaNet kernel is the deterministic mode's and gdn_tree "
                          "'recurrent''s; models.gdn runs the parallel form otherwise")
     interpret = kernels.attention == "pallas_interpret" if kernels.deterministic else kernels.auto_attention != "pallas"
-    return gdn_rec.recurrence(q, k, v, g, beta, order, depth, s0, slots=slots, interpret=interpret)
+    return gdn_rec.recurrence(q, k, v, g, beta, order, depth, s0, interpret=interpret)
 
 
 # ----------------------------------------------------------------------------- per shard (--tp)

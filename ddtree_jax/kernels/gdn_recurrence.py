@@ -1,5 +1,6 @@
 """Gated DeltaNet's recurrence over a tree of tokens, node by node: the deterministic mode's
-linear-attention core (ddtree_jax.models.gdn, KernelTuning.deterministic).
+linear-attention core (ddtree_jax.models.gdn, KernelTuning.deterministic), and the tree verify
+of KernelTuning.gdn_tree "recurrent".
 
 The layer's default verify runs the parallel form (a triangular solve over the tree), whose sums
 are not the one-token recurrence's: a verify row would not be bit for bit its decode step. Here
@@ -15,12 +16,12 @@ A program holds one (batch row, value head, block of value columns): the columns
 independently (each column's update reads only that column), so a [dk, block_v] tile of S is a
 program's whole state, and its reductions over dk run over one tile shape for every call.
 The nodes are visited in a depth-first preorder (`order`), so that a node's parent is the last
-node visited one level up: a node's state goes to the slot of its depth in `states` [Bt, Hv,
-slots, dk, dv] float32, where its children read it back (a barrier orders the write before the
-read across the program's threads); where a node comes right after its parent (a chain's every
+node visited one level up: a node's state goes to the slot of its depth in `states` [Bt, Hv, N,
+dk, dv] float32, where its children read it back (a barrier orders the write before the read
+across the program's threads); where a node comes right after its parent (a chain's every
 node), the parent's state is still in registers and is not loaded. A chain's slot d is its node
-d's state, which the commit reads. The slots a tree touches are its depth + 1 (a verify writes N states into them, not N
-states of their own: the traffic stays in L2), whatever `slots` is allocated.
+d's state, which the commit reads. A tree's N states go to its depth + 1 slots, not to N of
+their own: the traffic stays in L2.
 
 Backend: Pallas with the Triton lowering, interpret mode on the CPU (as the other deterministic
 kernels). What it cannot take (`unsupported`): dk or dv that is not a power of two.
@@ -54,7 +55,7 @@ def unsupported(dk: int, dv: int) -> str | None:
 def _kernel(*refs, n: int, scale: float, outputs: bool, interpret: bool):
     """One (batch row, value head, column block). Refs: order, depth [N]; q (if `outputs`), k [N, dk]
     (the key head of this value head); v [N, BV]; g, beta [N]; s0 [dk, BV]; out o [N, BV] (if
-    `outputs`), states [slots, dk, BV]."""
+    `outputs`), states [N, dk, BV] (a slot a depth)."""
     if outputs:
         order_ref, depth_ref, q_ref, k_ref, v_ref, g_ref, beta_ref, s0_ref, o_ref, states_ref = refs
     else:
@@ -107,7 +108,7 @@ def preorder(parents: jax.Array, ancestor_mask: jax.Array) -> tuple[jax.Array, j
     return order, depth
 
 
-def recurrence(q, k, v, g, beta, order, depth, s0, *, slots: int | None = None, interpret: bool = False):
+def recurrence(q, k, v, g, beta, order, depth, s0, *, interpret: bool = False):
     """The recurrence over a tree of N nodes a row (module doc).
 
     q, k [Bt, N, Hk, dk]: the conv's query and key outputs, not yet normalised (any float dtype;
@@ -115,18 +116,16 @@ def recurrence(q, k, v, g, beta, order, depth, s0, *, slots: int | None = None, 
     v [Bt, N, Hv, dv]; g (log decay), beta [Bt, N, Hv] float32; order int32 [Bt, N]: the nodes
     in a depth-first preorder (`preorder`); depth int32 [Bt, N]: a node's depth, 0 for a node
     that starts from s0 (a decode step is one node; a chain's node i is at depth i); s0 [Bt,
-    Hv, dk, dv] float32, the pre-round state. slots: the states kept, more than any depth (None:
-    N). Value head h reads key head h // (Hv / Hk). Returns o [Bt, N, Hv, dv] float32 (q^T S of
-    each node) and states [Bt, Hv, slots, dk, dv] float32 (at each depth the state of the last
-    node visited there).
+    Hv, dk, dv] float32, the pre-round state. Value head h reads key head h // (Hv / Hk). Returns
+    o [Bt, N, Hv, dv] float32 (q^T S of each node) and states [Bt, Hv, N, dk, dv] float32 (slot d:
+    the state of the last node visited at depth d).
     """
     bt, n, hk, dk = k.shape
-    slots = n if slots is None else slots
     outputs = q is not None
     hv, dv = v.shape[2], v.shape[3]
     why = unsupported(dk, dv)
     if why:
-        raise ValueError(f"the deterministic Gated DeltaNet kernel cannot take these shapes: {why}")
+        raise ValueError(f"the Gated DeltaNet recurrence kernel cannot take these shapes: {why}")
     if (outputs and q.shape != k.shape) or v.shape[:2] != (bt, n) or g.shape != (bt, n, hv) \
             or beta.shape != g.shape or order.shape != (bt, n) or depth.shape != (bt, n) \
             or s0.shape != (bt, hv, dk, dv) or hv % hk:
@@ -134,15 +133,15 @@ def recurrence(q, k, v, g, beta, order, depth, s0, *, slots: int | None = None, 
                          f"g {g.shape}, beta {beta.shape}, order {order.shape}, depth {depth.shape}, s0 {s0.shape}")
     if pltriton is None:
         raise RuntimeError("this jax has no Pallas Triton module (jax.experimental.pallas.triton); "
-                           "the deterministic mode needs it")
+                           "the deterministic mode and gdn_tree 'recurrent' need it")
     group, bv = hv // hk, min(BLOCK_V, dv)
     kernel = functools.partial(_kernel, n=n, scale=dk ** -0.5, outputs=outputs, interpret=interpret)
     key_rows = pl.BlockSpec((None, n, None, dk), lambda b, h, j: (b, 0, h // group, 0))
     columns = pl.BlockSpec((None, n, None, bv), lambda b, h, j: (b, 0, h, j))
     per_node = pl.BlockSpec((None, n, None), lambda b, h, j: (b, 0, h))
     state = pl.BlockSpec((None, None, dk, bv), lambda b, h, j: (b, h, 0, j))
-    states = (pl.BlockSpec((None, None, slots, dk, bv), lambda b, h, j: (b, h, 0, 0, j)),
-              jax.ShapeDtypeStruct((bt, hv, slots, dk, dv), jnp.float32))
+    states = (pl.BlockSpec((None, None, n, dk, bv), lambda b, h, j: (b, h, 0, 0, j)),
+              jax.ShapeDtypeStruct((bt, hv, n, dk, dv), jnp.float32))
     o = (columns, jax.ShapeDtypeStruct((bt, n, hv, dv), jnp.float32))
     outs = [o, states] if outputs else [states]
     res = pl.pallas_call(
