@@ -413,8 +413,14 @@ def _ancestors(parents: jax.Array) -> jax.Array:
     return mask
 
 
+def recurrent_verify(kernels: KernelTuning) -> bool:
+    """Whether `tree_verify` steps the tree node by node through the recurrence kernel (the
+    deterministic mode, gdn_tree "recurrent") rather than running the parallel form."""
+    return kernels.deterministic or kernels.gdn_tree == "recurrent"
+
+
 def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.Array, conv_state: jax.Array,
-                rec_state: jax.Array, ancestor_mask: jax.Array | None = None, *,
+                rec_state: jax.Array, ancestor_mask: jax.Array | None = None, walk=None, *,
                 kernels: KernelTuning = XLA_KERNELS):
     """The layer over a tree of N nodes a row, in one pass (the parallel form; module docstring).
 
@@ -422,6 +428,8 @@ def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.A
     its child (a padding node: parent 0). conv_state, rec_state: the pre-round states (after the
     committed tokens; the root is not in them). ancestor_mask bool [Bt, N, N] ([b, i, j]: j is i
     or an ancestor of i; the engine's DraftTree.ancestor_mask), derived from parents where None.
+    walk: the recurrent form's (order, depth) of the nodes (gdn_recurrence.preorder), derived
+    where None: a forward makes it once for all its layers.
     Returns y [Bt, N, H], node i's output being the layer's on the pre-round sequence followed by
     i's root path, and the TreeStates a commit reads (`path_states`, `path_states_parallel`).
     """
@@ -438,10 +446,11 @@ def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.A
     for _ in range(kernel - 1):
         rows.append(jnp.take_along_axis(pred, rows[-1], axis=1))
     c = _conv(params, [jnp.take_along_axis(ext, r[:, :, None], axis=1) for r in reversed(rows)], u.dtype)
-    if kernels.deterministic or kernels.gdn_tree == "recurrent":  # each node a step from its parent's state
+    if recurrent_verify(kernels):  # each node a step from its parent's state
         q, k, v = _heads(cfg, c)
         g, beta = _gates(params, b, a)
-        o, _ = dispatch.gdn_recurrence(kernels, q, k, v, g, beta, *preorder(parents, ancestor_mask), rec_state)
+        walk = preorder(parents, ancestor_mask) if walk is None else walk
+        o, _ = dispatch.gdn_recurrence(kernels, q, k, v, g, beta, *walk, rec_state)
         y = _output(params, cfg, o, z, x_nodes.dtype, kernels)
         return y, TreeStates(inputs=u, k=k, v=v, g=g, beta=beta, w=None, cum=None)
     q, k, v, g, beta = _features(params, cfg, c, b, a)

@@ -42,6 +42,7 @@ import numpy as np
 
 from ddtree_jax.errors import ConfigError
 from ddtree_jax.kernels import dispatch
+from ddtree_jax.kernels.gdn_recurrence import preorder
 from ddtree_jax.models import gdn
 from ddtree_jax.models import moe as moe_block
 from ddtree_jax.models.config import HYBRID_TARGETS, MoeConfig, RopeConfig, _Fields, _show
@@ -403,8 +404,11 @@ def verify_hidden(params: dict, cfg: HybridConfig, tokens: jax.Array, positions:
                   kernels: KernelTuning = XLA_KERNELS):
     """`verify_tree` without the LM head, at given positions (state.lengths + depths): returns
     (final-normed h [Bt, N, H], taps or None, the VerifyOut `commit` reads)."""
+    walk = preorder(parents, ancestor_mask) if gdn.recurrent_verify(kernels) else None   # one for all layers
+
     def mixer(lp, j, h):
-        return gdn.tree_verify(lp, cfg.gdn, h, parents, state.conv[j], state.rec[j], ancestor_mask, kernels=kernels)
+        return gdn.tree_verify(lp, cfg.gdn, h, parents, state.conv[j], state.rec[j], ancestor_mask, walk,
+                               kernels=kernels)
 
     h, tap, new_k, new_v, kept = _run(params, cfg, tokens, positions, state, ancestor_mask, mixer, taps, kernels)
     bt, n = tokens.shape
