@@ -32,9 +32,9 @@ prepare_cpu_for_interpret()
 
 
 # Compiling is most of this suite's time on the CPU. LLVM without its optimisation passes compiles
-# ~40 % faster (XLA's passes all still run); the project's fuzz and tree tests used these options
-# per executable before. The tests whose time is running, not compiling, ask for XLA's defaults
-# back (DEFAULT_COMPILE). DDTREE_TEST_FAST_COMPILE=0 runs the suite with XLA's defaults throughout.
+# ~40 % faster (XLA's passes all still run). The tests whose time is running, not compiling, ask
+# for XLA's defaults back (DEFAULT_COMPILE). DDTREE_TEST_FAST_COMPILE=0 runs the suite with XLA's
+# defaults throughout.
 FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 # XLA's defaults of those flags, as compile options (Generator(compiler_options=...), jax.jit(compiler_options=...))
 DEFAULT_COMPILE = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
