@@ -171,6 +171,12 @@ class KernelTuning:
             return self.norms
         return "pallas" if self.attention == "triton" else self.attention
 
+    @property
+    def gdn_recurrent(self) -> bool:
+        """Whether a hybrid target's GDN tree verify steps node by node through the recurrence kernel
+        (the deterministic mode, gdn_tree "recurrent") rather than running the parallel form."""
+        return self.deterministic or self.gdn_tree == "recurrent"
+
     def with_impls(self, *, attention: str | None = None, norms: str | None = None, matmul: str | None = None,
                    cache: str | None = None) -> "KernelTuning":
         """This tuning with the user's impls (None: keep the current one; in the deterministic mode

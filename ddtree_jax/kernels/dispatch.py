@@ -352,7 +352,7 @@ def gdn_recurrence(kernels: KernelTuning, q, k, v, g, beta, order, depth, s0):
     """The Gated DeltaNet core node by node (gdn_recurrence.recurrence: one code path for a step, a
     tree and a commit): the deterministic mode's, compiled or interpreted as its attention, or a
     tree verify's under gdn_tree "recurrent", interpreted where this device runs no Triton kernels."""
-    if not (kernels.deterministic or kernels.gdn_tree == "recurrent"):
+    if not kernels.gdn_recurrent:
         raise ValueError("the node-by-node Gated DeltaNet kernel is the deterministic mode's and gdn_tree "
                          "'recurrent''s; models.gdn runs the parallel form otherwise")
     interpret = kernels.attention == "pallas_interpret" if kernels.deterministic else kernels.auto_attention != "pallas"

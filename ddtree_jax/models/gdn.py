@@ -413,12 +413,6 @@ def _ancestors(parents: jax.Array) -> jax.Array:
     return mask
 
 
-def recurrent_verify(kernels: KernelTuning) -> bool:
-    """Whether `tree_verify` steps the tree node by node through the recurrence kernel (the
-    deterministic mode, gdn_tree "recurrent") rather than running the parallel form."""
-    return kernels.deterministic or kernels.gdn_tree == "recurrent"
-
-
 def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.Array, conv_state: jax.Array,
                 rec_state: jax.Array, ancestor_mask: jax.Array | None = None, walk=None, *,
                 kernels: KernelTuning = XLA_KERNELS):
@@ -446,7 +440,7 @@ def tree_verify(params: dict, cfg: GdnConfig, x_nodes: jax.Array, parents: jax.A
     for _ in range(kernel - 1):
         rows.append(jnp.take_along_axis(pred, rows[-1], axis=1))
     c = _conv(params, [jnp.take_along_axis(ext, r[:, :, None], axis=1) for r in reversed(rows)], u.dtype)
-    if recurrent_verify(kernels):  # each node a step from its parent's state
+    if kernels.gdn_recurrent:  # each node a step from its parent's state
         q, k, v = _heads(cfg, c)
         g, beta = _gates(params, b, a)
         walk = preorder(parents, ancestor_mask) if walk is None else walk
@@ -507,7 +501,7 @@ def path_states_parallel(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path
 
 
 def path_states_recurrent(cfg: GdnConfig, tree: TreeStates, path: jax.Array, path_len: jax.Array,
-                              conv_state: jax.Array, rec_state: jax.Array, *, kernels: KernelTuning):
+                          conv_state: jax.Array, rec_state: jax.Array, *, kernels: KernelTuning):
     """`path_states` for a recurrent verify's TreeStates (w None: the deterministic mode's, or
     gdn_tree "recurrent"): the path stepped again as a chain through the verify's kernel; in the
     deterministic mode bit for bit what decoding its tokens leaves. Same arguments and result as

@@ -404,7 +404,7 @@ def verify_hidden(params: dict, cfg: HybridConfig, tokens: jax.Array, positions:
                   kernels: KernelTuning = XLA_KERNELS):
     """`verify_tree` without the LM head, at given positions (state.lengths + depths): returns
     (final-normed h [Bt, N, H], taps or None, the VerifyOut `commit` reads)."""
-    walk = preorder(parents, ancestor_mask) if gdn.recurrent_verify(kernels) else None   # one for all layers
+    walk = preorder(parents, ancestor_mask) if kernels.gdn_recurrent else None   # one for all layers
 
     def mixer(lp, j, h):
         return gdn.tree_verify(lp, cfg.gdn, h, parents, state.conv[j], state.rec[j], ancestor_mask, walk,
