@@ -26,6 +26,8 @@ from ddtree_jax.models import layers
 from ddtree_jax.models import target as tmodel
 from ddtree_jax.tuning import CPU, CPU_KERNELS, KernelTuning, tuning_for
 
+# rows against one-row steps, bit for bit: under the product's CPU compiler, not the suite's cheapest
+pytestmark = pytest.mark.usefixtures("module_default_emitters")
 DTYPES = (jnp.bfloat16, jnp.float32)
 KERNELS = CPU_KERNELS.as_deterministic(interpret=True)
 # A small tree, parents before children: depths up to 5, siblings at several depths.

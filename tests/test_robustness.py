@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import FAST_COMPILE
 
 from ddtree_jax.generator import Generator
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
@@ -41,8 +42,6 @@ from ddtree_jax.models.init import init_drafter, init_target
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("DDTREE_FUZZ_EXAMPLES", "4"))
-# The cheapest XLA CPU settings: compilation dominates the fuzz (same math, same results).
-FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 # =============================================================================================

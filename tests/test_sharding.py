@@ -21,14 +21,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import FAST_COMPILE_FLAGS, ROOT
 from hf_fixtures import make_drafter, make_hybrid_target, make_target
 
 PROMPTS = [[5, 17, 42, 9, 77, 3, 120, 8], [200, 11, 64]]
 MAX_NEW = 20
-# Four host devices; LLVM's cheap passes only, for one and four devices alike: compiling is most of the time
-XLA_FLAGS = ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
-             "--xla_llvm_disable_expensive_passes=true")
+# Four host devices; the suite's cheapest compile, for one and four devices alike: compiling is most of the time
+XLA_FLAGS = f"--xla_force_host_platform_device_count=4 {FAST_COMPILE_FLAGS}"
 SIZES = dict(hidden=64, layers=1, heads=4, kv_heads=4, head_dim=16, intermediate=128, max_position=256)
 PALLAS_RUNS = ((2, ("ar", "dflash", "ddtree")), (4, ("ddtree",)))   # (tp, methods) with the Pallas kernels
 

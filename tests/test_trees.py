@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import FAST_COMPILE
 
 from ddtree_jax.trees import DraftTree, TreePolicy, available_policies, make_policy, register_policy, tree_from_nodes
 from ddtree_jax.trees import base as trees_base
@@ -63,8 +64,6 @@ def make_logp(kind: str, shape: tuple[int, int, int], seed: int) -> np.ndarray:
     return np.asarray(jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1))
 
 
-# Compiling dominates these tests; XLA's cheapest CPU settings halve it (same results).
-FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,13 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import FAST_COMPILE
 
 from ddtree_jax.trees import DraftTree, make_policy
 from ddtree_jax.walk import WalkResult, walk
 
 EXAMPLES = int(os.environ.get("DDTREE_FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 # (policy, (batch, D, V), budget); small vocabularies make random targets match often.
 POLICY_CASES = [
