@@ -310,7 +310,8 @@ class Generator:
         self.compiler_options = dict(compiler_options) if compiler_options else None
         stack = stacks_norms_for(self.tuning.kernels)
         if self.mesh is not None:
-            self.tparams = sharding.put_target(ckpt.target_params, self.mesh, stack=stack)
+            self.tparams = sharding.put_target(ckpt.target_params, self.mesh, stack=stack,
+                                               gdn=getattr(self.tcfg, "gdn", None))
         else:
             self.tparams = family_of(self.tcfg).fuse_params(streamed_to_device(ckpt.target_params), stack=stack)
         self.drafter = "oracle" if oracle is not None else "dflash"
@@ -365,6 +366,8 @@ class Generator:
         if tp == 1:
             return None
         sharding.check_tp_impls(tp, given)
+        if getattr(self.tcfg, "gdn", None) is not None:   # a block of Gated DeltaNet heads a device
+            self.tcfg = dataclasses.replace(self.tcfg, gdn=dataclasses.replace(self.tcfg.gdn, qkv_groups=tp))
         mesh = sharding.make_mesh(tp, devices)
         self.tuning = sharding.sharded_tuning(self.tuning, mesh)
         self.matmul_impl, self.cache_impl = self.tuning.kernels.matmul, self.tuning.kernels.cache

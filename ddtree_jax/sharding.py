@@ -4,14 +4,15 @@ One `Mesh` axis, "tp". The target's and the drafter's weights are placed by name
 attention by heads (q/k/v by columns, o by rows), the MLP's gate/up by columns and down by rows,
 an MoE block's experts along the expert axis (the router replicated), the embedding and LM head
 by vocabulary where it divides, norms replicated. A hybrid target: its gated attention's q_proj
-(per head [query | gate]) by columns; its Gated DeltaNet layers' per-value-head projections (z,
-b, a) by columns and the output by rows; their fused [q | k | v] conv input, the conv and the
-recurrent states replicated (an even cut of it would not fall on heads). The KV caches go by kv
-heads; everything else (the tree, the walk, sampling) is tiny and replicated. The engine is
-unchanged: its jitted round takes sharded arrays and GSPMD partitions it, inserting the
-all-reduces after o, down and the experts. The Pallas attention and norm kernels, which GSPMD cannot partition, run per shard inside
-jax.shard_map (ddtree_jax/kernels/dispatch.py, told the mesh by `KernelTuning.mesh`: `sharded_kernels`);
-the products and cache writes run XLA's ops.
+(per head [query | gate]) by columns; its Gated DeltaNet layers by heads: the conv input's
+channels reordered into a block of [q | k | v] heads a device (gdn.group_qkv), then qkv, z, b, a,
+A_log and dt_bias by columns, the conv and its state by channels, the recurrent state by value
+heads and the output by rows. The KV caches go by kv heads; everything else (the tree, the
+walk, sampling) is tiny and replicated. The engine is unchanged: its jitted round takes sharded
+arrays and GSPMD partitions it, inserting the all-reduces after o, down, out and the experts. The
+Pallas attention, norm and recurrence kernels, which GSPMD cannot partition, run per shard inside
+jax.shard_map (ddtree_jax/kernels/dispatch.py, told the mesh by `KernelTuning.mesh`:
+`sharded_kernels`); the products and cache writes run XLA's ops.
 
 The inference layout under tp > 1 keeps q/k/v and gate/up as separate matrices: a fused [q | k | v]
 cut evenly across devices would not fall on head boundaries, and every layer would reshard.
@@ -29,7 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ddtree_jax.errors import UserError
 from ddtree_jax.models.config import DrafterConfig, TargetConfig
-from ddtree_jax.models.family import Dense, family_of
+from ddtree_jax.models.family import Dense, HybridCache, family_of
+from ddtree_jax.models.gdn import GdnConfig, group_qkv
 from ddtree_jax.models.layers import KVCache, stack_norms
 from ddtree_jax.tuning import KernelTuning, TreeTuning, Tuning, VocabTopK
 
@@ -37,10 +39,11 @@ AXIS = "tp"
 
 # weights sharded by their output columns (heads, MLP width), by their input rows, along experts
 # "qg": a gated attention's q_proj as stored, per head [query | gate]: an even cut falls on heads;
-# "z", "b", "a": a Gated DeltaNet layer's per-value-head projections
-_COLUMNS = {"q", "qg", "q_gate", "k", "v", "gate", "up", "shared_gate", "shared_up", "z", "b", "a"}
+# "qkv" (grouped by gdn.group_qkv), "z", "b", "a", "A_log", "dt_bias": a Gated DeltaNet layer's, by heads
+_COLUMNS = {"q", "qg", "q_gate", "k", "v", "gate", "up", "shared_gate", "shared_up", "qkv", "z", "b", "a", "A_log",
+            "dt_bias"}
 _COLUMN_BIASES = {"q_bias", "qg_bias", "q_gate_bias", "k_bias", "v_bias"}
-_ROWS = {"o", "down", "shared_down", "out"}
+_ROWS = {"o", "down", "shared_down", "out", "conv"}   # "conv" [C, 1, K]: a GDN conv's channels
 _EXPERTS = {"experts_gate", "experts_up", "experts_gate_up", "experts_down"}
 
 
@@ -61,7 +64,7 @@ def _divided(tcfg: Any, dcfg: DrafterConfig | None) -> list[tuple[str, int]]:
     """(what, size) of every dimension tensor parallelism cuts (a TargetConfig or a HybridConfig)."""
     dims = [("the target's attention heads", tcfg.num_heads), ("the target's kv heads", tcfg.num_kv_heads)]
     if getattr(tcfg, "gdn", None) is not None:
-        dims.append(("the target's Gated DeltaNet value heads", tcfg.gdn.num_v_heads))
+        dims.append(("the target's Gated DeltaNet key heads", tcfg.gdn.num_k_heads))
     if tcfg.moe is None or not all(tcfg.moe.sparse_layers):
         dims.append(("the target's MLP width (intermediate_size)", tcfg.intermediate_size))
     if tcfg.moe is not None:
@@ -190,8 +193,7 @@ def weight_bytes_per_device(params: dict | None, tp: int) -> int:
 
 def cache_bytes_per_device(tcfg: Any, dcfg: DrafterConfig | None, positions: int, itemsize: int,
                            tp: int, batch: int = 1) -> int:
-    """Bytes of the target's (and drafter's) caches of `positions` positions on one of `tp` devices
-    (a hybrid target's recurrent states, replicated, counted as cut too: they are small)."""
+    """Bytes of the target's (and drafter's) caches of `positions` positions on one of `tp` devices."""
     caches = [family_of(tcfg).cache_bytes(tcfg, batch, positions, itemsize)]
     if dcfg is not None:
         caches.append(Dense.cache_bytes(dcfg, batch, positions, itemsize))
@@ -269,14 +271,19 @@ def _host_fused(layer: dict, groups: dict[str, tuple[str, ...]]) -> dict:
     return layer
 
 
-def put_target(params: dict, mesh: Mesh, *, stack: bool) -> dict:
+def put_target(params: dict, mesh: Mesh, *, stack: bool, gdn: GdnConfig | None = None) -> dict:
     """The target's inference layout for tp > 1, each tensor streamed to its sharded placement:
-    experts' gate/up fused (along the unsharded last axis), q/k/v and gate/up kept apart."""
+    experts' gate/up fused (along the unsharded last axis), q/k/v and gate/up kept apart, a hybrid
+    target's conv channels in `gdn.qkv_groups` (the devices') blocks of heads."""
     s = _Streamer(mesh)
     top = {k: s.put(k, v) for k, v in params.items() if k != "layers"}
     layers = []
     for layer in params["layers"]:
         layer = _host_fused(layer, {"experts_gate_up": ("experts_gate", "experts_up")})
+        if "linear" in layer:
+            if gdn is None or gdn.qkv_groups != s.tp:
+                raise ValueError(f"a hybrid target on {s.tp} devices needs its GdnConfig with qkv_groups={s.tp}")
+            layer = {**layer, "linear": group_qkv(layer["linear"], gdn)}
         # a hybrid layer's Gated DeltaNet params are a dict of their own ("linear")
         layers.append({k: {n: s.put(n, x) for n, x in v.items()} if isinstance(v, dict) else s.put(k, v)
                        for k, v in layer.items()})
@@ -320,8 +327,10 @@ def put_replicated(tree, mesh: Mesh):
 
 def state_shardings(shapes, mesh: Mesh):
     """ShapeDtypeStructs of a state (engine.State) with their placements: every KVCache [L, Bt,
-    Hkv, S, Dh] by kv heads, the rest replicated."""
+    Hkv, S, Dh] by kv heads, a hybrid target's conv states [Lg, Bt, K-1, C] by channels and
+    recurrent states [Lg, Bt, Hv, dk, dv] by value heads, the rest replicated."""
     heads = NamedSharding(mesh, P(None, None, AXIS, None, None))
+    channels = NamedSharding(mesh, P(None, None, None, AXIS))
     rep = replicated(mesh)
 
     def place(x, sharding):
@@ -330,9 +339,11 @@ def state_shardings(shapes, mesh: Mesh):
     def walk(x):
         if isinstance(x, KVCache):
             return KVCache(place(x.k, heads), place(x.v, heads))
+        if isinstance(x, HybridCache):
+            return dataclasses.replace(x, kv=walk(x.kv), conv=place(x.conv, channels), rec=place(x.rec, heads))
         return jax.tree_util.tree_map(lambda a: place(a, rep), x)
 
-    return jax.tree_util.tree_map(walk, shapes, is_leaf=lambda x: isinstance(x, KVCache))
+    return jax.tree_util.tree_map(walk, shapes, is_leaf=lambda x: isinstance(x, (KVCache, HybridCache)))
 
 
 def zeros_like_shapes(shapes):

@@ -9,6 +9,8 @@ is a prefill; right padding leaves the states alone; bad configs are one ConfigE
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -219,6 +221,35 @@ def test_tree_verify_matches_stepping_each_root_path(layer):
             _close(y_next[b], want[0])
 
 
+def test_qkv_groups_reorder_the_channels_not_the_results(layer):
+    """--tp's layout (gdn.group_qkv): the conv channels in 2 blocks of [q | k | v] heads. Prefill,
+    step, a tree verify and its commit give the same outputs and recurrent states; the conv
+    state holds the same channels in the new order."""
+    _, _, cfg, params = layer
+    two = dataclasses.replace(cfg, qkv_groups=2)
+    order = gdn.qkv_order(two)
+    assert sorted(order) == list(range(cfg.conv_dim)) and list(order) != list(range(cfg.conv_dim))
+    grouped = jax.tree.map(jnp.asarray, gdn.group_qkv(jax.tree.map(np.asarray, params), two))
+    x = jnp.asarray(_inputs(10, 2, 70, HIDDEN))
+    (y, conv, rec), (y2, conv2, rec2) = prefill(params, cfg, x), prefill(grouped, two, x)
+    _close(y2, y)
+    _close(rec2, rec)
+    np.testing.assert_array_equal(conv2, conv[..., order])
+    t = jnp.asarray(_inputs(11, 2, HIDDEN))
+    (y, c, r), (y2, c2, r2) = step(params, cfg, t, conv, rec), step(grouped, two, t, conv2, rec2)
+    _close(y2, y)
+    _close(r2, r)
+    np.testing.assert_array_equal(c2, c[..., order])
+    parents = jnp.asarray(np.stack([_random_tree(np.random.default_rng(s), 8, 3)[0] for s in (1, 2)]))
+    nodes = jnp.asarray(_inputs(12, 2, 8, HIDDEN))
+    (y, tree), (y2, tree2) = tree_verify(params, cfg, nodes, parents, conv, rec), \
+        tree_verify(grouped, two, nodes, parents, conv2, rec2)
+    _close(y2, y)
+    path, path_len = jnp.asarray([[0, 1, 0, 0], [0, 0, 0, 0]], jnp.int32), jnp.asarray([2, 1], jnp.int32)
+    _close(path_states_parallel(two, tree2, path, path_len, conv2, rec2)[1],
+           path_states_parallel(cfg, tree, path, path_len, conv, rec)[1])
+
+
 def test_chain_tree_is_prefill(layer):
     _, _, cfg, params = layer
     n = 12
@@ -271,6 +302,8 @@ def test_config_from_hf_and_errors():
         assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="num_v_heads"):
         gdn.GdnConfig(hidden=8, num_k_heads=3, num_v_heads=4, head_k_dim=4, head_v_dim=4)
+    with pytest.raises(ConfigError, match="2 qkv groups do not divide 3 key heads"):
+        gdn.GdnConfig(hidden=8, num_k_heads=3, num_v_heads=6, head_k_dim=4, head_v_dim=4, qkv_groups=2)
     with pytest.raises(ConfigError, match="has shape"):
         gdn.params_from_hf({"in_proj_qkv.weight": np.zeros((3, 3))}, cfg)
 

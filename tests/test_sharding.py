@@ -9,7 +9,8 @@ tied embeddings, a vocabulary of 386: by vocabulary on 2 devices, replicated on 
 Qwen3.5-MoE hybrid pair (a Gated DeltaNet and a gated attention layer; 2 kv heads: 2 devices), all
 read from Hugging Face files without converting. One layer each: the compilations are most of the time.
 The Pallas attention and norm kernels run per shard (jax.shard_map) in their interpret mode on the
-dense pair, and on a GQA attention call of their own.
+dense pair, and on a GQA attention call of their own; the Gated DeltaNet recurrence kernel in the
+hybrid's recurrent tree verify, and on a call of its own.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str, 
     from ddtree_jax.generator import Executables, Generator
     from ddtree_jax.kernels import dispatch
     from ddtree_jax.kernels.attention_reference import attention_reference
-    from ddtree_jax.tuning import KernelTuning
+    from ddtree_jax.tuning import KernelTuning, tuning_for
 
     assert len(jax.devices()) == 4, jax.devices()
     out: dict = {"greedy": {}, "sampled": {}, "placement": {}, "errors": {}, "kernels": {}}
@@ -93,10 +94,32 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str, 
     for method in ("ar", "dflash", "ddtree"):
         gen = Generator(hybrid(), method=method, budget=12, tp=2, executables=shared)
         out["greedy"][f"hybrid {method} tp2"] = tokens(gen)
-    linear, attn = gen.tparams["layers"][0]["linear"], gen.tparams["layers"][1]
+    linear, attn, cache = gen.tparams["layers"][0]["linear"], gen.tparams["layers"][1], gen._kept.cache
     out["placement"]["hybrid tp2"] = {k: sharded_axis(x.sharding.spec) for k, x in {
-        **{k: linear[k] for k in ("qkv", "z", "b", "a", "out")}, "qg": attn["qg"],
-        "experts_down": attn["experts_down"], "shared_down": attn["shared_down"]}.items()}
+        **{k: linear[k] for k in ("qkv", "z", "b", "a", "A_log", "conv", "norm", "out")}, "qg": attn["qg"],
+        "experts_down": attn["experts_down"], "shared_down": attn["shared_down"], "conv_state": cache.conv,
+        "rec_state": cache.rec, "kv": cache.kv.k}.items()}
+    # the tree verify's recurrent form: the Gated DeltaNet recurrence kernel (interpreted) per shard
+    here = tuning_for()
+    recurrent = dataclasses.replace(here, kernels=dataclasses.replace(here.kernels, gdn_tree="recurrent"))
+    gen = Generator(hybrid(), method="ddtree", budget=12, tp=2, tuning=recurrent)
+    out["greedy"]["hybrid ddtree tp2 recurrent"] = tokens(gen)
+    # the recurrence kernel per shard (each device its key and value heads) against one device: a chain of 5
+    keys = jax.random.split(jax.random.PRNGKey(1), 6)
+    bt, n, d = 2, 5, 16
+    q, k = (jax.random.normal(key, (bt, n, 2, d)) for key in keys[:2])
+    v = jax.random.normal(keys[2], (bt, n, 4, d))
+    g, beta = -jax.nn.softplus(jax.random.normal(keys[3], (bt, n, 4))), jax.random.uniform(keys[4], (bt, n, 4))
+    s0, chain = jax.random.normal(keys[5], (bt, 4, d, d)), jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (bt, n))
+    one = KernelTuning(gdn_tree="recurrent")
+    want = dispatch.gdn_recurrence(one, q, k, v, g, beta, chain, chain, s0)
+    mesh = sharding.make_mesh(2)
+    specs = (P(None, None, "tp"),) * 5 + (P(), P(), P(None, "tp"))
+    args = [jax.device_put(x, NamedSharding(mesh, spec))
+            for x, spec in zip((q, k, v, g, beta, chain, chain, s0), specs)]
+    got = jax.jit(lambda *a: dispatch.gdn_recurrence(dataclasses.replace(one, mesh=mesh), *a))(*args)
+    out["kernels"]["gdn per shard"] = {"error": max(float(jnp.abs(a - b).max()) for a, b in zip(got, want)),
+                                       "axes": [sharded_axis(x.sharding.spec) for x in got]}
     try:
         Generator(hybrid(), method="ddtree", tp=4)
         out["errors"]["api hybrid tp4"] = "no error"
@@ -214,8 +237,10 @@ def test_a_hybrid_target_on_two_devices_is_token_identical_to_one(results):
     assert all(len(t) == MAX_NEW for t in want), want
     for method in ("ar", "dflash", "ddtree"):
         assert greedy[f"hybrid {method} tp2"] == want, f"hybrid {method} on 2 devices"
-    assert results["placement"]["hybrid tp2"] == dict(qkv=None, z=1, b=1, a=1, out=0, qg=1, experts_down=0,
-                                                       shared_down=0)
+    assert greedy["hybrid ddtree tp2 recurrent"] == want, "the recurrent tree verify on 2 devices"
+    assert results["placement"]["hybrid tp2"] == dict(qkv=1, z=1, b=1, a=1, A_log=0, conv=0, norm=None, out=0, qg=1,
+                                                       experts_down=0, shared_down=0, conv_state=3, rec_state=2, kv=2)
+    assert results["kernels"]["gdn per shard"] == {"error": 0.0, "axes": [2, 1]}   # o by heads, states by heads
     assert "--tp 4 does not divide the target's kv heads (2)" in results["errors"]["api hybrid tp4"]
 
 

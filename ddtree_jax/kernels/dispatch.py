@@ -21,8 +21,9 @@ XLA fallback.
 
 Under --tp (`KernelTuning.mesh`, ddtree_jax/sharding.py) GSPMD partitions the XLA calls, and a
 Pallas call, which it cannot partition, runs per shard inside `jax.shard_map`: the attention over
-its device's heads (q by heads, the caches by kv heads, lengths and masks replicated), the norms
-over the replicated hidden state on every device. Each shard's impl and config are chosen from
+its device's heads (q by heads, the caches by kv heads, lengths and masks replicated), the Gated
+DeltaNet recurrence over its key and value heads, the norms over the replicated hidden state on
+every device. Each shard's impl and config are chosen from
 its own shapes. The products and cache writes stay XLA's (`matmul_choice`, `cache_choice`).
 """
 
@@ -356,7 +357,20 @@ def gdn_recurrence(kernels: KernelTuning, q, k, v, g, beta, order, depth, s0):
         raise ValueError("the node-by-node Gated DeltaNet kernel is the deterministic mode's and gdn_tree "
                          "'recurrent''s; models.gdn runs the parallel form otherwise")
     interpret = kernels.attention == "pallas_interpret" if kernels.deterministic else kernels.auto_attention != "pallas"
-    return gdn_rec.recurrence(q, k, v, g, beta, order, depth, s0, interpret=interpret)
+
+    if kernels.mesh is None:
+        return gdn_rec.recurrence(q, k, v, g, beta, order, depth, s0, interpret=interpret)
+
+    def call(*args):   # the arrays a shard returns (o is None without q)
+        o, states = gdn_rec.recurrence(*args, interpret=interpret)
+        return states if o is None else (o, states)
+
+    # under --tp each device steps its own key and value heads (contiguous blocks: gdn.group_qkv)
+    ax = kernels.mesh.axis_names[0]
+    heads, gates, state, states = _spec(4, 2, ax), _spec(3, 2, ax), _spec(4, 1, ax), _spec(5, 1, ax)
+    out = _per_shard(kernels, call, (q, k, v, g, beta, order, depth, s0),
+                     (heads, heads, heads, gates, gates, P(), P(), state), states if q is None else (heads, states))
+    return (None, out) if q is None else out
 
 
 # ----------------------------------------------------------------------------- per shard (--tp)

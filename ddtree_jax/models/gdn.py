@@ -30,6 +30,10 @@ Hk / Hv key / value heads, dk / dv their sizes, K the conv window; `params_from_
     out     [Hv dv, H]            <- out_proj.weight [H, Hv dv], transposed
     in_proj [H, C + Hv dv + 2 Hv]  qkv | z | b | a: the inference layout (`fuse_params`) in their place
 
+Under --tp the conv's C channels (qkv's columns, conv's rows, the conv state) are in G =
+`qkv_groups` blocks, block i [q | k | v] of key heads i Hk/G.. and value heads i Hv/G.. (`group_qkv`):
+an even cut of C over G devices then falls on heads, and each device runs its heads alone.
+
 States of a sequence:
 
     conv_state [Bt, K-1, C], the model's dtype: the last K-1 conv inputs u, oldest first.
@@ -95,15 +99,19 @@ class GdnConfig:
     conv_kernel: int = 4
     rms_eps: float = 1e-6
     chunk: int = 64  # prefill's chunk length (transformers' torch_chunk_gated_delta_rule's)
+    qkv_groups: int = 1  # the conv channels' [q | k | v] blocks (module doc): the devices under --tp
 
     def __post_init__(self):
-        for name in ("hidden", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel", "chunk"):
+        for name in ("hidden", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel", "chunk",
+                     "qkv_groups"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"GdnConfig: {name} is {_show(v)}; it must be an integer >= 1")
         if self.num_v_heads % self.num_k_heads:
             raise ConfigError(f"GdnConfig: num_v_heads ({self.num_v_heads}) is not a multiple of num_k_heads "
                               f"({self.num_k_heads}); each key head serves a whole group of value heads")
+        if self.num_k_heads % self.qkv_groups:
+            raise ConfigError(f"GdnConfig: {self.qkv_groups} qkv groups do not divide {self.num_k_heads} key heads")
 
     @property
     def key_dim(self) -> int:
@@ -221,10 +229,27 @@ def _l2norm(x: jax.Array) -> jax.Array:
 
 def _heads(cfg: GdnConfig, c: jax.Array):
     """The conv output c [..., C] -> q, k [..., Hk, dk], v [..., Hv, dv] in c's dtype."""
-    kd, lead = cfg.key_dim, c.shape[:-1]
+    n, lead = cfg.qkv_groups, c.shape[:-1]
+    kd = cfg.key_dim // n
+    c = c.reshape(*lead, n, cfg.conv_dim // n)   # a block of heads a group
     return (c[..., :kd].reshape(*lead, cfg.num_k_heads, cfg.head_k_dim),
             c[..., kd:2 * kd].reshape(*lead, cfg.num_k_heads, cfg.head_k_dim),
             c[..., 2 * kd:].reshape(*lead, cfg.num_v_heads, cfg.head_v_dim))
+
+
+def qkv_order(cfg: GdnConfig) -> np.ndarray:
+    """The checkpoint's conv channel of each channel of `cfg.qkv_groups` blocks (module doc)."""
+    n, kd, vd = cfg.qkv_groups, cfg.key_dim // cfg.qkv_groups, cfg.value_dim // cfg.qkv_groups
+    return np.concatenate([np.concatenate([np.arange(i * kd, (i + 1) * kd),
+                                           cfg.key_dim + np.arange(i * kd, (i + 1) * kd),
+                                           2 * cfg.key_dim + np.arange(i * vd, (i + 1) * vd)]) for i in range(n)])
+
+
+def group_qkv(p: dict, cfg: GdnConfig) -> dict:
+    """A layer's params (unfused, on the host) with the conv channels in `cfg.qkv_groups` blocks:
+    qkv's columns and conv's rows reordered."""
+    order = qkv_order(cfg)
+    return {**p, "qkv": np.asarray(p["qkv"])[:, order], "conv": np.asarray(p["conv"])[order]}
 
 
 def _gates(p: dict, b: jax.Array, a: jax.Array):
