@@ -21,6 +21,11 @@ A hybrid shape (qwen3.5-9b, qwen3.5-27b, qwen3.5-35b-a3b; tiny-hybrid on the CPU
 attention layers, models/hybrid.py) is built from its HF config by HybridConfig.from_hf, its random
 weights drawn from the checkpoint name table (init_from_entries); its rows also report the cache's
 bytes, the recurrent states' share of them, and the bytes a verify pass leaves for the commit.
+
+With --tp N the weights are placed over N devices as generate's --tp places them, a tensor at a
+time (place_for_tp), and each row also reports a device's share of the weights the round reads,
+the round's all-reduces (two a layer, measured in a device loop) and tp_floor_ms, their sum:
+    python -m bench round --model qwen3-32b --methods ar,ddtree --budgets 64,256 --tp 2
 """
 from __future__ import annotations
 
@@ -39,7 +44,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax import engine, profile
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from ddtree_jax import engine, profile, sharding
 from ddtree_jax.checkpoint import names
 from ddtree_jax.cost import ModelSignature, parse_budgets
 from ddtree_jax.generator import Generator, tree_nbytes as nbytes
@@ -72,6 +79,15 @@ SHAPES = {
         drafter=dict(num_layers=5, block_size=16, target_layer_ids=(1, 12, 23, 34, 45)),
         theta=1000000.0,
         # JAX's default pool is 75 % of a GPU: 61 GB of weights need more of an 80 GB card
+        mem_fraction=0.95,
+    ),
+    # Qwen3-32B (64 layers, 64 q / 8 kv heads of 128; 65.5 GB in bf16: one 80 GB card, or --tp 2 / 4).
+    # Its drafter is assumed (the 8B entry's at the 32B's width, default taps): z-lab's config was not read.
+    "qwen3-32b": dict(
+        target=dict(vocab_size=151936, hidden_size=5120, intermediate_size=25600, num_layers=64, num_heads=64,
+                    num_kv_heads=8, head_dim=128, max_position=40960, tie_embeddings=False),
+        drafter=dict(num_layers=5, block_size=16, target_layer_ids=(1, 16, 31, 46, 61)),
+        theta=1000000.0,
         mem_fraction=0.95,
     ),
     # the shipped pair's shapes (ddtree_jax/default_model; random weights: round times, no acceptance)
@@ -191,13 +207,14 @@ def hybrid_configs(model: str) -> tuple[HybridConfig, DrafterConfig]:
     return tc, dc
 
 
-def build_hybrid(model: str, dtype) -> types.SimpleNamespace:
+def build_hybrid(model: str, dtype, fuse: bool = True) -> types.SimpleNamespace:
     """A hybrid shape's configs and random weights on the device: the target in the inference
-    layout (each layer fused as drawn: a Generator's fuse_params then copies nothing)."""
+    layout (each layer fused as drawn: a Generator's fuse_params then copies nothing), or in the
+    checkpoint's (fuse False: what --tp places)."""
     tc, dc = hybrid_configs(model)
     # unsafe_rbg: as build's (threefry is slow for GBs of weights)
     tp = init_from_entries(names.entries_for(tc), jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True,
-                           fuse=functools.partial(family_of(tc).fuse_params, stack=False))
+                           fuse=functools.partial(family_of(tc).fuse_params, stack=False) if fuse else None)
     dp = init_drafter(dc, jax.random.key(1, impl="unsafe_rbg"), dtype, jit=True)
     jax.block_until_ready((tp, dp))
     return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
@@ -210,10 +227,12 @@ def set_mem_fraction(model: str) -> None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(SHAPES[model]["mem_fraction"]))
 
 
-def build(model: str, dtype) -> types.SimpleNamespace:
+def build(model: str, dtype, tp: int = 1) -> types.SimpleNamespace:
+    """A shape's configs and random weights on the device; tp > 1: placed as --tp places them."""
     s = SHAPES[model]
     if "hf" in s:
-        return build_hybrid(model, dtype)
+        ck = build_hybrid(model, dtype, fuse=tp == 1)
+        return ck if tp == 1 else place_for_tp(ck, tp)
     t = s["target"]
     rope = RopeConfig(theta=s["theta"])
     kind = (dict(family="qwen3_moe", architecture="Qwen3MoeForCausalLM",
@@ -230,17 +249,75 @@ def build(model: str, dtype) -> types.SimpleNamespace:
     # unsafe_rbg keys: threefry took 102 s for the 8B shape's 18 GB of weights on the H200. Typed
     # keys carry the generator, so the process-wide default (sampling) stays threefry.
     # fused_experts: the experts' gate/up drawn in the inference layout, which fusing then keeps as is
-    tp = init_target(tc, jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True, fused_experts=True)
-    if tc.moe is not None:
+    tp_params = init_target(tc, jax.random.key(0, impl="unsafe_rbg"), dtype, jit=True, fused_experts=True)
+    if tc.moe is not None and tp == 1:
         # q/k/v fused here, a layer at a time: each Generator's fuse_params then copies nothing, so
         # the 30B-A3B shape's 61 GB are on the device once, whatever Generators share them
-        for i, layer in enumerate(tp["layers"]):
-            tp["layers"][i] = fuse_layer_weights(layer, {"qkv": ("q", "k", "v")})
+        for i, layer in enumerate(tp_params["layers"]):
+            tp_params["layers"][i] = fuse_layer_weights(layer, {"qkv": ("q", "k", "v")})
         del layer
     dp = init_drafter(dc, jax.random.key(1, impl="unsafe_rbg"), dtype, jit=True)
-    jax.block_until_ready((tp, dp))
-    return types.SimpleNamespace(target_cfg=tc, target_params=tp, drafter_cfg=dc, drafter_params=dp,
-                                 tokenizer_dir=None, meta={})
+    jax.block_until_ready((tp_params, dp))
+    ck = types.SimpleNamespace(target_cfg=tc, target_params=tp_params, drafter_cfg=dc, drafter_params=dp,
+                               tokenizer_dir=None, meta={})
+    return ck if tp == 1 else place_for_tp(ck, tp)
+
+
+def place_for_tp(ck: types.SimpleNamespace, tp: int) -> types.SimpleNamespace:
+    """ck's weights (the checkpoint's layout) placed as --tp places them (sharding.param_spec), a
+    tensor at a time, each single-device original dropped as its shards land: the first device
+    never holds the model twice. A Generator(tp=tp) then keeps them as they are."""
+    mesh = sharding.make_mesh(tp)
+
+    def put(name, x):
+        return jax.block_until_ready(jax.device_put(x, NamedSharding(mesh, sharding.param_spec(name, x.shape, tp))))
+
+    for params in (ck.target_params, ck.drafter_params):
+        for k in [k for k in params if k != "layers"]:
+            params[k] = put(k, params[k])
+        layers = params["layers"]
+        for i in range(len(layers)):
+            layers[i] = {k: {n: put(n, y) for n, y in v.items()} if isinstance(v, dict) else put(k, v)
+                         for k, v in layers[i].items()}
+    return ck
+
+
+def allreduce_ms(tp: int, rows: int, hidden: int, dtype, reps: int = 100) -> float:
+    """One all-reduce (a sum over `tp` devices) of a [rows, hidden] activation, as GSPMD inserts
+    after o, down and the experts: ms a call, from `reps` dependent calls in a device loop."""
+    mesh = sharding.make_mesh(tp)
+    ax = sharding.AXIS
+
+    def body(x):
+        return jax.lax.fori_loop(0, reps, lambda _, y: jax.lax.psum(y, ax) * jnp.asarray(1 / tp, y.dtype), x)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(ax), out_specs=P(ax), check_vma=False))
+    x = jax.device_put(jnp.ones((tp * rows, hidden), dtype), NamedSharding(mesh, P(ax)))
+    jax.block_until_ready(f(x))
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(x))
+        times.append(1e3 * (time.perf_counter() - t0) / reps)
+    return statistics.median(times)
+
+
+def tp_round_floor(gen: Generator, ck, r: dict, batch: int, dtype) -> dict:
+    """A --tp row's fields: a device's share of the weights the round reads (the drafter's and its
+    replicated head too unless AR) at HBM_BYTES_PER_S, the round's all-reduces measured (two a
+    layer: the target's over the verify's rows, the drafter's over its block), and the round's
+    floor, their sum."""
+    tcfg, dcfg, hidden, n = gen.tcfg, gen.dcfg, gen.tcfg.hidden_size, gen.tp
+    weights = sharding.weight_bytes_per_device(ck.target_params, n)
+    reduce_ms = 2 * tcfg.num_layers * allreduce_ms(n, batch * (r["nodes"] + 1), hidden, dtype)
+    if r["method"] != "ar":
+        itemsize = jnp.dtype(dtype).itemsize
+        weights += (sharding.weight_bytes_per_device(ck.drafter_params, n)
+                    + sharding.draft_head_bytes(tcfg, True, itemsize, n))
+        reduce_ms += 2 * dcfg.num_layers * allreduce_ms(n, batch * dcfg.block_size, hidden, dtype)
+    floor = 1e3 * weights / HBM_BYTES_PER_S + reduce_ms
+    return {"tp": n, "tp_weight_bytes_per_device": weights, "allreduce_ms_per_round": reduce_ms,
+            "tp_floor_ms": floor, "tp_floor_ratio": r["round_ms_steady"] / floor}
 
 
 def device_memory() -> dict | None:
@@ -272,12 +349,14 @@ def setup_request(gen: Generator, prompt_len: int, max_new_tokens: int, batch: i
     # Generator of the same shapes) share its executable
     pre_static = dict(static, spec=engine.prefill_spec(spec))
     shapes = engine.state_shapes(gen.tparams, gen.dparams, *args(max_new_tokens), **pre_static)
+    if gen.mesh is not None:   # placed as the Generator places a state under --tp
+        shapes = sharding.state_shardings(shapes, gen.mesh)
     into = engine.prefill_into.lower(shapes, gen.tparams, gen.dparams, *args(max_new_tokens), **pre_static).compile(
         compiler_options=gen.compiler_options)
 
     def zeros():
         """A new state of zeros, in new buffers (what a first request prefills into)."""
-        return jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+        return sharding.zeros_like_shapes(shapes)
 
     def refill(old=None, max_new: int = max_new_tokens):
         """A state as Generator.generate_ids makes one: prefilled into `old` (a finished call's state,
@@ -627,8 +706,13 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh-buffers", action="store_true",
                     help="each timed call's state in new buffers (new caches, a prefill); by default a call "
                          "prefills into the last call's state, as generate does")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="devices the model is sharded over (generate's --tp); each row then also reports a "
+                         "device's bytes floor plus the round's measured all-reduces (tp_floor_ms)")
     ap.add_argument("--out", default=None, help="directory for round_MODEL_IMPL.json (rewritten after every row)")
     args = ap.parse_args(argv)
+    if not 1 <= args.tp <= len(jax.devices()):
+        ap.error(f"--tp must be 1..{len(jax.devices())}, the devices here (got {args.tp})")
     dets = [{"off": False, "on": True}.get(d) for d in args.deterministic.split(",") if d]
     if not dets or None in dets:
         ap.error(f"--deterministic takes off, on or off,on (got {args.deterministic!r})")
@@ -657,7 +741,7 @@ def main(argv=None) -> int:
     dtype = jnp.dtype(args.dtype)
     set_mem_fraction(args.model)
     t_start = time.perf_counter()
-    ck = build(args.model, dtype)
+    ck = build(args.model, dtype, args.tp)
     mem = device_memory()
     print(f"[bench_round] {args.model} weights ready in {time.perf_counter() - t_start:.1f}s on "
           f"{jax.devices()[0].device_kind}; target {nbytes(ck.target_params) / 1e9:.2f} GB, drafter "
@@ -674,7 +758,7 @@ def main(argv=None) -> int:
         # the shape a cost model fit from these rows is for (python -m bench fit-cost)
         "signature": dataclasses.asdict(ModelSignature.of(ck.target_cfg, ck.drafter_cfg, dtype)),
         "target_bytes": nbytes(ck.target_params), "drafter_bytes": nbytes(ck.drafter_params),
-        "weight_read_floor_ms_at_3.3TBps": floor_ms, "device_memory_after_build": mem, "rows": [],
+        "weight_read_floor_ms_at_3.3TBps": floor_ms, "device_memory_after_build": mem, "tp": args.tp, "rows": [],
     }
     name = output_name(args.model, args.attn_impl, batches)
 
@@ -703,6 +787,7 @@ def main(argv=None) -> int:
                     gen = Generator(ck, method=method, policy=args.policy, budget=budget or 64, attn_impl=impl,
                                     matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, unroll=args.unroll,
                                     compiler_options=opts, draft_vocab=vocab, deterministic=det, tuning=tuning,
+                                    tp=args.tp,
                                     **({"cost_model": args.cost_model, **auto_budgets} if budget == "auto" else {}))
                     made = (method, budget)
                 try:
@@ -722,6 +807,8 @@ def main(argv=None) -> int:
                          attn_impl=impl, matmul_impl=mm_impl, cache_impl=c_impl, drafter_quant=quant, batch=batch,
                          draft_vocab=gen.draft_vocab_size, fresh_buffers=args.fresh_buffers, deterministic=det,
                          moe_experts=moe_impl, gdn_tree=gdn_form)
+                if args.tp > 1:
+                    r.update(tp_round_floor(gen, ck, r, batch, dtype))
                 out["rows"].append(r)
                 st = " ".join(f"{k}={v:.3f}" for k, v in r["stage_ms"].items())
                 dv = f"/dv={gen.draft_vocab_size}" if gen.draft_vocab_size else ""
@@ -737,6 +824,9 @@ def main(argv=None) -> int:
                       + (f"; experts a layer {r['moe_distinct_experts_mean']:.1f} (max "
                          f"{r['moe_distinct_experts_max']}), bytes floor {r['bytes_floor_ms']:.4g} ms, steady "
                          f"x{r['floor_ratio']:.2f}" if "bytes_floor_ms" in r else "")
+                      + (f"; --tp {args.tp}: all-reduces {r['allreduce_ms_per_round']:.3f} ms, floor "
+                         f"{r['tp_floor_ms']:.3f} ms a device, steady x{r['tp_floor_ratio']:.2f}"
+                         if args.tp > 1 else "")
                       + (f"; cache {r['cache_bytes'] / 2**20:.4g} MiB (recurrent states "
                          f"{r['recurrent_state_bytes'] / 2**20:.4g}), a verify leaves "
                          f"{r['verify_state_bytes'] / 2**20:.4g} MiB" if "cache_bytes" in r else "")

@@ -654,7 +654,7 @@ class Generator:
         key = self._key("state", args, pre_static, None)
         if key not in self._state_shapes:
             shapes = engine.state_shapes(self.tparams, self.dparams, *args, **pre_static)
-            if self.mesh is not None:  # caches by kv heads, the rest replicated
+            if self.mesh is not None:  # caches and recurrent states by heads, the rest replicated
                 shapes = sharding.state_shardings(shapes, self.mesh)
             self._state_shapes[key] = shapes
         return self._state_shapes[key]

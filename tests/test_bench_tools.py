@@ -256,6 +256,20 @@ def test_bench_round_moe_shapes_hold_the_weights_once():
     assert 57e9 < experts < 59e9  # the 61 GB target is mostly experts
 
 
+def test_bench_round_qwen3_32b_shape():
+    """The qwen3-32b entry (bench round --tp's shape): Qwen3-32B's 32.8 B parameters, taps as
+    z-lab's rule spreads them, and every dimension --tp cuts divisible by 2 and 4 devices."""
+    from bench.bench_round import SHAPES
+    from ddtree_jax.models.config import default_target_layer_ids
+
+    t, d = SHAPES["qwen3-32b"]["target"], SHAPES["qwen3-32b"]["drafter"]
+    h, heads, kv, dh, inter = t["hidden_size"], t["num_heads"], t["num_kv_heads"], t["head_dim"], t["intermediate_size"]
+    assert d["target_layer_ids"] == tuple(default_target_layer_ids(t["num_layers"], d["num_layers"]))
+    layer = h * (heads + 2 * kv) * dh + heads * dh * h + 3 * h * inter
+    assert 32.7e9 < t["num_layers"] * layer + 2 * t["vocab_size"] * h < 32.9e9
+    assert all(n % tp == 0 for n in (heads, kv, inter, t["vocab_size"]) for tp in (2, 4))
+
+
 def test_bench_round_batch(tmp_path, capsys):
     from bench import bench_round
 

@@ -10,7 +10,7 @@ Qwen3.5-MoE hybrid pair (a Gated DeltaNet and a gated attention layer; 2 kv head
 read from Hugging Face files without converting. One layer each: the compilations are most of the time.
 The Pallas attention and norm kernels run per shard (jax.shard_map) in their interpret mode on the
 dense pair, and on a GQA attention call of their own; the Gated DeltaNet recurrence kernel in the
-hybrid's recurrent tree verify, and on a call of its own.
+hybrid's recurrent tree verify, and on a call of its own. `bench round --tp 2` runs there too.
 """
 from __future__ import annotations
 
@@ -194,6 +194,22 @@ def child(dense_target: str, dense_draft: str, moe_target: str, moe_draft: str, 
     os.environ["DDTREE_MEMORY_LIMIT_BYTES"] = str(need * 3 // 4)
     out["auto"] = Generator(load_hf(dense_target, dense_draft, lazy=True), method="ar", tp="auto").tp
     del os.environ["DDTREE_MEMORY_LIMIT_BYTES"]
+
+    # bench round --tp 2 on the tiny shape: a device's bytes floor and the round's all-reduces
+    import tempfile
+    from pathlib import Path
+
+    from bench import bench_round
+    with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
+        bench_round.main(["--model", "tiny", "--methods", "ar,ddtree", "--budgets", "8", "--rounds", "2",
+                          "--repeats", "1", "--stage-repeats", "0", "--tp", "2", "--out", d])
+        [rows] = [json.loads(f.read_text())["rows"] for f in Path(d).glob("round_*.json")]
+        try:
+            bench_round.main(["--tp", "5"])
+        except SystemExit as e:
+            out["errors"]["bench tp5"] = e.code
+    out["bench"] = [{k: r[k] for k in ("method", "tp", "allreduce_ms_per_round", "tp_floor_ms",
+                                       "tp_weight_bytes_per_device")} for r in rows]
     return out
 
 
@@ -280,6 +296,17 @@ def test_pallas_kernels_run_per_shard(results):
     gqa, gspmd = results["kernels"]["gqa per shard"], results["kernels"]["gqa gspmd"]
     assert gqa["error"] < 1e-5 and gqa["gathers"] == [] and gqa["axis"] == 2, gqa      # the output by heads
     assert gspmd["error"] < 1e-5 and gspmd["gathers"], gspmd   # the check sees a gather where there is one
+
+
+def test_bench_round_reports_a_devices_floor_and_its_all_reduces(results):
+    """`bench round --tp 2`: the weights placed as --tp places them, each row a device's share of
+    the weights its round reads (the drafter's too beside the target's) and the measured all-reduces."""
+    ar, ddtree = results["bench"]
+    assert (ar["method"], ddtree["method"], ar["tp"], ddtree["tp"]) == ("ar", "ddtree", 2, 2)
+    for r in (ar, ddtree):
+        assert 0 < r["allreduce_ms_per_round"] < r["tp_floor_ms"], r
+    assert 0 < ar["tp_weight_bytes_per_device"] < ddtree["tp_weight_bytes_per_device"]
+    assert results["errors"]["bench tp5"] == 2   # more devices than the host has: argparse's exit 2
 
 
 def test_weights_and_caches_are_sharded(results):
