@@ -23,8 +23,8 @@ Under --tp (`KernelTuning.mesh`, ddtree_jax/sharding.py) GSPMD partitions the XL
 Pallas call, which it cannot partition, runs per shard inside `jax.shard_map`: the attention over
 its device's heads (q by heads, the caches by kv heads, lengths and masks replicated), the Gated
 DeltaNet recurrence over its key and value heads, the norms over the replicated hidden state on
-every device. Each shard's impl and config are chosen from
-its own shapes. The products and cache writes stay XLA's (`matmul_choice`, `cache_choice`).
+every device. Each shard's impl and config are chosen from its own shapes. The products and cache
+writes stay XLA's (`matmul_choice`, `cache_choice`).
 """
 
 from __future__ import annotations
