@@ -264,24 +264,21 @@ def build(model: str, dtype, tp: int = 1) -> types.SimpleNamespace:
 
 
 def place_for_tp(ck: types.SimpleNamespace, tp: int) -> types.SimpleNamespace:
-    """ck's weights (the checkpoint's layout) placed as --tp places them (sharding.param_spec), a
-    tensor at a time, each single-device original dropped as its shards land: the first device
-    never holds the model twice. A Generator(tp=tp) then keeps them as they are."""
-    mesh = sharding.make_mesh(tp)
-
-    def put(name, x):
-        return jax.block_until_ready(jax.device_put(x, NamedSharding(mesh, sharding.param_spec(name, x.shape, tp))))
-
+    """ck's weights (the checkpoint's layout) placed as --tp places them (sharding.Streamer), in
+    place, each single-device original dropped as its shards land: the first device never holds
+    the model twice. A Generator(tp=tp) then keeps them as they are."""
+    s = sharding.Streamer(sharding.make_mesh(tp))
     for params in (ck.target_params, ck.drafter_params):
         for k in [k for k in params if k != "layers"]:
-            params[k] = put(k, params[k])
+            params[k] = s.put(k, params[k])
         layers = params["layers"]
         for i in range(len(layers)):
-            layers[i] = {k: {n: put(n, y) for n, y in v.items()} if isinstance(v, dict) else put(k, v)
-                         for k, v in layers[i].items()}
+            layers[i] = s.layer(layers[i])
+    jax.block_until_ready((ck.target_params, ck.drafter_params))
     return ck
 
 
+@functools.lru_cache(maxsize=None)   # a row's rows recur across rows and methods: measured once
 def allreduce_ms(tp: int, rows: int, hidden: int, dtype, reps: int = 100) -> float:
     """One all-reduce (a sum over `tp` devices) of a [rows, hidden] activation, as GSPMD inserts
     after o, down and the experts: ms a call, from `reps` dependent calls in a device loop."""

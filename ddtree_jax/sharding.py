@@ -239,10 +239,10 @@ def check_weights_fit(params: Sequence[dict | None], tp: int, limit: int | None,
 # ----------------------------------------------------------------------------- loading
 
 
-class _Streamer:
-    """Puts host tensors on the mesh one at a time: a tensor is read while the one before it is
-    still being copied, and that copy is waited for before the next starts, so the host holds at
-    most two tensors."""
+class Streamer:
+    """Puts tensors (host or device) on the mesh, each where --tp places it (param_spec), one at a
+    time: a tensor is read while the one before it is still being copied, and that copy is waited
+    for before the next starts, so the host holds at most two tensors."""
 
     def __init__(self, mesh: Mesh):
         self.mesh, self.tp = mesh, mesh.devices.size
@@ -260,6 +260,11 @@ class _Streamer:
         self.in_flight.append(out)
         return out
 
+    def layer(self, layer: dict) -> dict:
+        """A layer's tensors put, a hybrid layer's Gated DeltaNet params ("linear", a dict) included."""
+        return {k: {n: self.put(n, x) for n, x in v.items()} if isinstance(v, dict) else self.put(k, v)
+                for k, v in layer.items()}
+
 
 def _host_fused(layer: dict, groups: dict[str, tuple[str, ...]]) -> dict:
     """`fuse_layer_weights` on the host (numpy), before the device put: the fused tensor is placed
@@ -275,7 +280,7 @@ def put_target(params: dict, mesh: Mesh, *, stack: bool, gdn: GdnConfig | None =
     """The target's inference layout for tp > 1, each tensor streamed to its sharded placement:
     experts' gate/up fused (along the unsharded last axis), q/k/v and gate/up kept apart, a hybrid
     target's conv channels in `gdn.qkv_groups` (the devices') blocks of heads."""
-    s = _Streamer(mesh)
+    s = Streamer(mesh)
     top = {k: s.put(k, v) for k, v in params.items() if k != "layers"}
     layers = []
     for layer in params["layers"]:
@@ -284,9 +289,7 @@ def put_target(params: dict, mesh: Mesh, *, stack: bool, gdn: GdnConfig | None =
             if gdn is None or gdn.qkv_groups != s.tp:
                 raise ValueError(f"a hybrid target on {s.tp} devices needs its GdnConfig with qkv_groups={s.tp}")
             layer = {**layer, "linear": group_qkv(layer["linear"], gdn)}
-        # a hybrid layer's Gated DeltaNet params are a dict of their own ("linear")
-        layers.append({k: {n: s.put(n, x) for n, x in v.items()} if isinstance(v, dict) else s.put(k, v)
-                       for k, v in layer.items()})
+        layers.append(s.layer(layer))
     out = {**top, "layers": layers}
     return _stacked(out, mesh) if stack else out
 
@@ -294,9 +297,9 @@ def put_target(params: dict, mesh: Mesh, *, stack: bool, gdn: GdnConfig | None =
 def put_drafter(params: dict, mesh: Mesh, *, stack: bool) -> dict:
     """The drafter's layout for tp > 1: no fusion (no "ctx_kv": its columns mix layers, so the
     context K/V run per layer, each by heads), each tensor streamed to its sharded placement."""
-    s = _Streamer(mesh)
+    s = Streamer(mesh)
     top = {k: s.put(k, v) for k, v in params.items() if k != "layers"}
-    out = {**top, "layers": [{k: s.put(k, v) for k, v in p.items()} for p in params["layers"]]}
+    out = {**top, "layers": [s.layer(p) for p in params["layers"]]}
     return _stacked(out, mesh) if stack else out
 
 
